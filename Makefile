@@ -1,0 +1,28 @@
+# gpusched — `make help` lists the targets.
+PYTHON ?= python3
+
+.PHONY: help setup test lint bench e2e simulate
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+setup: ## install gpusched with its development tools (editable)
+	$(PYTHON) -m pip install -e '.[dev]'
+
+test: lint ## lint, then run every test (pytest's "no tests ran" is a failure)
+	$(PYTHON) -m pytest -q
+
+lint: ## ruff, ruff format --check, mypy --strict, import-linter
+	ruff check operator tests bench
+	ruff format --check operator tests bench
+	mypy --strict operator/gpusched
+	lint-imports
+
+bench: ## run the engine benchmarks and print their tables
+	$(PYTHON) bench/engine.py
+
+simulate: ## run `gpusched simulate` on the embedded sample
+	gpusched simulate
+
+e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
+	$(PYTHON) -m pytest -q tests/e2e

@@ -1,0 +1,90 @@
+"""Topology domains: sets of nodes sharing a label value, nested inside their parent's domain.
+
+A domain's identity is its full path of label values from the root ("zone-a", "rack-1"), as in
+Kueue, so rack names need not be unique across zones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpusched.api.config import NumaPolicy
+from gpusched.engine.fit import static_mask
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    labels: tuple[tuple[str, str], ...]
+    """(label key, value) from the outermost level in."""
+    mask: BoolArray
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(value for _, value in self.labels)
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.path) if self.labels else "cluster"
+
+    @property
+    def placement(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    def nodes(self) -> IntArray:
+        return np.flatnonzero(self.mask)
+
+
+def root_domain(snapshot: Snapshot) -> Domain:
+    return Domain((), np.ones(len(snapshot.nodes), dtype=np.bool_))
+
+
+def subdomains(snapshot: Snapshot, parent: Domain, key: str) -> list[Domain]:
+    """The domains of label ``key`` inside ``parent``, in value order. When the parent already
+    fixed ``key`` (a child with its parent's key) this is the parent itself."""
+    if any(k == key for k, _ in parent.labels):
+        return [parent]
+    codes, paths = snapshot.domain_codes(key)
+    inside = codes[parent.mask]
+    known = dict(parent.labels)
+    domains = []
+    for code in np.unique(inside[inside >= 0]):
+        mask = parent.mask & (codes == code)
+        path = paths[int(code)]
+        extra = tuple((k, v) for k, v in path if k not in known)
+        domains.append(Domain((*parent.labels, *extra), mask))
+    return domains
+
+
+def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
+    """Per node, how many copies of ``pod`` would fit now (ignoring GPU topology inside the
+    node). Optimistic for multi-GPU pods under best-effort NUMA only in that it ignores link
+    quality; exact in counts. Used to order and to reject domains early."""
+    count = np.where(static_mask(snapshot, pod), np.iinfo(np.int64).max // 4, 0)
+    for name, amount in pod.resources.items():
+        column = snapshot.columns.get(name)
+        if column is None:
+            return np.zeros(len(snapshot.nodes), dtype=np.int64)
+        free = snapshot.allocatable[:, column] - snapshot.used[:, column]
+        count = np.minimum(count, np.maximum(free, 0) // amount)
+    if pod.gpus:
+        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        free_gpus = snapshot.max_numa_free if single else snapshot.free_whole
+        count = np.minimum(count, free_gpus // pod.gpus)
+    elif pod.gpu_milli:
+        count = np.minimum(count, _share_copies(snapshot, pod.gpu_milli))
+    return count
+
+
+def _share_copies(snapshot: Snapshot, milli: int) -> IntArray:
+    per_gpu = np.where(snapshot.gpu_usable, snapshot.gpu_free // milli, 0)
+    per_gpu = np.minimum(per_gpu, WHOLE_GPU_MILLI // milli)
+    result = np.zeros(len(snapshot.nodes), dtype=np.int64)
+    has_gpus = snapshot.gpu_offset[1:] > snapshot.gpu_offset[:-1]
+    if per_gpu.size:
+        sums = np.add.reduceat(per_gpu, snapshot.gpu_offset[:-1][has_gpus])
+        result[has_gpus] = sums
+    return result

@@ -1,0 +1,183 @@
+"""Filters: which nodes can take a pod, and — when none can — why, in words.
+
+`feasible` is the hot path: one boolean mask over all nodes from cached static checks
+(readiness, cordon, taints, selector, affinity) and vectorised dynamic checks (resources,
+GPUs). `explain` is the slow path, run only for reports: the first failing check per node,
+aggregated the way kube-scheduler does ("3 nodes: …; 2 nodes: …").
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import numpy as np
+
+from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.api.k8s import Taint, required_terms_match
+from gpusched.engine.request import PodRequest
+from gpusched.engine.snapshot import BoolArray, NodeInfo, Snapshot
+
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def static_mask(snapshot: Snapshot, pod: PodRequest) -> BoolArray:
+    """Nodes that pass every check that does not depend on usage; cached per constraint set."""
+    key = pod.constraint_key
+    mask = snapshot.static_masks.get(key)
+    if mask is None:
+        mask = np.array([_static_reason(node, pod) is None for node in snapshot.nodes], bool)
+        snapshot.static_masks[key] = mask
+    return mask
+
+
+def _static_reason(node: NodeInfo, pod: PodRequest) -> str | None:
+    if not node.ready:
+        return "node is NotReady"
+    if node.unschedulable:
+        return "node is cordoned"
+    taint = _untolerated(node.taints, pod)
+    if taint is not None:
+        value = f"={taint.value}" if taint.value else ""
+        return f"untolerated taint {taint.key}{value}:{taint.effect}"
+    for key, value in pod.node_selector:
+        if node.labels.get(key) != value:
+            return f"nodeSelector {key}={value} does not match"
+    if pod.required_terms is not None and not required_terms_match(
+        pod.required_terms, node.labels, node.name
+    ):
+        return "required node affinity does not match"
+    return None
+
+
+def _untolerated(taints: Iterable[Taint], pod: PodRequest) -> Taint | None:
+    for taint in taints:
+        if taint.effect not in _BLOCKING_EFFECTS:
+            continue
+        if not any(toleration.tolerates(taint) for toleration in pod.tolerations):
+            return taint
+    return None
+
+
+def feasible(snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = None) -> BoolArray:
+    """Mask of nodes that can take ``pod`` now (within ``allowed`` when given)."""
+    mask = static_mask(snapshot, pod).copy()
+    if allowed is not None:
+        mask &= allowed
+    for name, amount in pod.resources.items():
+        column = snapshot.columns.get(name)
+        if column is None:
+            return np.zeros_like(mask)
+        mask &= snapshot.used[:, column] + amount <= snapshot.allocatable[:, column]
+    if pod.gpus:
+        mask &= _gpu_count_ok(snapshot, pod)
+    elif pod.gpu_milli:
+        mask &= snapshot.max_share >= pod.gpu_milli
+    return mask
+
+
+def _gpu_count_ok(snapshot: Snapshot, pod: PodRequest) -> BoolArray:
+    if pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE:
+        ok = snapshot.max_numa_free >= pod.gpus
+    else:
+        ok = snapshot.free_whole >= pod.gpus
+    if pod.gpus > 1:
+        ok &= ~_broken_topology(snapshot)
+    return ok
+
+
+def _broken_topology(snapshot: Snapshot) -> BoolArray:
+    cached = snapshot.static_masks.get("\0broken-topology")
+    if cached is None:
+        cached = np.array([n.topology_error is not None for n in snapshot.nodes], bool)
+        snapshot.static_masks["\0broken-topology"] = cached
+    return cached
+
+
+# ----- explanations --------------------------------------------------------------------------
+
+
+def node_reason(snapshot: Snapshot, pod: PodRequest, node: int) -> str | None:
+    """The first check ``node`` fails for ``pod``, in words; ``None`` if it fits."""
+    found = _failure(snapshot, pod, node)
+    if found is None:
+        return None
+    category, detail = found
+    return f"{category} ({detail})" if detail else category
+
+
+def _failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
+    """(category, detail) of the first failing check: nodes are grouped by category."""
+    reason = _static_reason(snapshot.nodes[node], pod)
+    if reason is not None:
+        return reason, ""
+    for name, amount in pod.resources.items():
+        column = snapshot.columns.get(name)
+        if column is None:
+            return f"no node has {name}", ""
+        free = int(snapshot.allocatable[node, column] - snapshot.used[node, column])
+        if free < amount:
+            return f"insufficient {name}", f"{_fmt(name, free)} free, needs {_fmt(name, amount)}"
+    return _gpu_failure(snapshot, pod, node)
+
+
+def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
+    info = snapshot.nodes[node]
+    if pod.gpus > 1 and info.topology_error is not None:
+        return "invalid GPU topology annotation: single-GPU pods only", info.topology_error
+    if pod.gpus:
+        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        have = int(snapshot.max_numa_free[node] if single else snapshot.free_whole[node])
+        if have < pod.gpus:
+            where = " in one NUMA node" if single else ""
+            detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
+            return f"insufficient {GPU_RESOURCE}", detail + _excluded_suffix(snapshot, node)
+    elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
+        most = int(snapshot.max_share[node])
+        detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
+        return "no GPU with enough milli-GPU free", detail + _excluded_suffix(snapshot, node)
+    return None
+
+
+def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
+    notes = [
+        f"GPU {gid - int(snapshot.gpu_offset[node])} {snapshot.gpu_notes[gid]}"
+        for gid in snapshot.node_gpus(node)
+        if gid in snapshot.gpu_notes and not snapshot.gpu_usable[gid]
+    ]
+    return f"; excluded: {', '.join(notes)}" if notes else ""
+
+
+def _fmt(resource: str, amount: int) -> str:
+    if resource == "cpu":
+        return f"{amount}m"
+    if resource == "memory" or resource.startswith("hugepages-"):
+        return f"{amount / 2**30:.1f}Gi"
+    return str(amount)
+
+
+def explain(snapshot: Snapshot, pod: PodRequest, nodes: Iterable[int], limit: int = 4) -> str:
+    """Aggregated reasons why ``nodes`` do not fit ``pod``: "2 × insufficient cpu: node-a
+    (1000m free, needs 4000m), node-b (…); …". Nodes that do fit are counted too, so a gang's
+    report reads "3 nodes fit; 5 × …"."""
+    by_category: dict[str, list[str]] = defaultdict(list)
+    fitting: list[str] = []
+    for node in nodes:
+        found = _failure(snapshot, pod, node)
+        if found is None:
+            fitting.append(snapshot.nodes[node].name)
+            continue
+        category, detail = found
+        name = snapshot.nodes[node].name
+        by_category[category].append(f"{name} ({detail})" if detail else name)
+    parts = []
+    if fitting:
+        names = ", ".join(fitting[:3]) + (", …" if len(fitting) > 3 else "")
+        parts.append(f"{len(fitting)} node{'s' if len(fitting) != 1 else ''} fit ({names})")
+    ranked = sorted(by_category.items(), key=lambda item: (-len(item[1]), item[0]))
+    for category, examples in ranked[:limit]:
+        shown = ", ".join(examples[:2]) + (", …" if len(examples) > 2 else "")
+        parts.append(f"{len(examples)} × {category}: {shown}")
+    if len(ranked) > limit:
+        parts.append(f"{sum(len(e) for _, e in ranked[limit:])} more nodes for other reasons")
+    return "; ".join(parts) if parts else "no nodes"

@@ -1,0 +1,339 @@
+"""Placing groups top-down: the parent's domain first, children confined to it.
+
+Phases for one root group (a PodGroup or CompositePodGroup with no parent):
+1. Candidate domains: the domains of the group's topology key inside its parent's domain
+   (or the domain its already-bound pods pin it to), each with an optimistic count of how
+   many of its pods could fit there; domains that cannot reach the minimum are rejected with
+   a reason, the rest are ordered tightest-fit first so big domains stay free for big gangs.
+2. Trial: place the group in the first candidate — a PodGroup pod by pod with `pick_node`,
+   a CompositePodGroup child by child — on the working snapshot; roll back to the
+   checkpoint when the group's minimum is not met and try the next candidate.
+3. Backtracking across siblings: when a CompositePodGroup's children do not all fit, earlier
+   siblings are moved to their next candidate domains, within a budget of extra choices
+   (``backtrackingBudget``); the best complete-enough plan found is kept.
+The result for each group is a placement or none: nothing of a failed group stays assumed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpusched.engine.domains import Domain, copies, subdomains
+from gpusched.engine.fit import explain
+from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.pick import pick_node
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import GroupDecision, Phase, Reason
+from gpusched.engine.snapshot import Holding, Snapshot
+
+
+@dataclass(slots=True)
+class _Candidates:
+    domains: list[Domain]
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Best:
+    placed: int = -1
+    journal: list[tuple[bool, Holding]] = field(default_factory=list)
+    decisions: dict[str, GroupDecision] = field(default_factory=dict)
+
+
+class Planner:
+    """Places groups on a working snapshot; records a decision per group it touched."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        groups: Sequence[GroupSpec],
+        pods_by_group: dict[str, list[PodRequest]],
+    ) -> None:
+        self.snapshot = snapshot
+        self.groups = {g.key: g for g in groups}
+        self.children: dict[str, list[GroupSpec]] = defaultdict(list)
+        for group in groups:
+            if group.parent is not None:
+                self.children[group.parent].append(group)
+        self.pods = pods_by_group
+        self.bound = self._bound_by_group()
+        self.budget = snapshot.config.backtracking_budget
+        self.explored = 0
+        self.decisions: dict[str, GroupDecision] = {}
+
+    # ----- facts about a group ---------------------------------------------------------------
+
+    def _bound_by_group(self) -> dict[str, list[Holding]]:
+        bound: dict[str, list[Holding]] = defaultdict(list)
+        for holding in self.snapshot.holdings.values():
+            if holding.pod.group is not None:
+                bound[f"{holding.pod.namespace}/{holding.pod.group}"].append(holding)
+        return bound
+
+    def _descendants(self, group: GroupSpec) -> list[GroupSpec]:
+        found = [group]
+        for child in self.children.get(group.key, []):
+            found.extend(self._descendants(child))
+        return found
+
+    def _pending_pods(self, group: GroupSpec) -> list[PodRequest]:
+        return [p for g in self._descendants(group) for p in self.pods.get(g.key, [])]
+
+    def _demand(self, group: GroupSpec) -> int:
+        return sum(p.gpu_demand_milli for p in self._pending_pods(group))
+
+    def _pinned(self, group: GroupSpec, key: str) -> set[str]:
+        """Values of ``key`` on the nodes of the group's (and its descendants') bound pods."""
+        values: set[str] = set()
+        for member in self._descendants(group):
+            for holding in self.bound.get(member.key, []):
+                value = self.snapshot.nodes[holding.node].labels.get(key)
+                if value is not None:
+                    values.add(value)
+        return values
+
+    # ----- phase 1: candidate domains --------------------------------------------------------
+
+    def candidates(self, group: GroupSpec, parent: Domain) -> _Candidates:
+        if group.topology_key is None:
+            domains = [parent]
+        else:
+            domains = subdomains(self.snapshot, parent, group.topology_key)
+            pinned = self._pinned(group, group.topology_key)
+            if pinned:
+                domains = [d for d in domains if d.path[-1] in pinned]
+                if not domains:
+                    where = ", ".join(sorted(pinned))
+                    line = f"bound pods are in {group.topology_key}={where}, outside {parent.name}"
+                    return _Candidates([], [line])
+            if not domains:
+                return _Candidates([], [f"{parent.name}: no node has label {group.topology_key}"])
+        if group.kind is GroupKind.POD_GROUP:
+            return self._order_pod_group_domains(group, domains)
+        return self._order_composite_domains(group, domains)
+
+    def _needed(self, group: GroupSpec) -> int:
+        """Pods that must be placed for a PodGroup to count as placed."""
+        pods = self.pods.get(group.key, [])
+        if not group.gang:
+            return 1 if pods else 0
+        return max(0, group.minimum - len(self.bound.get(group.key, [])))
+
+    def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
+        pods = self.pods.get(group.key, [])
+        needed = self._needed(group)
+        shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
+        for pod in pods:
+            shapes[pod.shape_key].append(pod)
+        per_shape = [
+            (len(members), copies(self.snapshot, members[0])) for members in shapes.values()
+        ]
+        ranked: list[tuple[tuple[int, int, str], Domain]] = []
+        lines = []
+        for domain in domains:
+            estimate = sum(min(n, int(c[domain.mask].sum())) for n, c in per_shape)
+            if estimate < needed:
+                biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key))
+                why = explain(self.snapshot, biggest, domain.nodes())
+                lines.append(f"{domain.name}: at most {estimate} of {needed} pods fit: {why}")
+                continue
+            full = estimate >= len(pods)
+            key = (0, estimate, domain.name) if full else (1, -estimate, domain.name)
+            ranked.append((key, domain))
+        ranked.sort(key=lambda item: item[0])
+        return _Candidates([d for _, d in ranked], lines)
+
+    def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
+        demand = self._demand(group)
+        snapshot = self.snapshot
+        free = np.where(snapshot.gpu_usable, snapshot.gpu_free, 0)
+        per_node = np.add.reduceat(free, snapshot.gpu_offset[:-1]) if free.size else None
+        ranked: list[tuple[tuple[int, int, str], Domain]] = []
+        for domain in domains:
+            available = 0
+            if per_node is not None:
+                has = snapshot.gpu_offset[1:] > snapshot.gpu_offset[:-1]
+                available = int(per_node[domain.mask & has].sum())
+            enough = available >= demand
+            key = (0, available, domain.name) if enough else (1, -available, domain.name)
+            ranked.append((key, domain))
+        ranked.sort(key=lambda item: item[0])
+        return _Candidates([d for _, d in ranked])
+
+    # ----- phase 2: trial in one domain ------------------------------------------------------
+
+    def place(self, group: GroupSpec, parent: Domain) -> bool:
+        """Places ``group`` somewhere inside ``parent``; records its decision. On failure the
+        snapshot is as before."""
+        waiting = self._waiting(group)
+        if waiting is not None:
+            self._decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
+            return False
+        found = self.candidates(group, parent)
+        lines = list(found.lines)
+        for domain in found.domains:
+            ok, line = self.place_in(group, domain)
+            if ok:
+                return True
+            lines.append(line)
+        self._fail(group, parent, lines)
+        return False
+
+    def _waiting(self, group: GroupSpec) -> str | None:
+        if group.kind is GroupKind.COMPOSITE:
+            have = len(self.children.get(group.key, []))
+            if have < group.minimum:
+                return f"{have} of {group.minimum} child groups exist (minGroupCount)"
+            return None
+        present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
+        if group.gang and present < group.minimum:
+            return f"{present} of {group.minimum} pods exist (minCount {group.minimum})"
+        return None
+
+    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+        """One trial of ``group`` in ``domain``: (placed, line for the report)."""
+        self.explored += 1
+        if group.kind is GroupKind.POD_GROUP:
+            return self._pod_group_in(group, domain)
+        return self._composite_in(group, domain)
+
+    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+        snapshot = self.snapshot
+        checkpoint = snapshot.checkpoint()
+        pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
+        needed = self._needed(group)
+        placed, failed = 0, []
+        for pod in pods:
+            choice = pick_node(snapshot, pod, domain.mask)
+            if choice is None:
+                failed.append(pod)
+                continue
+            snapshot.assume(pod, choice.node, choice.gpus)
+            placed += 1
+        if placed >= needed and (placed or not pods):
+            message = f"{placed} of {len(pods)} pending pods placed in {domain.name}"
+            self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
+            return True, f"{domain.name}: fits"
+        why = explain(snapshot, failed[0], domain.nodes()) if failed else "no pods"
+        snapshot.rollback(checkpoint)
+        return False, f"{domain.name}: {placed} of {needed} pods fit: {why}"
+
+    # ----- phase 3: composite groups with backtracking --------------------------------------
+
+    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+        snapshot = self.snapshot
+        children = sorted(self.children.get(group.key, []), key=lambda c: (-self._demand(c), c.key))
+        start = snapshot.checkpoint()
+        best = _Best()
+        self._search(children, 0, 0, domain, start, best)
+        snapshot.rollback(start)
+        if best.placed < group.minimum:
+            failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
+            detail = "; ".join(f"{d.name}: {d.message}" for d in failed[:3])
+            self.decisions.update(best.decisions)
+            return False, (
+                f"{domain.name}: {max(best.placed, 0)} of {group.minimum} child groups fit"
+                + (f" ({detail})" if detail else "")
+            )
+        for added, holding in best.journal:
+            if added:
+                snapshot.assume(holding.pod, holding.node, holding.gpus)
+            else:
+                snapshot.forget(holding.pod.key)
+        self.decisions.update(best.decisions)
+        message = f"{best.placed} of {len(children)} child groups placed in {domain.name}"
+        self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
+        return True, f"{domain.name}: fits"
+
+    def _search(
+        self,
+        children: list[GroupSpec],
+        index: int,
+        placed: int,
+        domain: Domain,
+        start: int,
+        best: _Best,
+    ) -> bool:
+        """Depth-first over children and their candidate domains; True once all are placed.
+        The first choice at each level is free; every further choice costs one unit of the
+        backtracking budget, so the search stays bounded."""
+        if index == len(children):
+            if placed > best.placed:
+                best.placed = placed
+                best.journal = self.snapshot.journal_since(start)
+                best.decisions = {
+                    g.key: self.decisions[g.key]
+                    for c in children
+                    for g in self._descendants(c)
+                    if g.key in self.decisions
+                }
+            return placed == len(children)
+        if placed + (len(children) - index) <= best.placed:
+            return False
+        child = children[index]
+        any_placed = False
+        for attempt, option in enumerate(self._child_options(child, domain)):
+            if attempt and not self._spend():
+                break
+            checkpoint = self.snapshot.checkpoint()
+            ok, _ = self.place_in(child, option)
+            if ok:
+                any_placed = True
+                if self._search(children, index + 1, placed + 1, domain, start, best):
+                    return True
+            self.snapshot.rollback(checkpoint)
+        if any_placed:
+            if not self._spend():
+                return False
+            message = f"did not fit beside its sibling groups in {domain.name}"
+            self._decide(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
+        return self._search(children, index + 1, placed, domain, start, best)
+
+    def _child_options(self, child: GroupSpec, domain: Domain) -> list[Domain]:
+        waiting = self._waiting(child)
+        if waiting is not None:
+            self._decide(child, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
+            return []
+        found = self.candidates(child, domain)
+        if not found.domains:
+            self._fail(child, domain, found.lines)
+        return found.domains
+
+    def _spend(self) -> bool:
+        if self.budget <= 0:
+            return False
+        self.budget -= 1
+        return True
+
+    # ----- decisions -------------------------------------------------------------------------
+
+    def _fail(self, group: GroupSpec, parent: Domain, lines: list[str]) -> None:
+        limit = self.snapshot.config.max_domains_reported
+        shown = lines[:limit] + ([f"… {len(lines) - limit} more"] if len(lines) > limit else [])
+        where = f"in {parent.name}" if parent.labels else "in any domain"
+        message = f"no placement {where}" + (f": {shown[0]}" if shown else "")
+        self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, None, shown)
+
+    def _decide(
+        self,
+        group: GroupSpec,
+        phase: Phase,
+        reason: Reason,
+        message: str,
+        domain: Domain | None = None,
+        attempts: list[str] | None = None,
+    ) -> None:
+        self.decisions[group.key] = GroupDecision(
+            name=group.key,
+            kind=group.kind.value,
+            phase=phase,
+            reason=reason,
+            message=message,
+            placement=domain.placement if domain is not None else {},
+            attempts=tuple(attempts or ()),
+            explored=self.explored,
+        )

@@ -1,0 +1,94 @@
+"""What one pod asks for, reduced to the plain values the engine compares against nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.errors import InvalidObjectError
+from gpusched.api.k8s import GPU_MILLI_ANNOTATION, NodeSelectorTerm, Pod, Toleration
+
+WHOLE_GPU_MILLI = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """A pod as the engine sees it.
+
+    ``resources`` holds every requested resource in canonical units (cpu in milli-cores, memory
+    in bytes, ``pods`` = 1, extended resources as counts) except the GPU resource, which is
+    ``gpus`` (whole GPUs) or ``gpu_milli`` (a share of one GPU, 1..999; 0 when not sharing).
+    """
+
+    key: str
+    resources: Mapping[str, int] = field(default_factory=lambda: {"pods": 1})
+    gpus: int = 0
+    gpu_milli: int = 0
+    node_selector: tuple[tuple[str, str], ...] = ()
+    required_terms: tuple[NodeSelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    priority: int = 0
+    group: str | None = None
+    app: str | None = None
+    created: float = 0.0
+    """Creation time (seconds since the epoch); orders pods of equal priority, oldest first."""
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.gpus > 0 or self.gpu_milli > 0
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        """Milli-GPUs this pod takes: 1000 per whole GPU, or its share."""
+        return self.gpus * WHOLE_GPU_MILLI + self.gpu_milli
+
+    @property
+    def constraint_key(self) -> str:
+        """Identifies the static node constraints (selector, affinity, tolerations) so that
+        pods with equal constraints share one cached node mask."""
+        return repr((self.node_selector, self.required_terms, self.tolerations))
+
+    @property
+    def shape_key(self) -> tuple[object, ...]:
+        """Pods with equal shape keys fit exactly the same nodes."""
+        return (
+            tuple(sorted(self.resources.items())),
+            self.gpus,
+            self.gpu_milli,
+            self.constraint_key,
+        )
+
+    @staticmethod
+    def from_pod(pod: Pod, gpu_resource: str = GPU_RESOURCE) -> PodRequest:
+        """Reduces a parsed pod; raises `InvalidObjectError` for a contradictory GPU request."""
+        requests = dict(pod.requests())
+        gpus = requests.pop(gpu_resource, 0)
+        share = pod.gpu_milli()
+        gpu_milli = 0
+        if share is not None:
+            if gpus > 1:
+                raise InvalidObjectError(
+                    f"Pod {pod.key}",
+                    f"metadata.annotations[{GPU_MILLI_ANNOTATION}]",
+                    f"a GPU share applies to one GPU, but the pod requests {gpus} {gpu_resource}",
+                )
+            gpus, gpu_milli = 0, share
+        created = pod.metadata.creation_timestamp
+        return PodRequest(
+            key=pod.key,
+            resources=requests,
+            gpus=gpus,
+            gpu_milli=gpu_milli,
+            node_selector=tuple(sorted(pod.spec.node_selector.items())),
+            required_terms=pod.required_terms,
+            tolerations=tuple(pod.spec.tolerations),
+            priority=pod.spec.priority or 0,
+            group=pod.group,
+            app=pod.app,
+            created=created.timestamp() if created is not None else 0.0,
+        )

@@ -1,0 +1,252 @@
+"""The engine's entry point: ``schedule(snapshot, pods, groups) -> ScheduleResult``.
+
+Work is taken in one order — priority (highest first), then age (oldest first), then name —
+where a unit is a root group (with everything under it) or a pod without a group. Each unit
+is placed completely or not at all on a scratch copy of the snapshot, so the caller's snapshot
+is never changed and a unit that cannot fit holds nothing while later units are placed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.api.topology import LinkTier
+from gpusched.engine.domains import root_domain
+from gpusched.engine.fit import explain
+from gpusched.engine.gpuset import choose_gpus
+from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.pick import pick_node
+from gpusched.engine.planner import Planner
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import (
+    Binding,
+    GroupDecision,
+    Phase,
+    PodFailure,
+    Reason,
+    ScheduleResult,
+)
+from gpusched.engine.snapshot import Holding, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    priority: int
+    created: float
+    key: str
+    group: GroupSpec | None
+    pod: PodRequest | None
+
+
+def schedule(
+    snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec] = ()
+) -> ScheduleResult:
+    """Places pending ``pods`` (and the ``groups`` they belong to) on a copy of ``snapshot``."""
+    work = snapshot.copy()
+    result = ScheduleResult()
+    valid, pods = _screen(work, pods, groups, result)
+    pods_by_group, loose = _by_group(pods, valid, result)
+    planner = Planner(work, valid, pods_by_group)
+    for unit in _units(valid, pods_by_group, loose):
+        if unit.group is not None:
+            planner.place(unit.group, root_domain(work))
+        elif unit.pod is not None:
+            _place_loose(work, unit.pod, result)
+    _collect(work, pods, valid, planner, result)
+    return result
+
+
+# ----- screening bad input ---------------------------------------------------------------------
+
+
+def _screen(
+    snapshot: Snapshot,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec],
+    result: ScheduleResult,
+) -> tuple[list[GroupSpec], list[PodRequest]]:
+    """Drops invalid groups (and groups under them) and impossible pods, reporting each."""
+    by_key = {g.key: g for g in groups}
+    invalid: dict[str, str] = {}
+    for group in sorted(groups, key=lambda g: g.key):
+        why = _group_problem(group, by_key)
+        if why is not None:
+            invalid[group.key] = why
+            result.groups.append(
+                GroupDecision(group.key, group.kind.value, Phase.PENDING, Reason.INVALID, why)
+            )
+    valid = [g for g in groups if g.key not in invalid]
+    keep = []
+    for pod in pods:
+        group_key = f"{pod.namespace}/{pod.group}" if pod.group else None
+        problem = invalid.get(group_key or "") or _impossible(snapshot, pod)
+        if problem is None:
+            keep.append(pod)
+        else:
+            result.unschedulable.append(PodFailure(pod.key, Reason.INVALID, problem))
+    return valid, keep
+
+
+def _group_problem(group: GroupSpec, by_key: dict[str, GroupSpec]) -> str | None:
+    if group.invalid is not None:
+        return group.invalid
+    seen = {group.key}
+    name = f"{group.kind.value} {group.key}"
+    parent_key = group.parent
+    while parent_key is not None:
+        parent = by_key.get(parent_key)
+        if parent is None:
+            return (
+                f"{group.kind.value} {group.key}: parent CompositePodGroup {parent_key} not found"
+            )
+        if parent.kind is not GroupKind.COMPOSITE:
+            return f"{name}: parent {parent_key} is not a CompositePodGroup"
+        if parent.key in seen:
+            return f"{name}: parentCompositePodGroupName forms a cycle"
+        if parent.invalid is not None:
+            return f"{name}: parent {parent_key} is invalid"
+        seen.add(parent.key)
+        parent_key = parent.parent
+    return None
+
+
+def _impossible(snapshot: Snapshot, pod: PodRequest) -> str | None:
+    """A request no node of this cluster could ever satisfy, even empty."""
+    for name, amount in pod.resources.items():
+        column = snapshot.columns.get(name)
+        largest = int(snapshot.allocatable[:, column].max()) if column is not None else 0
+        if largest < amount and snapshot.nodes:
+            return f"requests {amount} {name}; the largest node has {largest}"
+    counts = np.diff(snapshot.gpu_offset)
+    most = int(counts.max()) if counts.size else 0
+    if pod.gpus > most:
+        return f"requests {pod.gpus} {GPU_RESOURCE}; the largest node has {most}"
+    if pod.gpu_milli and most == 0:
+        return f"requests a {pod.gpu_milli} milli-GPU share; no node has GPUs"
+    return None
+
+
+# ----- ordering ---------------------------------------------------------------------------------
+
+
+def _by_group(
+    pods: Sequence[PodRequest], groups: Sequence[GroupSpec], result: ScheduleResult
+) -> tuple[dict[str, list[PodRequest]], list[PodRequest]]:
+    known = {g.key: g for g in groups}
+    by_group: dict[str, list[PodRequest]] = defaultdict(list)
+    loose = []
+    for pod in pods:
+        if pod.group is None:
+            loose.append(pod)
+            continue
+        key = f"{pod.namespace}/{pod.group}"
+        group = known.get(key)
+        if group is None:
+            message = f"PodGroup {key} not found"
+            result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
+        elif group.kind is not GroupKind.POD_GROUP:
+            message = f"{key} is a CompositePodGroup; pods belong to PodGroups"
+            result.unschedulable.append(PodFailure(pod.key, Reason.INVALID, message))
+        else:
+            by_group[key].append(pod)
+    return by_group, loose
+
+
+def _units(
+    groups: Sequence[GroupSpec],
+    pods_by_group: dict[str, list[PodRequest]],
+    loose: Sequence[PodRequest],
+) -> list[_Unit]:
+    children: dict[str, list[GroupSpec]] = defaultdict(list)
+    for group in groups:
+        if group.parent is not None:
+            children[group.parent].append(group)
+
+    def members(group: GroupSpec) -> list[PodRequest]:
+        found = list(pods_by_group.get(group.key, []))
+        for child in children.get(group.key, []):
+            found.extend(members(child))
+        return found
+
+    units = []
+    for group in groups:
+        if group.parent is not None:
+            continue
+        pods = members(group)
+        priority = max((p.priority for p in pods), default=0)
+        created = min([group.created, *(p.created for p in pods)])
+        units.append(_Unit(priority, created, group.key, group, None))
+    units.extend(_Unit(p.priority, p.created, p.key, None, p) for p in loose)
+    units.sort(key=lambda u: (-u.priority, u.created, u.key))
+    return units
+
+
+# ----- pods without a group ------------------------------------------------------------------
+
+
+def _place_loose(snapshot: Snapshot, pod: PodRequest, result: ScheduleResult) -> None:
+    choice = pick_node(snapshot, pod)
+    if choice is None:
+        why = explain(snapshot, pod, range(len(snapshot.nodes)))
+        total = len(snapshot.nodes)
+        result.unschedulable.append(
+            PodFailure(pod.key, Reason.UNSCHEDULABLE, f"0/{total} nodes available: {why}")
+        )
+        return
+    snapshot.assume(pod, choice.node, choice.gpus)
+
+
+# ----- the result ------------------------------------------------------------------------------
+
+
+def _collect(
+    snapshot: Snapshot,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec],
+    planner: Planner,
+    result: ScheduleResult,
+) -> None:
+    for pod in sorted(pods, key=lambda p: p.key):
+        holding = snapshot.holdings.get(pod.key)
+        if holding is not None:
+            result.bindings.append(_binding(snapshot, holding))
+    for group in sorted(groups, key=lambda g: g.key):
+        decision = planner.decisions.get(group.key)
+        if decision is not None:
+            result.groups.append(decision)
+    result.groups.sort(key=lambda d: d.name)
+    failed_groups = {d.name: d for d in result.groups if d.phase is not Phase.SCHEDULED}
+    reported = {u.pod for u in result.unschedulable}
+    for pod in sorted(pods, key=lambda p: p.key):
+        if pod.key in snapshot.holdings or pod.key in reported or pod.group is None:
+            continue
+        decision = failed_groups.get(f"{pod.namespace}/{pod.group}")
+        if decision is not None:
+            result.unschedulable.append(PodFailure(pod.key, decision.reason, decision.message))
+        else:
+            message = "did not fit in its group's domain beside the group's other pods"
+            result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
+    result.unschedulable.sort(key=lambda u: u.pod)
+
+
+def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
+    info = snapshot.nodes[holding.node]
+    tier = best = None
+    if len(holding.gpus) > 1 and holding.pod.gpus > 1:
+        worst = max(info.shape.tiers[i][j] for i in holding.gpus for j in holding.gpus if i != j)
+        tier = LinkTier(worst).name
+        full = (1 << info.gpu_count) - 1
+        offered = choose_gpus(info.shape, full, len(holding.gpus), NumaPolicy.NONE)
+        best = offered.best_possible_tier.name if offered is not None else None
+    base = int(snapshot.gpu_offset[holding.node])
+    notes = tuple(
+        f"GPU {g}: {snapshot.gpu_notes[base + g]}"
+        for g in holding.gpus
+        if base + g in snapshot.gpu_notes
+    )
+    return Binding(holding.pod.key, info.name, holding.gpus, tier, best, notes)

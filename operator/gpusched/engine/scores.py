@@ -1,0 +1,123 @@
+"""Node scores. Vectorised scores rank every feasible node at once; GPU-level scores need the
+GPU set chosen inside a node and are computed only for the best few nodes (see `pick`).
+
+Ranges (before the weights of `ScoringConfig`):
+- `binpack`: Volcano's formula, [0, 100 × binpack.weight].
+- `least_allocated`: kube-scheduler's spread, [0, 100].
+- `gpu_dimensions`: the seed's three GPU dimensions, [0, 40 + 30 + 50] with the defaults.
+- `topology`: [0, 100]; 100 when the pod's GPUs are all NVLink-connected, 0 when unknown.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.topology import LinkTier
+from gpusched.engine.gpuset import GpuChoice
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.snapshot import FloatArray, IntArray, Snapshot
+
+MAX_NODE_SCORE = 100.0
+PODS_PER_GPU_FOR_ZERO = 4
+"""`gpu_dimensions`' fewer-pods term reaches 0 at this many pods per chosen GPU."""
+
+
+def binpack(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
+    """Volcano binpack: weight × Σ_r w_r·(request_r + used_r)/allocatable_r ÷ Σ_r w_r × 100,
+    over the resources the pod requests that carry a weight (a resource the node would
+    overflow scores 0, as in Volcano)."""
+    config = snapshot.config.scoring.binpack
+    total = np.zeros(nodes.size)
+    weight_sum = 0.0
+    for name, amount in pod.resources.items():
+        weight = _resource_weight(snapshot, name)
+        column = snapshot.columns.get(name)
+        if not weight or not amount or column is None:
+            continue
+        used = snapshot.used[nodes, column] + amount
+        capacity = snapshot.allocatable[nodes, column]
+        total += _ratio(used, capacity) * weight
+        weight_sum += weight
+    gpu_weight = config.resources.get(GPU_RESOURCE, 0.0)
+    if pod.wants_gpu and gpu_weight:
+        used = snapshot.gpu_allocated[nodes] + pod.gpu_demand_milli
+        capacity = (snapshot.gpu_offset[nodes + 1] - snapshot.gpu_offset[nodes]) * WHOLE_GPU_MILLI
+        total += _ratio(used, capacity) * gpu_weight
+        weight_sum += gpu_weight
+    if weight_sum == 0:
+        return total
+    return total / weight_sum * MAX_NODE_SCORE * config.weight
+
+
+def _resource_weight(snapshot: Snapshot, name: str) -> float:
+    config = snapshot.config.scoring.binpack
+    if name == "cpu":
+        return config.cpu
+    if name == "memory":
+        return config.memory
+    return config.resources.get(name, 0.0)
+
+
+def _ratio(used: IntArray, capacity: IntArray) -> FloatArray:
+    safe = np.where(capacity > 0, capacity, 1)
+    ratio = used / safe
+    return np.where((capacity > 0) & (used <= capacity), ratio, 0.0)
+
+
+def least_allocated(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
+    """kube-scheduler's LeastAllocated over cpu and memory: mean of free share after placing."""
+    scores = np.zeros(nodes.size)
+    for name in ("cpu", "memory"):
+        column = snapshot.columns[name]
+        capacity = snapshot.allocatable[nodes, column]
+        free = capacity - snapshot.used[nodes, column] - pod.resources.get(name, 0)
+        scores += np.where(capacity > 0, free / np.where(capacity > 0, capacity, 1), 0.0)
+    return np.clip(scores / 2, 0.0, 1.0) * MAX_NODE_SCORE
+
+
+def node_scores(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
+    """The weighted vectorised scores of ``nodes`` for ``pod``."""
+    scoring = snapshot.config.scoring
+    total = np.zeros(nodes.size)
+    if scoring.binpack.weight:
+        total += binpack(snapshot, pod, nodes)
+    if scoring.least_allocated_weight:
+        total += scoring.least_allocated_weight * least_allocated(snapshot, pod, nodes)
+    return total
+
+
+def gpu_dimensions(snapshot: Snapshot, pod: PodRequest, node: int, gpus: tuple[int, ...]) -> float:
+    """The seed's GPU dimensions for the chosen GPUs: free-memory continuity (mean free-memory
+    ratio, 1 when unknown), same-``app`` affinity (share of the GPUs already running a pod with
+    the pod's ``app`` label) and fewer pods (fewer pods already on those GPUs is better)."""
+    if not gpus:
+        return 0.0
+    weights = snapshot.config.scoring.gpu
+    base = int(snapshot.gpu_offset[node])
+    ids = [base + g for g in gpus]
+    ratios = []
+    for gid in ids:
+        free, total = snapshot.gpu_mem_free[gid], snapshot.gpu_mem_total[gid]
+        ratios.append(1.0 if math.isnan(free) or math.isnan(total) or total <= 0 else free / total)
+    continuity = sum(ratios) / len(ratios)
+    same_app = 0.0
+    if pod.app is not None:
+        same_app = sum(1 for gid in ids if pod.app in snapshot.gpu_apps.get(gid, {})) / len(ids)
+    pods = int(snapshot.gpu_pods[ids].sum())
+    fewer = max(0.0, 1.0 - pods / (PODS_PER_GPU_FOR_ZERO * len(ids)))
+    return (
+        weights.memory_continuity * continuity
+        + weights.app_affinity * same_app
+        + weights.fewer_pods * fewer
+    )
+
+
+def topology(choice: GpuChoice | None) -> float:
+    """100 × (UNKNOWN − worst tier) / UNKNOWN for multi-GPU sets: all-NVLink 100, SYS ≈ 17,
+    unknown topology 0. Single-GPU and GPU-less pods score 100 (nothing to connect)."""
+    if choice is None or len(choice.gpus) < 2:
+        return MAX_NODE_SCORE
+    return MAX_NODE_SCORE * (LinkTier.UNKNOWN - choice.worst_tier) / LinkTier.UNKNOWN

@@ -1,0 +1,523 @@
+"""The cluster as the engine sees it: static node facts plus mutable usage arrays.
+
+Static parts (labels, taints, GPU shapes, label-value codes) are built once and shared by copies;
+mutable parts (resource usage, per-GPU free milli, derived per-node GPU counters) are numpy
+arrays so that filters and scores run over all nodes at once. Every change goes through
+`Snapshot.assume` / `Snapshot.forget`, which are exact inverses, so a gang attempt can be
+rolled back to a checkpoint (Volcano's Statement, without copying the cluster).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpusched.api.config import GPU_RESOURCE, SchedulerConfig, StaleTelemetry
+from gpusched.api.errors import InvalidObjectError
+from gpusched.api.k8s import Node, Taint
+from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
+from gpusched.engine.gpuset import NodeShape
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+BASE_RESOURCES = ("cpu", "memory", "pods")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """Telemetry of one GPU (dcgm-exporter fields); ``None`` where the metric is missing."""
+
+    temperature_c: float | None = None
+    fb_free_mib: float | None = None
+    fb_used_mib: float | None = None
+    utilization: float | None = None
+    xid_errors: float | None = None
+    age_seconds: float = 0.0
+    """How old the oldest of these values is, in seconds, when the snapshot was taken."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What never changes while a snapshot lives."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    ready: bool
+    shape: NodeShape
+    topology_known: bool
+    """The node has a valid ``gpusched.io/gpu-topology`` annotation."""
+    topology_error: str | None
+    """Why the annotation could not be used; such a node takes single-GPU pods only."""
+    gpu_memory_mib: tuple[float | None, ...] = ()
+
+    @property
+    def gpu_count(self) -> int:
+        return self.shape.gpu_count
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """A pod placed on a node: bound (by anyone) or assumed by this engine."""
+
+    pod: PodRequest
+    node: int
+    gpus: tuple[int, ...]
+    """Node-local GPU indices the pod holds."""
+    milli_per_gpu: int
+    vector: tuple[tuple[int, int], ...]
+    """(column, amount) pairs added to the node's ``used`` row."""
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    """A pod already on a node, as read from the API."""
+
+    pod: PodRequest
+    node: str
+    gpus: tuple[int, ...] | None
+    """Indices from ``gpusched.io/gpus``; ``None`` when the pod carries no such annotation."""
+
+
+@dataclass(slots=True)
+class _Statics:
+    nodes: tuple[NodeInfo, ...]
+    index: dict[str, int]
+    columns: dict[str, int]
+    allocatable: IntArray
+    gpu_offset: IntArray
+    gpu_usable: BoolArray
+    gpu_numa: IntArray
+    gpu_mem_free: FloatArray
+    gpu_mem_total: FloatArray
+    gpu_notes: dict[int, str]
+    """Global GPU id → why it is excluded, or why its telemetry is unknown (reported)."""
+    node_notes: dict[int, list[str]]
+    label_codes: dict[str, tuple[IntArray, list[tuple[tuple[str, str], ...]]]] = field(
+        default_factory=dict
+    )
+    static_masks: dict[str, BoolArray] = field(default_factory=dict)
+
+
+class Snapshot:
+    """Nodes, their usage and their GPUs. Node indices follow node names in sorted order, so
+    every "lowest index" tie-break is a tie-break on the node name."""
+
+    def __init__(self, config: SchedulerConfig, statics: _Statics) -> None:
+        self.config = config
+        self._s = statics
+        n = len(statics.nodes)
+        g = int(statics.gpu_offset[-1])
+        self.used: IntArray = np.zeros_like(statics.allocatable)
+        self.gpu_free: IntArray = np.full(g, WHOLE_GPU_MILLI, dtype=np.int64)
+        self.gpu_pods: IntArray = np.zeros(g, dtype=np.int64)
+        self.free_mask: IntArray = np.zeros(n, dtype=np.int64)
+        self.free_whole: IntArray = np.zeros(n, dtype=np.int64)
+        self.max_numa_free: IntArray = np.zeros(n, dtype=np.int64)
+        self.max_share: IntArray = np.zeros(n, dtype=np.int64)
+        self.gpu_allocated: IntArray = np.zeros(n, dtype=np.int64)
+        self.holdings: dict[str, Holding] = {}
+        self.gpu_apps: dict[int, dict[str, int]] = {}
+        self._journal: list[tuple[bool, Holding]] = []
+        for node in range(n):
+            self._refresh_node(node)
+
+    # ----- static facts -------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return self._s.nodes
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        return self._s.index
+
+    @property
+    def columns(self) -> Mapping[str, int]:
+        return self._s.columns
+
+    @property
+    def allocatable(self) -> IntArray:
+        return self._s.allocatable
+
+    @property
+    def gpu_offset(self) -> IntArray:
+        return self._s.gpu_offset
+
+    @property
+    def gpu_usable(self) -> BoolArray:
+        return self._s.gpu_usable
+
+    @property
+    def gpu_mem_free(self) -> FloatArray:
+        return self._s.gpu_mem_free
+
+    @property
+    def gpu_mem_total(self) -> FloatArray:
+        return self._s.gpu_mem_total
+
+    @property
+    def gpu_notes(self) -> Mapping[int, str]:
+        return self._s.gpu_notes
+
+    @property
+    def node_notes(self) -> dict[int, list[str]]:
+        return self._s.node_notes
+
+    @property
+    def static_masks(self) -> dict[str, BoolArray]:
+        return self._s.static_masks
+
+    def domain_codes(self, key: str) -> tuple[IntArray, list[tuple[tuple[str, str], ...]]]:
+        """Per node, a code for its domain of label ``key`` (-1: no such label), and each
+        domain's full path as (key, value) pairs by code, in path order. The path runs through
+        every outer ``topologyLevels`` key the node has, so rack-1 of zone-a and rack-1 of
+        zone-b are different domains."""
+        cached = self._s.label_codes.get(key)
+        if cached is None:
+            levels = self.config.topology_levels
+            outer = levels[: levels.index(key)] if key in levels else ()
+            paths = [_path(n.labels, outer, key) for n in self.nodes]
+            ordered = sorted({p for p in paths if p is not None})
+            by_path = {p: i for i, p in enumerate(ordered)}
+            codes = [by_path[p] if p is not None else -1 for p in paths]
+            cached = (np.array(codes, dtype=np.int64), ordered)
+            self._s.label_codes[key] = cached
+        return cached
+
+    def node_gpus(self, node: int) -> range:
+        """Global GPU ids of ``node``."""
+        return range(int(self.gpu_offset[node]), int(self.gpu_offset[node + 1]))
+
+    # ----- copies and transactions --------------------------------------------------------
+
+    def copy(self) -> Snapshot:
+        """A scratch copy: statics shared, usage copied."""
+        clone = Snapshot.__new__(Snapshot)
+        clone.config = self.config
+        clone._s = self._s
+        for name in (
+            "used",
+            "gpu_free",
+            "gpu_pods",
+            "free_mask",
+            "free_whole",
+            "max_numa_free",
+            "max_share",
+            "gpu_allocated",
+        ):
+            setattr(clone, name, getattr(self, name).copy())
+        clone.holdings = dict(self.holdings)
+        clone.gpu_apps = {gid: dict(apps) for gid, apps in self.gpu_apps.items()}
+        clone._journal = []
+        return clone
+
+    def checkpoint(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, checkpoint: int) -> None:
+        """Undoes every assume/forget made after ``checkpoint``."""
+        while len(self._journal) > checkpoint:
+            added, holding = self._journal.pop()
+            if added:
+                self._remove(holding)
+            else:
+                self._add(holding)
+
+    def journal_since(self, checkpoint: int) -> list[tuple[bool, Holding]]:
+        """The changes made after ``checkpoint``: (added, holding) in order."""
+        return list(self._journal[checkpoint:])
+
+    def assume(self, pod: PodRequest, node: int, gpus: Sequence[int]) -> Holding:
+        """Places ``pod`` on ``node`` holding node-local ``gpus``; journaled."""
+        vector = tuple(
+            (self.columns[name], amount)
+            for name, amount in pod.resources.items()
+            if name in self.columns and amount
+        )
+        milli = pod.gpu_milli if pod.gpu_milli else WHOLE_GPU_MILLI
+        holding = Holding(pod, node, tuple(sorted(gpus)), milli, vector)
+        self._add(holding)
+        self._journal.append((True, holding))
+        return holding
+
+    def forget(self, key: str) -> Holding | None:
+        """Releases the pod ``key`` (deleted, finished, or a failed bind); journaled."""
+        holding = self.holdings.get(key)
+        if holding is not None:
+            self._remove(holding)
+            self._journal.append((False, holding))
+        return holding
+
+    def _add(self, holding: Holding) -> None:
+        self.holdings[holding.pod.key] = holding
+        self._apply(holding, +1)
+
+    def _remove(self, holding: Holding) -> None:
+        del self.holdings[holding.pod.key]
+        self._apply(holding, -1)
+
+    def _apply(self, holding: Holding, sign: int) -> None:
+        row = self.used[holding.node]
+        for column, amount in holding.vector:
+            row[column] += sign * amount
+        base = int(self.gpu_offset[holding.node])
+        app = holding.pod.app
+        for gpu in holding.gpus:
+            gid = base + gpu
+            self.gpu_free[gid] -= sign * holding.milli_per_gpu
+            self.gpu_pods[gid] += sign
+            if app is not None:
+                self._count_app(gid, app, sign)
+        if holding.gpus:
+            self._refresh_node(holding.node)
+
+    def _count_app(self, gid: int, app: str, sign: int) -> None:
+        apps = self.gpu_apps.setdefault(gid, {})
+        apps[app] = apps.get(app, 0) + sign
+        if apps[app] <= 0:
+            del apps[app]
+            if not apps:
+                del self.gpu_apps[gid]
+
+    def _refresh_node(self, node: int) -> None:
+        """Recomputes the per-node GPU counters the filters read."""
+        start, stop = int(self.gpu_offset[node]), int(self.gpu_offset[node + 1])
+        free = self.gpu_free[start:stop]
+        usable = self.gpu_usable[start:stop]
+        whole = usable & (free >= WHOLE_GPU_MILLI)
+        mask = 0
+        for i in np.flatnonzero(whole):
+            mask |= 1 << int(i)
+        self.free_mask[node] = mask
+        self.free_whole[node] = int(whole.sum())
+        self.max_share[node] = int(free[usable].max()) if usable.any() else 0
+        self.gpu_allocated[node] = int(WHOLE_GPU_MILLI * (stop - start) - free.sum())
+        numa = self._s.gpu_numa[start:stop]
+        if whole.any():
+            _, counts = np.unique(numa[whole], return_counts=True)
+            self.max_numa_free[node] = int(counts.max())
+        else:
+            self.max_numa_free[node] = 0
+
+
+def _path(
+    labels: Mapping[str, str], outer: Sequence[str], key: str
+) -> tuple[tuple[str, str], ...] | None:
+    if key not in labels:
+        return None
+    return (*((k, labels[k]) for k in outer if k in labels), (key, labels[key]))
+
+
+# ----- building a snapshot -----------------------------------------------------------------
+
+
+def build_snapshot(
+    nodes: Iterable[Node],
+    bound: Iterable[BoundPod] = (),
+    telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
+    config: SchedulerConfig | None = None,
+) -> Snapshot:
+    """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
+    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone)."""
+    config = config or SchedulerConfig()
+    ordered = sorted(nodes, key=lambda n: n.name)
+    infos = [_node_info(node) for node in ordered]
+    allocatables = [node.allocatable_resources() for node in ordered]
+    columns = _columns(allocatables)
+    statics = _statics(config, infos, allocatables, columns, telemetry or {})
+    snapshot = Snapshot(config, statics)
+    for pod in bound:
+        _add_bound(snapshot, pod)
+    snapshot._journal.clear()
+    return snapshot
+
+
+def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    names = list(BASE_RESOURCES)
+    extra = sorted({r for a in allocatables for r in a} - set(names) - {GPU_RESOURCE})
+    return {name: i for i, name in enumerate(names + extra)}
+
+
+def _node_info(node: Node) -> NodeInfo:
+    count = node.allocatable_resources().get(GPU_RESOURCE, 0)
+    raw = node.metadata.annotations.get(TOPOLOGY_ANNOTATION)
+    shape, known, error = NodeShape.unknown(count), False, None
+    memory: tuple[float | None, ...] = (None,) * count
+    if raw is not None:
+        try:
+            topology = parse_topology_annotation(node.name, raw)
+        except InvalidObjectError as err:
+            error = str(err)
+        else:
+            if len(topology.gpus) != count:
+                error = (
+                    f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
+                    f"{len(topology.gpus)} GPUs but the node advertises {count} {GPU_RESOURCE}"
+                )
+            else:
+                shape, known = NodeShape.from_topology(topology), True
+                memory = tuple(
+                    float(g.memory_mib) if g.memory_mib is not None else None for g in topology.gpus
+                )
+    return NodeInfo(
+        name=node.name,
+        labels=dict(node.labels),
+        taints=tuple(node.spec.taints),
+        unschedulable=node.spec.unschedulable,
+        ready=node.ready,
+        shape=shape,
+        topology_known=known,
+        topology_error=error,
+        gpu_memory_mib=memory,
+    )
+
+
+def _statics(
+    config: SchedulerConfig,
+    infos: list[NodeInfo],
+    allocatables: list[dict[str, int]],
+    columns: dict[str, int],
+    telemetry: Mapping[tuple[str, int], GpuSample],
+) -> _Statics:
+    allocatable = np.zeros((len(infos), len(columns)), dtype=np.int64)
+    for row, resources in enumerate(allocatables):
+        for name, amount in resources.items():
+            if name in columns:
+                allocatable[row, columns[name]] = amount
+    counts = [info.gpu_count for info in infos]
+    offset = np.zeros(len(infos) + 1, dtype=np.int64)
+    offset[1:] = np.cumsum(counts)
+    total = int(offset[-1])
+    statics = _Statics(
+        nodes=tuple(infos),
+        index={info.name: i for i, info in enumerate(infos)},
+        columns=columns,
+        allocatable=allocatable,
+        gpu_offset=offset,
+        gpu_usable=np.ones(total, dtype=np.bool_),
+        gpu_numa=np.full(total, -1, dtype=np.int64),
+        gpu_mem_free=np.full(total, math.nan),
+        gpu_mem_total=np.full(total, math.nan),
+        gpu_notes={},
+        node_notes={},
+    )
+    for n, info in enumerate(infos):
+        _node_gpus_statics(config, statics, n, info, telemetry)
+    return statics
+
+
+def _node_gpus_statics(
+    config: SchedulerConfig,
+    statics: _Statics,
+    n: int,
+    info: NodeInfo,
+    telemetry: Mapping[tuple[str, int], GpuSample],
+) -> None:
+    base = int(statics.gpu_offset[n])
+    excluded = False
+    for gpu in range(info.gpu_count):
+        gid = base + gpu
+        numa = info.shape.numa[gpu]
+        statics.gpu_numa[gid] = numa if numa is not None else -1
+        sample = telemetry.get((info.name, gpu))
+        total = info.gpu_memory_mib[gpu] if gpu < len(info.gpu_memory_mib) else None
+        verdict = gpu_verdict(config, sample, total)
+        if sample is not None and sample.fb_free_mib is not None:
+            statics.gpu_mem_free[gid] = sample.fb_free_mib
+        statics.gpu_mem_total[gid] = _total_memory(sample, total)
+        if verdict is not None:
+            usable, note = verdict
+            statics.gpu_notes[gid] = note
+            if not usable:
+                statics.gpu_usable[gid] = False
+                excluded = True
+    if excluded and config.telemetry.exclude_whole_node:
+        statics.gpu_usable[base : base + info.gpu_count] = False
+        statics.node_notes.setdefault(n, []).append("excluded: a GPU failed a telemetry check")
+    if info.topology_error:
+        statics.node_notes.setdefault(n, []).append(info.topology_error)
+
+
+def _total_memory(sample: GpuSample | None, total: float | None) -> float:
+    if total is not None:
+        return total
+    if sample and sample.fb_free_mib is not None and sample.fb_used_mib is not None:
+        return sample.fb_free_mib + sample.fb_used_mib
+    return math.nan
+
+
+def gpu_verdict(
+    config: SchedulerConfig, sample: GpuSample | None, total_mib: float | None
+) -> tuple[bool, str] | None:
+    """Whether a GPU is usable by its telemetry: ``None`` when healthy, else (usable, why).
+
+    Unknown or stale data is never called healthy: it is reported, and usable or not as
+    ``telemetry.stale`` says."""
+    limits = config.telemetry
+    stale_usable = limits.stale is StaleTelemetry.USABLE
+    if sample is None:
+        return stale_usable, "no telemetry"
+    if sample.age_seconds > limits.max_age_seconds:
+        age = f"{sample.age_seconds:.0f} s > {limits.max_age_seconds:.0f} s"
+        return stale_usable, f"telemetry stale ({age})"
+    if sample.temperature_c is not None and sample.temperature_c > limits.temperature_limit_c:
+        return False, f"{sample.temperature_c:.0f} °C > {limits.temperature_limit_c:.0f} °C"
+    if limits.exclude_xid_errors and sample.xid_errors:
+        return False, f"XID error {sample.xid_errors:.0f}"
+    ratio = _free_ratio(sample, total_mib)
+    if ratio is not None and ratio < limits.min_free_memory_ratio:
+        return False, (
+            f"free memory {ratio:.0%} < {limits.min_free_memory_ratio:.0%} "
+            f"({sample.fb_free_mib:.0f} MiB free)"
+        )
+    return None
+
+
+def _free_ratio(sample: GpuSample, total_mib: float | None) -> float | None:
+    if sample.fb_free_mib is None:
+        return None
+    if total_mib is None:
+        if sample.fb_used_mib is None:
+            return None
+        total_mib = sample.fb_free_mib + sample.fb_used_mib
+    return sample.fb_free_mib / total_mib if total_mib > 0 else None
+
+
+def _add_bound(snapshot: Snapshot, bound: BoundPod) -> None:
+    node = snapshot.index.get(bound.node)
+    if node is None or bound.pod.key in snapshot.holdings:
+        return
+    gpus = _bound_gpus(snapshot, node, bound)
+    snapshot.assume(bound.pod, node, gpus)
+
+
+def _bound_gpus(snapshot: Snapshot, node: int, bound: BoundPod) -> list[int]:
+    """The GPUs a bound pod holds. Without a valid ``gpusched.io/gpus`` annotation we cannot
+    know which ones the device plugin gave it, so we take the highest-indexed free ones (the
+    opposite end from where we allocate) and say so on the node."""
+    wanted = bound.pod.gpus or (1 if bound.pod.gpu_milli else 0)
+    count = snapshot.nodes[node].gpu_count
+    need = bound.pod.gpu_milli or WHOLE_GPU_MILLI
+    base = int(snapshot.gpu_offset[node])
+    if bound.gpus is not None and len(bound.gpus) == wanted and all(g < count for g in bound.gpus):
+        return list(bound.gpus)
+    if not wanted:
+        return []
+    free = [g for g in reversed(range(count)) if snapshot.gpu_free[base + g] >= need]
+    chosen = sorted(free[:wanted])
+    if chosen:
+        note = (
+            f"{bound.pod.key} holds {wanted} GPU(s) without a valid gpusched.io/gpus "
+            f"annotation; assumed GPU(s) {','.join(map(str, chosen))}"
+        )
+        snapshot.node_notes.setdefault(node, []).append(note)
+    return chosen
