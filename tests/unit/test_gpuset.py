@@ -181,8 +181,9 @@ class Case:
     memory: tuple[float, ...] | None = None
 
 
-def _a100_memory(**by_gpu: float) -> tuple[float, ...]:
-    return tuple(by_gpu.get(f"g{i}", 10.0) for i in range(8))
+def _a100_memory(by_gpu: dict[int, float] | None = None) -> tuple[float, ...]:
+    """Free memory of a DGX A100's GPUs: 10 each unless `by_gpu` says otherwise."""
+    return tuple((by_gpu or {}).get(i, 10.0) for i in range(8))
 
 
 CASES = [
@@ -258,7 +259,7 @@ CASES = [
         id="unknown topology: 2 GPUs are placed with worst tier UNKNOWN",
     ),
     pytest.param(
-        Case(UNKNOWN4, 2, None, policy=SINGLE, want_best=UNKNOWN),
+        Case(UNKNOWN4, 2, None, policy=SINGLE),
         id="unknown topology: single-numa-node cannot verify 2 GPUs",
     ),
     pytest.param(
@@ -268,7 +269,7 @@ CASES = [
     pytest.param(Case(DGX1, 3, None, free=gpus(0, 5)), id="fewer free GPUs than requested"),
     pytest.param(Case(DGX1, 0, (), want_numa=0), id="zero GPUs is an empty choice"),
     pytest.param(
-        Case(DGX_A100, 1, (3,), memory=_a100_memory(g3=50)),
+        Case(DGX_A100, 1, (3,), memory=_a100_memory({3: 50})),
         id="free memory breaks a tie between equal GPUs",
     ),
     pytest.param(
@@ -280,7 +281,7 @@ CASES = [
         id="equal free memory falls back to the lowest indices",
     ),
     pytest.param(
-        Case(DGX_A100, 1, (1,), memory=_a100_memory(g0=math.nan, g1=11)),
+        Case(DGX_A100, 1, (1,), memory=_a100_memory({0: math.nan, 1: 11})),
         id="unknown (NaN) free memory counts as none",
     ),
     pytest.param(

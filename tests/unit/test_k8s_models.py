@@ -354,6 +354,39 @@ def test_effective_requests(body: dict[str, Any], want: dict[str, int]) -> None:
     assert got == want, f"requests() = {got}, want {want}"
 
 
+sensible_requests = st.dictionaries(
+    st.sampled_from(["cpu", "memory", GPU_RESOURCE]),
+    st.sampled_from(["0", "1", "2", "8"]),
+    max_size=3,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    apps=st.lists(sensible_requests, min_size=1, max_size=3),
+    inits=st.lists(st.tuples(sensible_requests, st.booleans()), max_size=3),
+)
+def test_requests_cover_the_app_containers_and_every_init_container(
+    apps: list[dict[str, str]], inits: list[tuple[dict[str, str], bool]]
+) -> None:
+    """Whatever the mix, the pod asks for at least the sum of its app containers and at least
+    what any one init container needs."""
+    body = pod_body(
+        containers=[ctr(f"app{i}", req) for i, req in enumerate(apps)],
+        init=[
+            ctr(f"init{i}", req, restart="Always" if side else None)
+            for i, (req, side) in enumerate(inits)
+        ],
+    )
+    got = parse_pod(body).requests()
+    for name in ("cpu", "memory", GPU_RESOURCE):
+        app_sum = sum(parse_quantity(name, req.get(name, 0)) for req in apps)
+        init_max = max((parse_quantity(name, req.get(name, 0)) for req, _ in inits), default=0)
+        assert got.get(name, 0) >= max(app_sum, init_max), (
+            f"{name}: requests()={got} below app sum {app_sum} or init max {init_max}"
+        )
+
+
 @pytest.mark.parametrize(
     ("body", "want_field", "want_in_message"),
     [
@@ -625,9 +658,17 @@ def test_required_terms(terms: list[dict[str, Any]], node_name: str, want: bool)
     assert got is want, f"terms {terms} on node {node_name} {A100_NODE}: {got}, want {want}"
 
 
-def test_pod_required_terms_are_none_without_required_affinity() -> None:
-    for spec in ({}, {"affinity": {}}, {"affinity": {"nodeAffinity": {}}}):
-        assert pod(**spec).required_terms is None, f"spec {spec} should have no required terms"
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({}, id="no affinity"),
+        pytest.param({"affinity": {}}, id="empty affinity"),
+        pytest.param({"affinity": {"nodeAffinity": {}}}, id="node affinity without required"),
+    ],
+)
+def test_pod_required_terms_are_none_without_required_affinity(spec: dict[str, Any]) -> None:
+    got = pod(**spec).required_terms
+    assert got is None, f"spec {spec} should have no required terms, got {got}"
 
 
 def test_pod_required_terms_come_from_node_affinity() -> None:
@@ -1169,7 +1210,7 @@ json_values = st.recursive(
 def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """Mostly the plausible shape (nine times in ten), sometimes any JSON value in its place:
     rarely enough that most bodies get deep into the model before something is wrong."""
-    return st.integers(0, 9).flatmap(lambda roll: json_values if roll == 0 else strategy)
+    return st.integers(0, 9).flatmap(lambda roll: json_values if roll == 9 else strategy)
 
 
 def one_of(*choices: Any) -> st.SearchStrategy[Any]:
@@ -1189,7 +1230,11 @@ def few(strategy: st.SearchStrategy[Any], min_size: int = 0) -> st.SearchStrateg
 
 QUANTITY_LIKE = r"\A[+-]?[0-9]{0,3}(\.[0-9]{0,3})?([eE][+-]?[0-9]{1,4}|[KMGTPE]i|[numkKMGTPE])?\Z"
 quantities = maybe(
-    st.from_regex(QUANTITY_LIKE) | st.integers(min_value=-(2**70), max_value=2**70) | st.floats()
+    st.sampled_from(["0", "1", "250m", "2Gi", "1.5", "8"])
+    | st.integers(min_value=0, max_value=64)
+    | st.from_regex(QUANTITY_LIKE)
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
 )
 resource_lists = maybe(
     st.dictionaries(
@@ -1228,7 +1273,7 @@ taints = shaped(
     {"key": one_of("a", "b"), "effect": one_of("NoSchedule", "NoExecute", "PreferNoSchedule")},
     value=one_of("", "v"),
 )
-annotations = maybe(
+annotation_maps = maybe(
     st.dictionaries(
         st.sampled_from([GPU_MILLI_ANNOTATION, GPUS_ANNOTATION]),
         maybe(st.from_regex(r"\A[0-9, -]{0,12}\Z") | st.text(max_size=8)),
@@ -1238,7 +1283,7 @@ metadata = shaped(
     {"name": maybe(st.text(min_size=1, max_size=6))},
     namespace=maybe(st.text(min_size=1, max_size=6)),
     labels=maybe(st.dictionaries(st.sampled_from([POD_GROUP_LABEL, "app"]), st.text(max_size=4))),
-    annotations=annotations,
+    annotations=annotation_maps,
     creationTimestamp=maybe(st.just("2024-05-01T12:00:00Z")),
 )
 pod_specs = shaped(

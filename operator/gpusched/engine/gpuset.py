@@ -51,6 +51,7 @@ EXACT_MAX_GPUS = 16
 
 NVLINK_CAP = 63
 """Bonded NVLinks above this count as this many in `link_cost` (today's maximum is 18)."""
+_CAP_BITS = NVLINK_CAP.bit_length()
 
 SLOW_TIERS = (
     LinkTier.PIX,
@@ -63,7 +64,7 @@ SLOW_TIERS = (
 """The digits of `link_cost`, least significant first."""
 
 _DIGIT = {tier: rank for rank, tier in enumerate(SLOW_TIERS)}
-_LEFTOVER_NUMA_WEIGHT = 128  # more than any GPU count a node can have in one NUMA node
+_LEFTOVER_NUMA_WEIGHT = 1 << 16  # above any count of GPUs in one NUMA node
 _MEMORY_TOLERANCE = 1e-9  # relative; float rounding of a sum must never pick the winner
 
 
@@ -370,7 +371,7 @@ def _tables(shape: NodeShape) -> _Tables:
     k = shape.gpu_count
     subsets = np.arange(1 << k, dtype=np.int64)
     size = np.bitwise_count(subsets).astype(np.int64)
-    sums = _pair_sums(k, _pair_channels(shape))
+    sums = _pair_sums(k, _channel_planes(shape))
     numa_bits = _numa_bits(shape)
     span = np.bitwise_count(_or_table(k, numa_bits))
     unknown = sum(1 << i for i, n in enumerate(shape.numa) if n is None)
@@ -388,29 +389,50 @@ def _tables(shape: NodeShape) -> _Tables:
     )
 
 
-def _pair_channels(shape: NodeShape) -> IntArray:
-    """(k, k, 7): per pair, a 1 in the channel of its slow tier, or its NVLinks in channel 6."""
-    tiers = np.array(shape.tiers, dtype=np.int64).reshape(shape.gpu_count, shape.gpu_count)
-    nvlinks = np.array(shape.nvlinks, dtype=np.int64).reshape(tiers.shape)
-    off_diagonal = ~np.eye(shape.gpu_count, dtype=bool)
-    channels = [(tiers == tier) & off_diagonal for tier in SLOW_TIERS]
-    capped = np.where((tiers == LinkTier.NVLINK) & off_diagonal, np.minimum(nvlinks, NVLINK_CAP), 0)
-    return np.stack([*(c.astype(np.int64) for c in channels), capped], axis=2)
+Planes = list[list[tuple[int, int]]]
+"""Per GPU i: (mask, weight) pairs such that a channel's sum over the pairs {i, j}, j in S, is
+Σ weight · |S ∩ mask|."""
 
 
-def _pair_sums(k: int, weights: IntArray) -> IntArray:
-    """(2^k, channels): each channel of `weights` summed over the pairs inside each subset.
-    Adding GPU i to a subset S of GPUs 0..i-1 adds its weights towards the members of S. The
-    products run in float64 (BLAS, several times faster than integer matmul) and are exact:
-    every sum is below 2^53."""
-    out = np.zeros((1 << k, weights.shape[2]), dtype=np.float64)
-    members = (np.arange(1 << max(k - 1, 0))[:, None] >> np.arange(k)) & 1
-    members_f = members.astype(np.float64)
-    weights_f = weights.astype(np.float64)
+def _channel_planes(shape: NodeShape) -> list[Planes]:
+    """One `Planes` per channel: each slow tier (weight 1), then the NVLink counts, split into
+    their binary digits so that every plane is a plain mask."""
+    k = shape.gpu_count
+    channels = [[_tier_plane(shape, i, tier) for i in range(k)] for tier in SLOW_TIERS]
+    nvlinks = [_nvlink_planes(shape, i) for i in range(k)]
+    return [*channels, nvlinks]
+
+
+def _tier_plane(shape: NodeShape, i: int, tier: LinkTier) -> list[tuple[int, int]]:
+    mask = sum(1 << j for j in range(shape.gpu_count) if j != i and shape.tiers[i][j] == tier)
+    return [(mask, 1)] if mask else []
+
+
+def _nvlink_planes(shape: NodeShape, i: int) -> list[tuple[int, int]]:
+    capped = [
+        min(shape.nvlinks[i][j], NVLINK_CAP)
+        if j != i and shape.tiers[i][j] == LinkTier.NVLINK
+        else 0
+        for j in range(shape.gpu_count)
+    ]
+    digits = (
+        (sum(1 << j for j, n in enumerate(capped) if n >> b & 1), 1 << b) for b in range(_CAP_BITS)
+    )
+    return [(mask, weight) for mask, weight in digits if mask]
+
+
+def _pair_sums(k: int, channels: list[Planes]) -> IntArray:
+    """(2^k, channels): each channel summed over the pairs inside each subset. Adding GPU i to
+    a subset S of GPUs 0..i-1 adds its links towards the members of S: popcounts of masks."""
+    out = np.zeros((1 << k, len(channels)), dtype=np.int64)
+    below = np.arange(1 << max(k - 1, 0), dtype=np.int64)
     for i in range(k):
         low = 1 << i
-        out[low : 2 * low] = out[:low] + members_f[:low, :i] @ weights_f[i, :i]
-    return out.astype(np.int64)
+        out[low : 2 * low] = out[:low]
+        for c, planes in enumerate(channels):
+            for mask, weight in planes[i]:
+                out[low : 2 * low, c] += weight * np.bitwise_count(below[:low] & mask)
+    return out
 
 
 def _or_table(k: int, bits: Sequence[int]) -> IntArray:
@@ -493,7 +515,7 @@ def _lexicographic_by_size(k: int, subsets: IntArray, size: IntArray) -> tuple[I
     # For sets of equal size, the smaller index tuple is the one holding the lowest GPU where
     # they differ: with GPU i as bit k-1-i, that is the larger mirrored mask.
     mirrored = _or_table(k, [1 << (k - 1 - i) for i in range(k)])
-    ordered = subsets[np.lexsort((-mirrored, size))]
+    ordered = subsets[np.argsort((size << k) | (subsets[-1] ^ mirrored))]
     edges = np.concatenate(([0], np.cumsum(np.bincount(size, minlength=k + 1))))
     return tuple(ordered[edges[c] : edges[c + 1]] for c in range(k + 1))
 
@@ -514,7 +536,8 @@ class _Graph(NamedTuple):
     """Per known NUMA node, the mask of its GPUs."""
     pair_cost: IntArray
     """(k, k): what one pair adds to a set, as base-64 digits per slow tier above 12 bits of
-    missing NVLinks; sums over up to 63 pairs keep every digit in place."""
+    missing NVLinks; sums over up to 63 pairs keep every digit in place (beyond, digits carry
+    and the greedy only gets worse, never wrong: candidates are ranked by `link_cost`)."""
 
 
 _PAIR_DEFICIT_BITS = 12

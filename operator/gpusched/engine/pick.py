@@ -37,7 +37,7 @@ def pick_node(
     candidates = np.flatnonzero(feasible(snapshot, pod, allowed))
     if candidates.size == 0:
         return None
-    base = scores.node_scores(snapshot, pod, candidates)
+    base = scores.node_scores(snapshot, pod, candidates, snapshot.workload)
     if not pod.wants_gpu:
         best = int(np.argmax(base))
         return NodeChoice(int(candidates[best]), (), float(base[best]))

@@ -18,6 +18,7 @@ from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.api.topology import LinkTier
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
+from gpusched.engine.fragmentation import target_workload
 from gpusched.engine.gpuset import choose_gpus
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
@@ -48,6 +49,8 @@ def schedule(
 ) -> ScheduleResult:
     """Places pending ``pods`` (and the ``groups`` they belong to) on a copy of ``snapshot``."""
     work = snapshot.copy()
+    if work.config.scoring.fragmentation_weight and not work.workload:
+        work.workload = target_workload([*pods, *(h.pod for h in work.holdings.values())])
     result = ScheduleResult()
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)

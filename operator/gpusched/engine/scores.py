@@ -5,6 +5,7 @@ Ranges (before the weights of `ScoringConfig`):
 - `binpack`: Volcano's formula, [0, 100 × binpack.weight].
 - `least_allocated`: kube-scheduler's spread, [0, 100].
 - `gpu_dimensions`: the seed's three GPU dimensions, [0, 40 + 30 + 50] with the defaults.
+- `fragmentation.score`: FGD's sigmoid of the fragmentation growth, (0, 100).
 - `topology`: [0, 100]; 100 when the pod's GPUs are all NVLink-connected, 0 when unknown.
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.topology import LinkTier
+from gpusched.engine import fragmentation
 from gpusched.engine.gpuset import GpuChoice
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.snapshot import FloatArray, IntArray, Snapshot
@@ -78,14 +80,22 @@ def least_allocated(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> Flo
     return np.clip(scores / 2, 0.0, 1.0) * MAX_NODE_SCORE
 
 
-def node_scores(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
-    """The weighted vectorised scores of ``nodes`` for ``pod``."""
+def node_scores(
+    snapshot: Snapshot,
+    pod: PodRequest,
+    nodes: IntArray,
+    workload: tuple[fragmentation.TaskType, ...] = (),
+) -> FloatArray:
+    """The weighted vectorised scores of ``nodes`` for ``pod``; ``workload`` is the target
+    workload of the fragmentation score (skipped when empty)."""
     scoring = snapshot.config.scoring
     total = np.zeros(nodes.size)
     if scoring.binpack.weight:
         total += binpack(snapshot, pod, nodes)
     if scoring.least_allocated_weight:
         total += scoring.least_allocated_weight * least_allocated(snapshot, pod, nodes)
+    if scoring.fragmentation_weight and workload and pod.wants_gpu:
+        total += scoring.fragmentation_weight * fragmentation.score(snapshot, pod, nodes, workload)
     return total
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +23,9 @@ from gpusched.api.k8s import Node, Taint
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
 from gpusched.engine.gpuset import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+
+if TYPE_CHECKING:
+    from gpusched.engine.fragmentation import TaskType
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -127,6 +131,8 @@ class Snapshot:
         self.holdings: dict[str, Holding] = {}
         self.gpu_apps: dict[int, dict[str, int]] = {}
         self._journal: list[tuple[bool, Holding]] = []
+        self.workload: tuple[TaskType, ...] = ()
+        """Target workload of the fragmentation score (FGD); empty turns the score off."""
         for node in range(n):
             self._refresh_node(node)
 
@@ -218,6 +224,7 @@ class Snapshot:
         clone.holdings = dict(self.holdings)
         clone.gpu_apps = {gid: dict(apps) for gid, apps in self.gpu_apps.items()}
         clone._journal = []
+        clone.workload = self.workload
         return clone
 
     def checkpoint(self) -> int:
