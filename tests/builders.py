@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.k8s import NodeSelectorTerm, Node, Toleration, parse_node
+from gpusched.api.k8s import Node, NodeSelectorTerm, Toleration, parse_node
 from gpusched.api.nvsmi import parse_topo_matrix
 from gpusched.api.topology import GpuInfo, GpuTopology
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
+from gpusched.engine.result import GroupDecision, ScheduleResult
 from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot, build_snapshot
 
 DATA = Path(__file__).parent / "data"
@@ -30,10 +31,38 @@ PRODUCT = "nvidia.com/gpu.product"
 # kind -> (capture file or None, GPU count, product, memory MiB per GPU, cpu, memory)
 KINDS: dict[str, tuple[str | None, int, str, int, str, str]] = {
     "a100x8": ("dgx-a100-8gpu-10nic.topo.txt", 8, "NVIDIA-A100-SXM4-80GB", 81920, "252", "1000Gi"),
-    "hgxa100x8": ("hgx-a100-8gpu-3nic-4numa.topo.txt", 8, "NVIDIA-A100-SXM4-80GB", 81920, "252", "1000Gi"),
-    "v100x8": ("dgx1-v100-8gpu-hybridcubemesh-1nic.topo.txt", 8, "Tesla-V100-SXM2-32GB", 32768, "78", "500Gi"),
-    "pcie4090x8": ("pcie-rtx4090-8gpu-8numa-allsys.topo.txt", 8, "NVIDIA-GeForce-RTX-4090", 24564, "62", "250Gi"),
-    "h100x4": ("h100-sxm-4gpu-vm-8nic-phb.topo.txt", 4, "NVIDIA-H100-80GB-HBM3", 81920, "96", "500Gi"),
+    "hgxa100x8": (
+        "hgx-a100-8gpu-3nic-4numa.topo.txt",
+        8,
+        "NVIDIA-A100-SXM4-80GB",
+        81920,
+        "252",
+        "1000Gi",
+    ),
+    "v100x8": (
+        "dgx1-v100-8gpu-hybridcubemesh-1nic.topo.txt",
+        8,
+        "Tesla-V100-SXM2-32GB",
+        32768,
+        "78",
+        "500Gi",
+    ),
+    "pcie4090x8": (
+        "pcie-rtx4090-8gpu-8numa-allsys.topo.txt",
+        8,
+        "NVIDIA-GeForce-RTX-4090",
+        24564,
+        "62",
+        "250Gi",
+    ),
+    "h100x4": (
+        "h100-sxm-4gpu-vm-8nic-phb.topo.txt",
+        4,
+        "NVIDIA-H100-80GB-HBM3",
+        81920,
+        "96",
+        "500Gi",
+    ),
     "gpu8": (None, 8, "NVIDIA-A100-SXM4-80GB", 81920, "252", "1000Gi"),
     "cpu": (None, 0, "", 0, "64", "256Gi"),
 }
@@ -182,3 +211,42 @@ def composite(
 def members(prefix: str, count: int, **kwargs: Any) -> list[PodRequest]:
     """``count`` identical pods named prefix-0, prefix-1, …"""
     return [pod(f"{prefix}-{i}", **kwargs) for i in range(count)]
+
+
+# ----- reading a result back, for whole-result comparisons --------------------------------------
+
+
+def _short(key: str) -> str:
+    """``default/name`` → ``name``: tables in tests read better without the default namespace."""
+    return key.removeprefix("default/")
+
+
+def placements(result: ScheduleResult) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every binding of ``result``: pod → (node, GPU indices)."""
+    return {_short(b.pod): (b.node, b.gpus) for b in result.bindings}
+
+
+def outcomes(result: ScheduleResult) -> dict[str, tuple[str, str, str]]:
+    """Every group decision of ``result``: group → (phase, domain path or "", reason)."""
+    return {
+        _short(g.name): (g.phase.value, "/".join(g.placement.values()), g.reason.value)
+        for g in result.groups
+    }
+
+
+def pending(result: ScheduleResult) -> dict[str, str]:
+    """Every pod ``result`` left pending: pod → reason."""
+    return {_short(u.pod): u.reason.value for u in result.unschedulable}
+
+
+def messages(result: ScheduleResult) -> dict[str, str]:
+    """Every pod ``result`` left pending: pod → message."""
+    return {_short(u.pod): u.message for u in result.unschedulable}
+
+
+def decision(result: ScheduleResult, group: str, namespace: str = "default") -> GroupDecision:
+    """The decision about ``group``; fails the test, listing the groups there are, if none."""
+    found = {g.name: g for g in result.groups}
+    key = f"{namespace}/{group}"
+    assert key in found, f"no decision about {key}; decisions: {sorted(found)}"
+    return found[key]

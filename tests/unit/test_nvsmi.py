@@ -548,13 +548,13 @@ FIELD = f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
         pytest.param("[1, 2]", FIELD, "valid dictionary", id="JSON array"),
         pytest.param(
             _two_gpu_annotation(gpus=[{"index": 0, "colour": "red"}, {"index": 1}]),
-            f"{FIELD}.gpus.0.colour",
-            "Extra inputs",
+            f"{FIELD}.gpus[0].colour",
+            "unknown field",
             id="unknown GPU field named with its path",
         ),
         pytest.param(
             _two_gpu_annotation(gpus=[{"index": 0}, {"index": 1, "memoryMiB": -1}]),
-            f"{FIELD}.gpus.1.memoryMiB",
+            f"{FIELD}.gpus[1].memoryMiB",
             "greater than or equal to 0",
             id="negative memory named by its alias",
         ),

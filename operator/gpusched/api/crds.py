@@ -28,9 +28,14 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_core import ErrorDetails, PydanticCustomError
 
-from gpusched.api.errors import InvalidObjectError
+from gpusched.api import k8s
+from gpusched.api.errors import (
+    InvalidObjectError,
+    field_error,
+    format_field_path,
+    from_validation_error,
+)
 
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
@@ -232,14 +237,11 @@ class CompositePodGroupTemplate(_Spec):
             raise ValueError("a composite template needs at least one child template")
         wanted = self.scheduling_policy.gang.min_group_count
         if wanted > children:
-            raise PydanticCustomError(
-                "unsatisfiable",
-                "minGroupCount is {wanted} but the template has only {children} child templates",
-                {
-                    "wanted": wanted,
-                    "children": children,
-                    "at": "schedulingPolicy.gang.minGroupCount",
-                },
+            raise field_error(
+                f"minGroupCount is {wanted} but the template has only {children} child templates",
+                "schedulingPolicy",
+                "gang",
+                "minGroupCount",
             )
         return self
 
@@ -247,20 +249,22 @@ class CompositePodGroupTemplate(_Spec):
 _AnyTemplate = PodGroupTemplate | CompositePodGroupTemplate
 
 
+_Path = tuple[str | int, ...]
+
+
 def _children(
-    parent: WorkloadSpec | CompositePodGroupTemplate, path: str
-) -> Iterator[tuple[str, _AnyTemplate]]:
+    parent: WorkloadSpec | CompositePodGroupTemplate, path: _Path
+) -> Iterator[tuple[_Path, _AnyTemplate]]:
     """Direct child templates with their paths, in spec order (pod groups, then composites)."""
-    prefix = f"{path}." if path else ""
     for i, pod_group in enumerate(parent.pod_group_templates):
-        yield f"{prefix}podGroupTemplates[{i}]", pod_group
+        yield (*path, "podGroupTemplates", i), pod_group
     for i, composite in enumerate(parent.composite_pod_group_templates):
-        yield f"{prefix}compositePodGroupTemplates[{i}]", composite
+        yield (*path, "compositePodGroupTemplates", i), composite
 
 
 def _all_templates(
-    parent: WorkloadSpec | CompositePodGroupTemplate, path: str = "", depth: int = 1
-) -> Iterator[tuple[str, int, _AnyTemplate]]:
+    parent: WorkloadSpec | CompositePodGroupTemplate, path: _Path = (), depth: int = 1
+) -> Iterator[tuple[_Path, int, _AnyTemplate]]:
     """Every template of the tree, parents before children, with its path and depth."""
     for child_path, child in _children(parent, path):
         yield child_path, depth, child
@@ -289,22 +293,15 @@ class WorkloadSpec(_Spec):
         first_seen: dict[str, str] = {}
         for path, depth, template in _all_templates(self):
             if depth > MAX_TEMPLATE_DEPTH:
-                raise PydanticCustomError(
-                    "too_deep",
-                    "templates are nested more than {limit} levels deep",
-                    {"limit": MAX_TEMPLATE_DEPTH, "at": path},
-                )
+                message = f"templates are nested more than {MAX_TEMPLATE_DEPTH} levels deep"
+                raise field_error(message, *path)
             if template.name in first_seen:
-                raise PydanticCustomError(
-                    "duplicate_name",
-                    "template name '{name}' is already used at {first}",
-                    {
-                        "name": template.name,
-                        "first": first_seen[template.name],
-                        "at": f"{path}.name",
-                    },
+                message = (
+                    f"template name '{template.name}' is already used at "
+                    f"{first_seen[template.name]}"
                 )
-            first_seen[template.name] = f"spec.{path}.name"
+                raise field_error(message, *path, "name")
+            first_seen[template.name] = format_field_path(("spec", *path, "name"))
         return self
 
 
@@ -367,30 +364,12 @@ class WorkloadStatus(_Status):
 # --- objects ----------------------------------------------------------------------------------
 
 
-class OwnerReference(_Status):
-    """``uid`` is optional because objects read from files (``simulate``) have none."""
-
-    api_version: str = Field(alias="apiVersion")
-    kind: str
-    name: str
-    uid: str | None = None
-    controller: bool | None = None
-    block_owner_deletion: bool | None = Field(default=None, alias="blockOwnerDeletion")
-
-
-class ObjectMeta(BaseModel):
-    """The metadata we use. Other fields (resourceVersion, managedFields, …) are the API
-    server's business and are ignored rather than rejected."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+class ObjectMeta(k8s.ObjectMeta):
+    """Kubernetes metadata with our objects' naming rules: the name becomes a label value of
+    pods and part of generated names, so it must be a DNS subdomain, the namespace a label."""
 
     name: DnsSubdomain
     namespace: DnsLabel = "default"
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    uid: str | None = None
-    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
-    creation_timestamp: datetime | None = Field(default=None, alias="creationTimestamp")
 
 
 class _Object(BaseModel):
@@ -451,46 +430,8 @@ def _name_of(obj: _Object) -> str:
     return f"{obj.kind} {obj.key}"
 
 
-def _field_path(error: ErrorDetails) -> str:
-    """``spec.podGroupTemplates[1].name``: list indices in brackets, names as written, plus the
-    ``at`` our own cross-field checks attach to point below the model they validate."""
-    path = ""
-    for part in error["loc"]:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else part
-    at = error.get("ctx", {}).get("at")
-    if isinstance(at, str) and at:
-        path = f"{path}.{at}" if path else at
-    return path
-
-
-def _message(error: ErrorDetails) -> str:
-    """Pydantic's message, minus its "Value error, " prefix and with plainer wording for the
-    cases users hit most."""
-    if error["type"] == "extra_forbidden":
-        return "unknown field"
-    cause = error.get("ctx", {}).get("error")
-    if error["type"] == "value_error" and cause is not None:
-        return str(cause)
-    return error["msg"]
-
-
-def _importance(error: ErrorDetails) -> int:
-    """Which of several errors to report, lowest first. A wrong apiVersion or kind makes every
-    other error noise. An unknown field beats the rest because a typo (``minCont``) also makes
-    the intended field missing, and the typo is what the user needs to see."""
-    if error["loc"] in (("apiVersion",), ("kind",)):
-        return 0
-    if error["type"] == "extra_forbidden":
-        return 1
-    return 2
-
-
 def _invalid(obj: str, error: ValidationError) -> InvalidObjectError:
-    first = min(error.errors(), key=_importance)  # min keeps pydantic's order among equals
-    return InvalidObjectError(obj, _field_path(first), _message(first))
+    return from_validation_error(obj, error)
 
 
 def _parse(model: type[_ObjectT], kind: str, raw: object) -> _ObjectT:
@@ -547,18 +488,19 @@ def object_name(workload: Workload, template: _AnyTemplate) -> str:
 def check_object_names(workload: Workload) -> None:
     """Every generated ``<workload>-<template>`` must be a valid object name. Both parts are
     valid on their own, but together they may be too long."""
-    for path, _, template in _all_templates(workload.spec, "spec"):
+    for path, _, template in _all_templates(workload.spec, ("spec",)):
         try:
             check_dns_subdomain(object_name(workload, template))
         except ValueError as err:
+            field = format_field_path((*path, "name"))
             raise InvalidObjectError(
-                _name_of(workload), f"{path}.name", f"generated object name: {err}"
+                _name_of(workload), field, f"generated object name: {err}"
             ) from None
 
 
-def _owner_reference(workload: Workload) -> OwnerReference:
+def _owner_reference(workload: Workload) -> k8s.OwnerReference:
     """Controller reference, so deleting the Workload garbage-collects what it created."""
-    return OwnerReference(
+    return k8s.OwnerReference(
         api_version=workload.api_version,
         kind=workload.kind,
         name=workload.metadata.name,

@@ -1,15 +1,20 @@
-"""One error type for bad input, always naming the object and the field."""
+"""One error type for bad input, always naming the object and the field, and the one way to
+turn a pydantic `ValidationError` into it."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 
 class InvalidObjectError(ValueError):
     """An object from outside (a YAML document, an annotation, a CR) is malformed.
 
-    ``obj`` names the object (``PodGroup default/train``), ``field`` the dotted path of the
-    offending field (``spec.schedulingPolicy.gang.minCount``).
+    ``obj`` names the object (``PodGroup default/train``), ``field`` the path of the offending
+    field as the user wrote it (``spec.compositePodGroupTemplates[0].podGroupTemplates[1].name``).
     """
 
     def __init__(self, obj: str, field: str, message: str) -> None:
@@ -19,10 +24,63 @@ class InvalidObjectError(ValueError):
         super().__init__(f"{obj}: {field}: {message}" if field else f"{obj}: {message}")
 
 
-def from_validation_error(obj: str, error: ValidationError, prefix: str = "") -> InvalidObjectError:
-    """Turns pydantic's first error into an `InvalidObjectError` with a dotted field path."""
-    first = error.errors()[0]
-    path = ".".join(str(part) for part in first["loc"])
-    if prefix:
-        path = f"{prefix}.{path}" if path else prefix
-    return InvalidObjectError(obj, path, first["msg"])
+_PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def field_error(message: str, *subpath: str | int) -> PydanticCustomError:
+    """A validation error for ``subpath`` below where pydantic reports it.
+
+    Pydantic locates an error raised by a model or container validator at that model; the
+    subpath (carried in the error's context) lets the final message name the exact field, e.g.
+    ``resources.requests[nvidia.com/gpu]`` instead of ``resources``.
+    """
+    return PydanticCustomError("field", "{message}", {"message": message, "subpath": subpath})
+
+
+def format_field_path(parts: Iterable[str | int]) -> str:
+    """``("spec", "containers", 0, "resources", "requests", "nvidia.com/gpu")`` →
+    ``spec.containers[0].resources.requests[nvidia.com/gpu]``: list indices and keys that are
+    not plain names (labels, annotations, resource names) go in brackets."""
+    path = ""
+    for part in parts:
+        if isinstance(part, str) and _PLAIN_KEY_RE.fullmatch(part):
+            path = f"{path}.{part}" if path else part
+        else:
+            path += f"[{part}]"
+    return path
+
+
+def _importance(error: ErrorDetails) -> int:
+    """Which of several errors to report, lowest first. A wrong apiVersion or kind makes every
+    other error noise. An unknown field beats the rest because a typo (``minCont``) also makes
+    the intended field missing, and the typo is what the user needs to see."""
+    if error["loc"] in (("apiVersion",), ("kind",)):
+        return 0
+    if error["type"] == "extra_forbidden":
+        return 1
+    return 2
+
+
+def _message(error: ErrorDetails) -> str:
+    """Pydantic's message, minus its "Value error, " prefix, plainer for unknown fields."""
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    cause = error.get("ctx", {}).get("error")
+    if error["type"] == "value_error" and cause is not None:
+        return str(cause)
+    return error["msg"]
+
+
+def from_validation_error(
+    obj: str, error: ValidationError, prefix: Iterable[str | int] = ()
+) -> InvalidObjectError:
+    """The most useful pydantic error as an `InvalidObjectError` naming the exact field.
+
+    ``prefix`` is prepended to the path, for values validated apart from their object (an
+    annotation's JSON)."""
+    first = min(error.errors(include_url=False), key=_importance)  # stable among equals
+    loc, message = list(first["loc"]), _message(first)
+    if loc and loc[-1] == "[key]":  # pydantic's marker for a bad dictionary key
+        loc, message = loc[:-1], f"key: {message}"
+    subpath = first.get("ctx", {}).get("subpath", ())
+    return InvalidObjectError(obj, format_field_path([*prefix, *loc, *subpath]), message)

@@ -34,7 +34,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from gpusched.api.errors import InvalidObjectError
+from gpusched.api.errors import (
+    InvalidObjectError,
+    field_error,
+    format_field_path,
+    from_validation_error,
+)
 from gpusched.api.topology import MAX_GPUS_PER_NODE
 
 POD_GROUP_LABEL = "scheduling.gpusched.io/pod-group"
@@ -192,6 +197,8 @@ def _parse_int64(text: str) -> int | None:
 
 def _show(value: object, limit: int = 60) -> str:
     """A value for an error message, cut short: errors must stay readable whatever the input."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"a {value.bit_length()}-bit integer"  # repr() of a huge int is slow or refused
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}...'"
 
@@ -200,37 +207,9 @@ def _show(value: object, limit: int = 60) -> str:
 # Errors with exact field paths
 # ---------------------------------------------------------------------------------------------
 
-_PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _field_error(message: str, *subpath: str | int) -> PydanticCustomError:
-    """A validation error for ``subpath`` below where pydantic reports it.
-
-    Pydantic locates an error raised by a model or container validator at that model; the
-    subpath (carried in the error's context) lets the final message name the exact field, e.g.
-    ``resources.requests[nvidia.com/gpu]`` instead of ``resources``.
-    """
-    return PydanticCustomError("k8s_field", "{message}", {"message": message, "subpath": subpath})
-
-
-def format_field_path(parts: Iterable[str | int]) -> str:
-    """``("spec", "containers", 0, "resources", "requests", "nvidia.com/gpu")`` →
-    ``spec.containers[0].resources.requests[nvidia.com/gpu]``: list indices and keys that are
-    not plain names (labels, annotations, resource names) go in brackets."""
-    path = ""
-    for part in parts:
-        if isinstance(part, str) and _PLAIN_KEY_RE.fullmatch(part):
-            path = f"{path}.{part}" if path else part
-        else:
-            path += f"[{part}]"
-    return path
-
 
 def _invalid(obj: str, error: ValidationError) -> InvalidObjectError:
-    """The first pydantic error as an `InvalidObjectError` naming the exact field."""
-    first = error.errors(include_url=False)[0]
-    subpath = first.get("ctx", {}).get("subpath", ())
-    return InvalidObjectError(obj, format_field_path([*first["loc"], *subpath]), first["msg"])
+    return from_validation_error(obj, error)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,11 +239,11 @@ def _check_resource_list(resources: dict[str, str | int | float]) -> dict[str, s
     """Parses every entry with its unit, so bad quantities fail at parse time, naming the key."""
     for name, value in resources.items():
         if not name:
-            raise _field_error("resource names must not be empty")
+            raise field_error("resource names must not be empty")
         try:
             parse_quantity(name, value)
         except ValueError as err:
-            raise _field_error(str(err), name) from None
+            raise field_error(str(err), name) from None
     return resources
 
 
@@ -283,7 +262,7 @@ def _check_annotations_size(annotations: dict[str, str]) -> dict[str, str]:
     is refused before anything reads it."""
     size = sum(_utf8_len(key) + _utf8_len(value) for key, value in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
-        raise _field_error(f"total size {size} bytes exceeds {MAX_ANNOTATIONS_BYTES} bytes")
+        raise field_error(f"total size {size} bytes exceeds {MAX_ANNOTATIONS_BYTES} bytes")
     return annotations
 
 
@@ -293,11 +272,14 @@ def _utf8_len(text: str) -> int:
 
 
 class OwnerReference(_K8sModel):
+    """``uid`` is optional because objects read from files (``simulate``) have none."""
+
     api_version: str = Field(alias="apiVersion")
     kind: str
     name: str
     uid: str | None = None
     controller: bool | None = None
+    block_owner_deletion: bool | None = Field(default=None, alias="blockOwnerDeletion")
 
 
 class ObjectMeta(_K8sModel):
@@ -356,9 +338,9 @@ class Toleration(_K8sModel):
         tolerate every taint with a given value, which nobody means), and ``Exists`` takes no
         value."""
         if self.key is None and self.operator == "Equal":
-            raise _field_error("must be Exists when key is empty", "operator")
+            raise field_error("must be Exists when key is empty", "operator")
         if self.operator == "Exists" and self.value:
-            raise _field_error("must be empty when operator is Exists", "value")
+            raise field_error("must be empty when operator is Exists", "value")
         return self
 
     def tolerates(self, taint: Taint) -> bool:
@@ -407,11 +389,11 @@ class NodeSelectorRequirement(_K8sModel):
     def _check_values(self) -> NodeSelectorRequirement:
         count = len(self.values)
         if self.operator in ("In", "NotIn") and count == 0:
-            raise _field_error(f"must not be empty when operator is {self.operator}", "values")
+            raise field_error(f"must not be empty when operator is {self.operator}", "values")
         if self.operator in ("Exists", "DoesNotExist") and count != 0:
-            raise _field_error(f"must be empty when operator is {self.operator}", "values")
+            raise field_error(f"must be empty when operator is {self.operator}", "values")
         if self.operator in ("Gt", "Lt") and (count != 1 or _parse_int64(self.values[0]) is None):
-            raise _field_error(
+            raise field_error(
                 f"must be exactly one integer when operator is {self.operator}", "values"
             )
         return self
@@ -459,11 +441,11 @@ class NodeSelectorTerm(_K8sModel):
         """The API server allows exactly ``metadata.name`` with ``In``/``NotIn`` and one value."""
         for index, field in enumerate(fields):
             if field.key != NODE_NAME_FIELD:
-                raise _field_error(f"must be {NODE_NAME_FIELD}", index, "key")
+                raise field_error(f"must be {NODE_NAME_FIELD}", index, "key")
             if field.operator not in ("In", "NotIn"):
-                raise _field_error("must be In or NotIn for matchFields", index, "operator")
+                raise field_error("must be In or NotIn for matchFields", index, "operator")
             if len(field.values) != 1:
-                raise _field_error("must be exactly one node name", index, "values")
+                raise field_error("must be exactly one node name", index, "values")
         return fields
 
     def matches(self, labels: Mapping[str, str], node_name: str) -> bool:
@@ -574,11 +556,11 @@ class ResourceRequirements(_K8sModel):
                 continue
             request, limit = parse_quantity(name, value), parse_quantity(name, self.limits[name])
             if _is_extended_resource(name) and request != limit:
-                raise _field_error(
+                raise field_error(
                     f"must equal the limit {_show(self.limits[name])}", "requests", name
                 )
             if request > limit:
-                raise _field_error(
+                raise field_error(
                     f"must not exceed the limit {_show(self.limits[name])}", "requests", name
                 )
         return self

@@ -127,4 +127,6 @@ def parse_topology_annotation(node: str, value: str) -> GpuTopology:
     try:
         return GpuTopology.model_validate(raw)
     except ValidationError as err:
-        raise from_validation_error(obj, err, prefix=field) from None
+        raise from_validation_error(
+            obj, err, prefix=("metadata", "annotations", TOPOLOGY_ANNOTATION)
+        ) from None

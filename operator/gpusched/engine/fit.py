@@ -14,11 +14,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
-from gpusched.api.k8s import Taint, required_terms_match
+from gpusched.api.k8s import first_untolerated_taint, required_terms_match
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoolArray, NodeInfo, Snapshot
-
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def static_mask(snapshot: Snapshot, pod: PodRequest) -> BoolArray:
@@ -36,7 +34,7 @@ def _static_reason(node: NodeInfo, pod: PodRequest) -> str | None:
         return "node is NotReady"
     if node.unschedulable:
         return "node is cordoned"
-    taint = _untolerated(node.taints, pod)
+    taint = first_untolerated_taint(node.taints, pod.tolerations)
     if taint is not None:
         value = f"={taint.value}" if taint.value else ""
         return f"untolerated taint {taint.key}{value}:{taint.effect}"
@@ -47,15 +45,6 @@ def _static_reason(node: NodeInfo, pod: PodRequest) -> str | None:
         pod.required_terms, node.labels, node.name
     ):
         return "required node affinity does not match"
-    return None
-
-
-def _untolerated(taints: Iterable[Taint], pod: PodRequest) -> Taint | None:
-    for taint in taints:
-        if taint.effect not in _BLOCKING_EFFECTS:
-            continue
-        if not any(toleration.tolerates(taint) for toleration in pod.tolerations):
-            return taint
     return None
 
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
-from gpusched.api.topology import LinkTier
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
 from gpusched.engine.fragmentation import target_workload
-from gpusched.engine.gpuset import choose_gpus
+from gpusched.engine.gpuset import choose_gpus, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
@@ -241,8 +240,7 @@ def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
     info = snapshot.nodes[holding.node]
     tier = best = None
     if len(holding.gpus) > 1 and holding.pod.gpus > 1:
-        worst = max(info.shape.tiers[i][j] for i in holding.gpus for j in holding.gpus if i != j)
-        tier = LinkTier(worst).name
+        tier = worst_tier(info.shape, holding.gpus).name
         full = (1 << info.gpu_count) - 1
         offered = choose_gpus(info.shape, full, len(holding.gpus), NumaPolicy.NONE)
         best = offered.best_possible_tier.name if offered is not None else None
