@@ -116,8 +116,6 @@ class SchedulerConfig(_Strict):
     numa_policy: NumaPolicy = Field(default=NumaPolicy.BEST_EFFORT, alias="numaPolicy")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
-    gpu_product_label: str = Field(default="nvidia.com/gpu.product", alias="gpuProductLabel")
-    """Node label carrying the GPU model; pods choose models with node affinity on it."""
     topology_levels: tuple[str, ...] = Field(
         default=(
             "topology.kubernetes.io/region",

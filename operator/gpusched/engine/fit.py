@@ -16,7 +16,7 @@ import numpy as np
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.api.k8s import first_untolerated_taint, required_terms_match
 from gpusched.engine.request import PodRequest
-from gpusched.engine.snapshot import BoolArray, NodeInfo, Snapshot
+from gpusched.engine.snapshot import BoolArray, IntArray, NodeInfo, Snapshot
 
 
 def static_mask(snapshot: Snapshot, pod: PodRequest) -> BoolArray:
@@ -145,16 +145,24 @@ def _fmt(resource: str, amount: int) -> str:
     return str(amount)
 
 
-def explain(snapshot: Snapshot, pod: PodRequest, nodes: Iterable[int], limit: int = 4) -> str:
+def explain(
+    snapshot: Snapshot,
+    pod: PodRequest,
+    nodes: Iterable[int],
+    limit: int = 4,
+    capacity: IntArray | None = None,
+) -> str:
     """Aggregated reasons why ``nodes`` do not fit ``pod``: "2 × insufficient cpu: node-a
     (1000m free, needs 4000m), node-b (…); …". Nodes that do fit are counted too, so a gang's
-    report reads "3 nodes fit; 5 × …"."""
+    report reads "3 nodes fit (node-a ×2, …); 5 × …", with how many copies of the pod each
+    takes when ``capacity`` (per node) is given."""
     by_category: dict[str, list[str]] = defaultdict(list)
     fitting: list[str] = []
     for node in nodes:
         found = _failure(snapshot, pod, node)
         if found is None:
-            fitting.append(snapshot.nodes[node].name)
+            name = snapshot.nodes[node].name
+            fitting.append(f"{name} ×{capacity[node]}" if capacity is not None else name)
             continue
         category, detail = found
         name = snapshot.nodes[node].name

@@ -17,7 +17,7 @@ The result for each group is a placement or none: nothing of a failed group stay
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,11 +30,19 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
 from gpusched.engine.snapshot import Holding, Snapshot
 
+Line = Callable[[], str]
+"""A report line, rendered only if the group fails: explaining a rejected domain walks its
+nodes, which a successful placement should not pay for."""
+
+
+def _text(line: str) -> Line:
+    return lambda: line
+
 
 @dataclass(slots=True)
 class _Candidates:
     domains: list[Domain]
-    lines: list[str] = field(default_factory=list)
+    lines: list[Line] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -109,9 +117,10 @@ class Planner:
                 if not domains:
                     where = ", ".join(sorted(pinned))
                     line = f"bound pods are in {group.topology_key}={where}, outside {parent.name}"
-                    return _Candidates([], [line])
+                    return _Candidates([], [_text(line)])
             if not domains:
-                return _Candidates([], [f"{parent.name}: no node has label {group.topology_key}"])
+                line = f"{parent.name}: no node has label {group.topology_key}"
+                return _Candidates([], [_text(line)])
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
         return self._order_composite_domains(group, domains)
@@ -133,19 +142,26 @@ class Planner:
             (len(members), copies(self.snapshot, members[0])) for members in shapes.values()
         ]
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
-        lines = []
+        lines: list[Line] = []
+        biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key)) if pods else None
         for domain in domains:
             estimate = sum(min(n, int(c[domain.mask].sum())) for n, c in per_shape)
-            if estimate < needed:
-                biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key))
-                why = explain(self.snapshot, biggest, domain.nodes())
-                lines.append(f"{domain.name}: at most {estimate} of {needed} pods fit: {why}")
+            if estimate < needed and biggest is not None:
+                lines.append(self._rejected(domain, estimate, needed, biggest))
                 continue
             full = estimate >= len(pods)
             key = (0, estimate, domain.name) if full else (1, -estimate, domain.name)
             ranked.append((key, domain))
         ranked.sort(key=lambda item: item[0])
         return _Candidates([d for _, d in ranked], lines)
+
+    def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> Line:
+        def render() -> str:
+            capacity = copies(self.snapshot, pod)
+            why = explain(self.snapshot, pod, domain.nodes(), capacity=capacity)
+            return f"{domain.name}: at most {estimate} of {needed} pods fit: {why}"
+
+        return render
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         demand = self._demand(group)
@@ -179,7 +195,7 @@ class Planner:
             ok, line = self.place_in(group, domain)
             if ok:
                 return True
-            lines.append(line)
+            lines.append(_text(line))
         self._fail(group, parent, lines)
         return False
 
@@ -311,9 +327,11 @@ class Planner:
 
     # ----- decisions -------------------------------------------------------------------------
 
-    def _fail(self, group: GroupSpec, parent: Domain, lines: list[str]) -> None:
+    def _fail(self, group: GroupSpec, parent: Domain, lines: list[Line]) -> None:
         limit = self.snapshot.config.max_domains_reported
-        shown = lines[:limit] + ([f"… {len(lines) - limit} more"] if len(lines) > limit else [])
+        shown = [line() for line in lines[:limit]]
+        if len(lines) > limit:
+            shown.append(f"… {len(lines) - limit} more domains")
         where = f"in {parent.name}" if parent.labels else "in any domain"
         message = f"no placement {where}" + (f": {shown[0]}" if shown else "")
         self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, None, shown)
