@@ -75,7 +75,7 @@ def topology_annotation(kind: str) -> str | None:
         return None
     parsed = parse_topo_matrix((DATA / "gpu-topology" / capture).read_text()).topology
     gpus = tuple(
-        GpuInfo(index=g.index, numa=g.numa, model=product, memoryMiB=memory) for g in parsed.gpus
+        GpuInfo(index=g.index, numa=g.numa, model=product, memory_mib=memory) for g in parsed.gpus
     )
     return GpuTopology(gpus=gpus, links=parsed.links).to_annotation()
 
@@ -180,6 +180,7 @@ def gang(
     parent: str | None = None,
     namespace: str = "default",
     basic: bool = False,
+    created: float = 0.0,
 ) -> GroupSpec:
     return GroupSpec(
         key=f"{namespace}/{name}",
@@ -188,6 +189,7 @@ def gang(
         minimum=0 if basic else min_count,
         topology_key=topology,
         parent=f"{namespace}/{parent}" if parent else None,
+        created=created,
     )
 
 
@@ -198,6 +200,7 @@ def composite(
     topology: str | None = None,
     parent: str | None = None,
     namespace: str = "default",
+    created: float = 0.0,
 ) -> GroupSpec:
     return GroupSpec(
         key=f"{namespace}/{name}",
@@ -205,6 +208,7 @@ def composite(
         minimum=min_groups,
         topology_key=topology,
         parent=f"{namespace}/{parent}" if parent else None,
+        created=created,
     )
 
 

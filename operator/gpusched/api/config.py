@@ -61,7 +61,7 @@ class BinpackConfig(_Strict):
 class GpuScoreConfig(_Strict):
     """The seed's three GPU dimensions, each scaled to [0, its weight] and summed.
 
-    ``memoryContinuity``: mean free-memory ratio of the chosen GPUs (telemetry; 1 when unknown).
+    ``memoryContinuity``: mean free-memory ratio of the chosen GPUs (telemetry; 0 when unknown or stale).
     ``appAffinity``: share of chosen GPUs already used by pods with the same ``app`` label.
     ``fewerPods``: 1 − (pods already on the chosen GPUs ÷ (4 × GPUs chosen)), floored at 0.
     """
@@ -77,8 +77,8 @@ class ScoringConfig(_Strict):
 
     Each score's range before weighting: binpack [0, 100 × binpack.weight]; leastAllocated
     [0, 100]; gpu [0, 120] with the defaults; fragmentation [0, 100] (FGD's sigmoid of the
-    fragmentation increase); topology [0, 100] (100 = the node's best link tier for the
-    request)."""
+    fragmentation increase); topology [0, 100] (NVLink 100, SYS ≈ 17, unknown 0; pods of
+    fewer than two GPUs 100)."""
 
     binpack: BinpackConfig = Field(default_factory=BinpackConfig)
     least_allocated_weight: float = Field(default=0.0, alias="leastAllocatedWeight", ge=0)

@@ -81,10 +81,19 @@ def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
 
 def _share_copies(snapshot: Snapshot, milli: int) -> IntArray:
     per_gpu = np.where(snapshot.gpu_usable, snapshot.gpu_free // milli, 0)
-    per_gpu = np.minimum(per_gpu, WHOLE_GPU_MILLI // milli)
+    return _per_node_sum(snapshot, np.minimum(per_gpu, WHOLE_GPU_MILLI // milli))
+
+
+def free_gpu_milli(snapshot: Snapshot) -> IntArray:
+    """Per node, the free milli-GPU on its usable GPUs."""
+    free = np.where(snapshot.gpu_usable, snapshot.gpu_free, 0)
+    return _per_node_sum(snapshot, free)
+
+
+def _per_node_sum(snapshot: Snapshot, per_gpu: IntArray) -> IntArray:
+    """Sums a per-GPU array per node (0 for nodes without GPUs)."""
     result = np.zeros(len(snapshot.nodes), dtype=np.int64)
     has_gpus = snapshot.gpu_offset[1:] > snapshot.gpu_offset[:-1]
     if per_gpu.size:
-        sums = np.add.reduceat(per_gpu, snapshot.gpu_offset[:-1][has_gpus])
-        result[has_gpus] = sums
+        result[has_gpus] = np.add.reduceat(per_gpu, snapshot.gpu_offset[:-1][has_gpus])
     return result

@@ -170,7 +170,9 @@ def explain(
     parts = []
     if fitting:
         names = ", ".join(fitting[:3]) + (", …" if len(fitting) > 3 else "")
-        parts.append(f"{len(fitting)} node{'s' if len(fitting) != 1 else ''} fit ({names})")
+        parts.append(
+            f"{len(fitting)} {'node fits' if len(fitting) == 1 else 'nodes fit'} ({names})"
+        )
     ranked = sorted(by_category.items(), key=lambda item: (-len(item[1]), item[0]))
     for category, examples in ranked[:limit]:
         shown = ", ".join(examples[:2]) + (", …" if len(examples) > 2 else "")

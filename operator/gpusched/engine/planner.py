@@ -20,9 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from gpusched.engine.domains import Domain, copies, subdomains
+from gpusched.engine.domains import Domain, copies, free_gpu_milli, subdomains
 from gpusched.engine.fit import explain
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
@@ -94,15 +92,9 @@ class Planner:
     def _demand(self, group: GroupSpec) -> int:
         return sum(p.gpu_demand_milli for p in self._pending_pods(group))
 
-    def _pinned(self, group: GroupSpec, key: str) -> set[str]:
-        """Values of ``key`` on the nodes of the group's (and its descendants') bound pods."""
-        values: set[str] = set()
-        for member in self._descendants(group):
-            for holding in self.bound.get(member.key, []):
-                value = self.snapshot.nodes[holding.node].labels.get(key)
-                if value is not None:
-                    values.add(value)
-        return values
+    def _bound_nodes(self, group: GroupSpec) -> list[int]:
+        """Nodes of the group's (and its descendants') bound pods."""
+        return [h.node for m in self._descendants(group) for h in self.bound.get(m.key, [])]
 
     # ----- phase 1: candidate domains --------------------------------------------------------
 
@@ -111,12 +103,14 @@ class Planner:
             domains = [parent]
         else:
             domains = subdomains(self.snapshot, parent, group.topology_key)
-            pinned = self._pinned(group, group.topology_key)
-            if pinned:
-                domains = [d for d in domains if d.path[-1] in pinned]
+            bound = self._bound_nodes(group)
+            if bound:
+                # A gang with bound pods is pinned to their domain (its full path): a
+                # re-created pod lands beside the others or stays pending.
+                domains = [d for d in domains if any(d.mask[node] for node in bound)]
                 if not domains:
-                    where = ", ".join(sorted(pinned))
-                    line = f"bound pods are in {group.topology_key}={where}, outside {parent.name}"
+                    names = ", ".join(sorted({self.snapshot.nodes[n].name for n in bound}))
+                    line = f"pinned by bound pods on {names}, outside {parent.name}"
                     return _Candidates([], [_text(line)])
             if not domains:
                 line = f"{parent.name}: no node has label {group.topology_key}"
@@ -149,8 +143,11 @@ class Planner:
             if estimate < needed and biggest is not None:
                 lines.append(self._rejected(domain, estimate, needed, biggest))
                 continue
+            # Tightest first among domains that take every pod: the least room left over,
+            # measured uncapped, so big domains stay free for big gangs.
+            room = sum(int(c[domain.mask].sum()) for _, c in per_shape)
             full = estimate >= len(pods)
-            key = (0, estimate, domain.name) if full else (1, -estimate, domain.name)
+            key = (0, room, domain.name) if full else (1, -estimate, domain.name)
             ranked.append((key, domain))
         ranked.sort(key=lambda item: item[0])
         return _Candidates([d for _, d in ranked], lines)
@@ -165,15 +162,10 @@ class Planner:
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         demand = self._demand(group)
-        snapshot = self.snapshot
-        free = np.where(snapshot.gpu_usable, snapshot.gpu_free, 0)
-        per_node = np.add.reduceat(free, snapshot.gpu_offset[:-1]) if free.size else None
+        per_node = free_gpu_milli(self.snapshot)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         for domain in domains:
-            available = 0
-            if per_node is not None:
-                has = snapshot.gpu_offset[1:] > snapshot.gpu_offset[:-1]
-                available = int(per_node[domain.mask & has].sum())
+            available = int(per_node[domain.mask].sum())
             enough = available >= demand
             key = (0, available, domain.name) if enough else (1, -available, domain.name)
             ranked.append((key, domain))
@@ -185,9 +177,11 @@ class Planner:
     def place(self, group: GroupSpec, parent: Domain) -> bool:
         """Places ``group`` somewhere inside ``parent``; records its decision. On failure the
         snapshot is as before."""
+        self.explored = 0
         waiting = self._waiting(group)
         if waiting is not None:
             self._decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
+            self._inherit(group, Phase.PENDING, Reason.WAITING_FOR_PODS)
             return False
         found = self.candidates(group, parent)
         lines = list(found.lines)
@@ -251,10 +245,12 @@ class Planner:
             failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
             detail = "; ".join(f"{d.name}: {d.message}" for d in failed[:3])
             self.decisions.update(best.decisions)
-            return False, (
-                f"{domain.name}: {max(best.placed, 0)} of {group.minimum} child groups fit"
-                + (f" ({detail})" if detail else "")
+            line = f"{domain.name}: {max(best.placed, 0)} of {group.minimum} child groups fit" + (
+                f" ({detail})" if detail else ""
             )
+            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, line)
+            self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
+            return False, line
         for added, holding in best.journal:
             if added:
                 snapshot.assume(holding.pod, holding.node, holding.gpus)
@@ -307,6 +303,7 @@ class Planner:
                 return False
             message = f"did not fit beside its sibling groups in {domain.name}"
             self._decide(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
+            self._inherit(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
         return self._search(children, index + 1, placed, domain, start, best)
 
     def _child_options(self, child: GroupSpec, domain: Domain) -> list[Domain]:
@@ -335,6 +332,17 @@ class Planner:
         where = f"in {parent.name}" if parent.labels else "in any domain"
         message = f"no placement {where}" + (f": {shown[0]}" if shown else "")
         self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, None, shown)
+        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
+
+    def _inherit(self, group: GroupSpec, phase: Phase, reason: Reason) -> None:
+        """Descendants of a group that was not placed are not placed either: each one that
+        has no failure of its own gets its ancestor's, so its pods say why."""
+        decision = self.decisions[group.key]
+        for member in self._descendants(group)[1:]:
+            own = self.decisions.get(member.key)
+            if own is None or own.phase is Phase.SCHEDULED:
+                message = f"{group.kind.value} {group.key}: {decision.message}"
+                self._decide(member, phase, reason, message)
 
     def _decide(
         self,

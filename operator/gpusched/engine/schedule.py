@@ -118,11 +118,14 @@ def _group_problem(group: GroupSpec, by_key: dict[str, GroupSpec]) -> str | None
 
 
 def _impossible(snapshot: Snapshot, pod: PodRequest) -> str | None:
-    """A request no node of this cluster could ever satisfy, even empty."""
+    """A request no node of this cluster could ever satisfy, even empty. An empty cluster
+    makes nothing impossible: nodes may still join."""
+    if not snapshot.nodes:
+        return None
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
         largest = int(snapshot.allocatable[:, column].max()) if column is not None else 0
-        if largest < amount and snapshot.nodes:
+        if largest < amount:
             return f"requests {amount} {name}; the largest node has {largest}"
     counts = np.diff(snapshot.gpu_offset)
     most = int(counts.max()) if counts.size else 0

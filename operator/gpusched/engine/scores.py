@@ -101,7 +101,7 @@ def node_scores(
 
 def gpu_dimensions(snapshot: Snapshot, pod: PodRequest, node: int, gpus: tuple[int, ...]) -> float:
     """The seed's GPU dimensions for the chosen GPUs: free-memory continuity (mean free-memory
-    ratio, 1 when unknown), same-``app`` affinity (share of the GPUs already running a pod with
+    ratio; 0 when unknown or stale, which is never healthy), same-``app`` affinity (share of the GPUs already running a pod with
     the pod's ``app`` label) and fewer pods (fewer pods already on those GPUs is better)."""
     if not gpus:
         return 0.0
@@ -111,7 +111,7 @@ def gpu_dimensions(snapshot: Snapshot, pod: PodRequest, node: int, gpus: tuple[i
     ratios = []
     for gid in ids:
         free, total = snapshot.gpu_mem_free[gid], snapshot.gpu_mem_total[gid]
-        ratios.append(1.0 if math.isnan(free) or math.isnan(total) or total <= 0 else free / total)
+        ratios.append(0.0 if math.isnan(free) or math.isnan(total) or total <= 0 else free / total)
     continuity = sum(ratios) / len(ratios)
     same_app = 0.0
     if pod.app is not None:

@@ -438,7 +438,8 @@ def _node_gpus_statics(
         sample = telemetry.get((info.name, gpu))
         total = info.gpu_memory_mib[gpu] if gpu < len(info.gpu_memory_mib) else None
         verdict = gpu_verdict(config, sample, total)
-        if sample is not None and sample.fb_free_mib is not None:
+        fresh = sample is not None and sample.age_seconds <= config.telemetry.max_age_seconds
+        if fresh and sample is not None and sample.fb_free_mib is not None:
             statics.gpu_mem_free[gid] = sample.fb_free_mib
         statics.gpu_mem_total[gid] = _total_memory(sample, total)
         if verdict is not None:

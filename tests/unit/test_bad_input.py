@@ -1,0 +1,288 @@
+"""Input the engine must survive: impossible requests, broken group trees, dangling references,
+and clusters with nothing in them. Bad input is reported per pod and per group (reason
+``Invalid`` when the spec itself is wrong, ``Unschedulable`` when the world may still change),
+and never stops the rest from being scheduled; nothing here may raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from gpusched.engine.groups import GroupSpec
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import ScheduleResult
+from gpusched.engine.schedule import schedule
+from gpusched.engine.snapshot import Snapshot
+from tests.builders import (
+    RACK,
+    ZONE,
+    cluster,
+    composite,
+    gang,
+    members,
+    messages,
+    node,
+    outcomes,
+    pending,
+    placements,
+    pod,
+)
+
+ALL = tuple(range(8))
+
+
+def invalid(group: GroupSpec, why: str) -> GroupSpec:
+    """``group`` as the API layer hands over an object that failed validation."""
+    return dataclasses.replace(group, invalid=why)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    snapshot: Snapshot
+    pods: Sequence[PodRequest]
+    groups: Sequence[GroupSpec] = ()
+    want_bindings: Mapping[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    want_groups: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    """group → (phase, domain path, reason)."""
+    want_pending: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """pod → (reason, message)."""
+
+
+def whole(result: ScheduleResult) -> dict[str, object]:
+    reasons = pending(result)
+    texts = messages(result)
+    return {
+        "bindings": placements(result),
+        "groups": outcomes(result),
+        "pending": {p: (reasons[p], texts[p]) for p in reasons},
+    }
+
+
+ONE_A100 = cluster(zones={"z1": {"rack-1": ["a100x8"]}})
+TWO_A100 = cluster(zones={"z1": {"rack-1": ["a100x8"] * 2}})
+CPU_ONLY = cluster(zones={"z1": {"rack-1": ["cpu"] * 2}})
+EMPTY = cluster()
+
+INVALID_SCHEDULED = ("Pending", "", "Invalid")
+SCHEDULED_R1 = ("Scheduled", "z1/rack-1", "Scheduled")
+
+
+CASES = [
+    # ----- requests no node could ever satisfy --------------------------------------------
+    Case(
+        "more GPUs than any node has is Invalid, not merely Unschedulable",
+        ONE_A100,
+        [pod("huge", gpus=9), pod("fine", gpus=1)],
+        want_bindings={"fine": ("node-a", (0,))},
+        want_pending={
+            "huge": ("Invalid", "requests 9 nvidia.com/gpu; the largest node has 8"),
+        },
+    ),
+    Case(
+        "more cpu than any node has is Invalid",
+        ONE_A100,
+        [pod("huge", cpu=300_000)],
+        want_pending={"huge": ("Invalid", "requests 300000 cpu; the largest node has 252000")},
+    ),
+    Case(
+        "an extended resource no node offers is Invalid",
+        ONE_A100,
+        [pod("fpga", extra={"example.com/fpga": 1})],
+        want_pending={
+            "fpga": ("Invalid", "requests 1 example.com/fpga; the largest node has 0"),
+        },
+    ),
+    Case(
+        "a gang member larger than any node makes only itself Invalid; its gang then waits",
+        TWO_A100,
+        [pod("train-0", gpus=8, group="train"), pod("train-1", gpus=16, group="train")],
+        [gang("train", 2, topology=RACK)],
+        want_groups={"train": ("Pending", "", "WaitingForPods")},
+        want_pending={
+            "train-0": ("WaitingForPods", "1 of 2 pods exist (minCount 2)"),
+            "train-1": ("Invalid", "requests 16 nvidia.com/gpu; the largest node has 8"),
+        },
+    ),
+    # ----- broken groups --------------------------------------------------------------------
+    Case(
+        "an invalid PodGroup keeps its pods pending as Invalid; another group is still placed",
+        TWO_A100,
+        [pod("bad-0", gpus=8, group="bad"), pod("good-0", gpus=8, group="good")],
+        [
+            invalid(gang("bad", 1), "spec.schedulingPolicy: exactly one of gang or basic"),
+            gang("good", 1, topology=RACK),
+        ],
+        want_bindings={"good-0": ("node-a", ALL)},
+        want_groups={"bad": INVALID_SCHEDULED, "good": SCHEDULED_R1},
+        want_pending={
+            "bad-0": ("Invalid", "spec.schedulingPolicy: exactly one of gang or basic"),
+        },
+    ),
+    Case(
+        "a PodGroup whose parent CompositePodGroup does not exist is Invalid",
+        TWO_A100,
+        [pod("orphan-0", gpus=8, group="orphan"), pod("good-0", gpus=8, group="good")],
+        [gang("orphan", 1, parent="ghost"), gang("good", 1, topology=RACK)],
+        want_bindings={"good-0": ("node-a", ALL)},
+        want_groups={"orphan": INVALID_SCHEDULED, "good": SCHEDULED_R1},
+        want_pending={
+            "orphan-0": (
+                "Invalid",
+                "PodGroup default/orphan: parent CompositePodGroup default/ghost not found",
+            ),
+        },
+    ),
+    Case(
+        "a parent that is a PodGroup, not a CompositePodGroup, is Invalid",
+        TWO_A100,
+        [pod("child-0", gpus=8, group="child")],
+        [gang("child", 1, parent="plain"), gang("plain", 1)],
+        want_groups={"child": INVALID_SCHEDULED, "plain": ("Pending", "", "WaitingForPods")},
+        want_pending={
+            "child-0": (
+                "Invalid",
+                "PodGroup default/child: parent default/plain is not a CompositePodGroup",
+            ),
+        },
+    ),
+    Case(
+        "CompositePodGroups that are each other's parent are Invalid, and so is all below them",
+        TWO_A100,
+        [pod("w-0", gpus=8, group="workers"), pod("good-0", gpus=8, group="good")],
+        [
+            composite("left", 1, parent="right"),
+            composite("right", 1, parent="left"),
+            gang("workers", 1, parent="left"),
+            gang("good", 1, topology=RACK),
+        ],
+        want_bindings={"good-0": ("node-a", ALL)},
+        want_groups={
+            "left": INVALID_SCHEDULED,
+            "right": INVALID_SCHEDULED,
+            "workers": INVALID_SCHEDULED,
+            "good": SCHEDULED_R1,
+        },
+        want_pending={
+            "w-0": (
+                "Invalid",
+                "PodGroup default/workers: parentCompositePodGroupName forms a cycle",
+            ),
+        },
+    ),
+    Case(
+        "a child of an invalid CompositePodGroup is Invalid too",
+        TWO_A100,
+        [pod("w-0", gpus=8, group="workers")],
+        [
+            invalid(composite("job", 1), "spec.schedulingPolicy.gang.minGroupCount: must be > 0"),
+            gang("workers", 1, parent="job"),
+        ],
+        want_groups={"job": INVALID_SCHEDULED, "workers": INVALID_SCHEDULED},
+        want_pending={
+            "w-0": ("Invalid", "PodGroup default/workers: parent default/job is invalid"),
+        },
+    ),
+    # ----- dangling pod references ----------------------------------------------------------
+    Case(
+        "a pod naming a PodGroup that does not exist (yet) waits as Unschedulable",
+        TWO_A100,
+        [pod("lost", gpus=8, group="ghost"), pod("loose", gpus=8)],
+        want_bindings={"loose": ("node-a", ALL)},
+        want_pending={"lost": ("Unschedulable", "PodGroup default/ghost not found")},
+    ),
+    Case(
+        "a pod naming a CompositePodGroup as its group is Invalid",
+        TWO_A100,
+        [pod("w-0", gpus=8, group="job"), pod("w-1", gpus=8, group="workers")],
+        [composite("job", 1, topology=ZONE), gang("workers", 1, topology=RACK, parent="job")],
+        want_bindings={"w-1": ("node-a", ALL)},
+        want_groups={
+            "job": ("Scheduled", "z1", "Scheduled"),
+            "workers": SCHEDULED_R1,
+        },
+        want_pending={
+            "w-0": ("Invalid", "default/job is a CompositePodGroup; pods belong to PodGroups"),
+        },
+    ),
+    # ----- nothing to work with -------------------------------------------------------------
+    Case("zero pods and no groups: an empty result", TWO_A100, []),
+    Case(
+        "groups without pods: a gang waits, a basic group has nothing to do",
+        TWO_A100,
+        [],
+        [gang("train", 2, topology=RACK), gang("web", 0, basic=True)],
+        want_groups={
+            "train": ("Pending", "", "WaitingForPods"),
+            "web": ("Scheduled", "", "Scheduled"),
+        },
+    ),
+    Case(
+        "an empty cluster: every kind of pod stays pending as Unschedulable, nothing raises",
+        EMPTY,
+        [
+            pod("cpu"),
+            pod("gpu", gpus=1),
+            pod("share", milli=300),
+            pod("train-0", gpus=1, group="train"),
+        ],
+        [gang("train", 1, topology=RACK)],
+        want_groups={"train": ("Unschedulable", "", "Unschedulable")},
+        want_pending={
+            "cpu": ("Unschedulable", "0/0 nodes available: no nodes"),
+            "gpu": ("Unschedulable", "0/0 nodes available: no nodes"),
+            "share": ("Unschedulable", "0/0 nodes available: no nodes"),
+            "train-0": (
+                "Unschedulable",
+                f"no placement in any domain: cluster: no node has label {RACK}",
+            ),
+        },
+    ),
+    Case(
+        "nodes without GPUs: cpu pods and groups are placed, a GPU pod is Invalid",
+        CPU_ONLY,
+        [pod("cpu"), pod("gpu", gpus=1), pod("w-0", group="workers")],
+        [composite("job", 1, topology=ZONE), gang("workers", 1, topology=RACK, parent="job")],
+        want_bindings={"cpu": ("node-a", ()), "w-0": ("node-a", ())},
+        want_groups={"job": ("Scheduled", "z1", "Scheduled"), "workers": SCHEDULED_R1},
+        want_pending={"gpu": ("Invalid", "requests 1 nvidia.com/gpu; the largest node has 0")},
+    ),
+    #        z1
+    #         |
+    #       rack-1
+    #   node-a (8 GPUs)   node-b (no GPUs; sorts last)
+    Case(
+        "a CompositePodGroup on a cluster whose last node has no GPUs",
+        cluster(zones={"z1": {"rack-1": ["a100x8", "cpu"]}}),
+        members("w", 2, gpus=1, group="workers"),
+        [composite("job", 1, topology=ZONE), gang("workers", 2, topology=RACK, parent="job")],
+        want_bindings={"w-0": ("node-a", (0,)), "w-1": ("node-a", (1,))},
+        want_groups={"job": ("Scheduled", "z1", "Scheduled"), "workers": SCHEDULED_R1},
+    ),
+    Case(
+        "a GPU pod on a cluster with a GPU-less node among GPU nodes goes to a GPU node",
+        cluster(nodes=[node("cpu-z", "cpu"), node("gpu-a", "a100x8"), node("cpu-m", "cpu")]),
+        [pod("p", gpus=2)],
+        want_bindings={"p": ("gpu-a", (0, 1))},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_input(case: Case) -> None:
+    result = schedule(case.snapshot, case.pods, case.groups)
+    want = {
+        "bindings": dict(case.want_bindings),
+        "groups": dict(case.want_groups),
+        "pending": dict(case.want_pending),
+    }
+    assert whole(result) == want
+
+
+def test_empty_cluster_with_nothing_to_do() -> None:
+    result = schedule(EMPTY, [], [])
+    assert result.to_dict() == {"bindings": [], "podGroups": [], "unschedulable": []}
