@@ -61,7 +61,8 @@ class BinpackConfig(_Strict):
 class GpuScoreConfig(_Strict):
     """The seed's three GPU dimensions, each scaled to [0, its weight] and summed.
 
-    ``memoryContinuity``: mean free-memory ratio of the chosen GPUs (telemetry; 0 when unknown or stale).
+    ``memoryContinuity``: mean free-memory ratio of the chosen GPUs (telemetry; 0 when unknown
+    or stale).
     ``appAffinity``: share of chosen GPUs already used by pods with the same ``app`` label.
     ``fewerPods``: 1 − (pods already on the chosen GPUs ÷ (4 × GPUs chosen)), floored at 0.
     """

@@ -79,9 +79,11 @@ def _with_gpus(snapshot: Snapshot, pod: PodRequest, node: int, base: float) -> N
 
 def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice | None:
     info = snapshot.nodes[node]
-    start, stop = int(snapshot.gpu_offset[node]), int(snapshot.gpu_offset[node + 1])
-    free_memory = snapshot.gpu_mem_free[start:stop]
-    memory = None if np.isnan(free_memory).all() else [float(m) for m in free_memory]
+    memory = None
+    if snapshot.has_memory_telemetry:
+        start, stop = int(snapshot.gpu_offset[node]), int(snapshot.gpu_offset[node + 1])
+        free_memory = snapshot.gpu_mem_free[start:stop]
+        memory = None if np.isnan(free_memory).all() else [float(m) for m in free_memory]
     return choose_gpus(
         info.shape,
         int(snapshot.free_mask[node]),

@@ -19,6 +19,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
 
 from gpusched.engine.domains import Domain, copies, free_gpu_milli, subdomains
 from gpusched.engine.fit import explain
@@ -26,7 +29,7 @@ from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
-from gpusched.engine.snapshot import Holding, Snapshot
+from gpusched.engine.snapshot import Holding, IntArray, Snapshot
 
 Line = Callable[[], str]
 """A report line, rendered only if the group fails: explaining a rejected domain walks its
@@ -119,7 +122,7 @@ class Planner:
             return self._order_pod_group_domains(group, domains)
         return self._order_composite_domains(group, domains)
 
-    def _needed(self, group: GroupSpec) -> int:
+    def needed(self, group: GroupSpec) -> int:
         """Pods that must be placed for a PodGroup to count as placed."""
         pods = self.pods.get(group.key, [])
         if not group.gang:
@@ -128,7 +131,7 @@ class Planner:
 
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         pods = self.pods.get(group.key, [])
-        needed = self._needed(group)
+        needed = self.needed(group)
         shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
         for pod in pods:
             shapes[pod.shape_key].append(pod)
@@ -163,14 +166,24 @@ class Planner:
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         demand = self._demand(group)
         per_node = free_gpu_milli(self.snapshot)
+        bounds = _ChildBounds(self, self.children.get(group.key, []))
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
+        lines: list[Line] = []
         for domain in domains:
+            most = bounds.at_most(domain)
+            if most < group.minimum:
+                line = (
+                    f"{domain.name}: at most {most} of {group.minimum} child groups could fit "
+                    f"({bounds.describe(domain)})"
+                )
+                lines.append(_text(line))
+                continue
             available = int(per_node[domain.mask].sum())
             enough = available >= demand
             key = (0, available, domain.name) if enough else (1, -available, domain.name)
             ranked.append((key, domain))
         ranked.sort(key=lambda item: item[0])
-        return _Candidates([d for _, d in ranked])
+        return _Candidates([d for _, d in ranked], lines)
 
     # ----- phase 2: trial in one domain ------------------------------------------------------
 
@@ -215,7 +228,7 @@ class Planner:
         snapshot = self.snapshot
         checkpoint = snapshot.checkpoint()
         pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
-        needed = self._needed(group)
+        needed = self.needed(group)
         placed, failed = 0, []
         for pod in pods:
             choice = pick_node(snapshot, pod, domain.mask)
@@ -363,3 +376,71 @@ class Planner:
             attempts=tuple(attempts or ()),
             explored=self.explored,
         )
+
+
+class _ChildKind(NamedTuple):
+    """Children with equal kinds are interchangeable for `_ChildBounds`."""
+
+    topology_key: str | None
+    needed: int
+    shapes: tuple[str, ...]
+
+
+class _ChildBounds:
+    """An upper bound on how many children of a CompositePodGroup fit in a domain at once, so
+    domains that cannot reach ``minGroupCount`` are rejected before any trial.
+
+    Per node, a child's pods fit at most ``cap`` times (the most copies of any of its pod
+    shapes). A child with topology key k fits in a sub-domain only if the sub-domain's total
+    cap reaches the pods it needs, and identical children share those sub-domains: ``n``
+    identical children fit at most ``min(n, Σ_sub ⌊cap_sub / needed⌋)`` times. Composite
+    children are not bounded (counted as fitting)."""
+
+    def __init__(self, planner: Planner, children: list[GroupSpec]) -> None:
+        self.planner = planner
+        self.kinds: dict[_ChildKind, list[GroupSpec]] = defaultdict(list)
+        self.unbounded = 0
+        for child in children:
+            pods = planner.pods.get(child.key, [])
+            if child.kind is GroupKind.COMPOSITE or not pods:
+                self.unbounded += 1
+                continue
+            shapes = tuple(sorted({repr(p.shape_key) for p in pods}))
+            kind = _ChildKind(child.topology_key, planner.needed(child), shapes)
+            self.kinds[kind].append(child)
+        self._caps: dict[_ChildKind, IntArray] = {}
+
+    def _cap(self, kind: _ChildKind, child: GroupSpec) -> IntArray:
+        cap = self._caps.get(kind)
+        if cap is None:
+            pods = self.planner.pods[child.key]
+            per_shape = {p.shape_key: p for p in pods}.values()
+            cap = np.max(np.stack([copies(self.planner.snapshot, p) for p in per_shape]), axis=0)
+            self._caps[kind] = cap
+        return cap
+
+    def _slots(self, kind: _ChildKind, child: GroupSpec, domain: Domain) -> int:
+        needed = kind.needed
+        if needed == 0:
+            return len(self.kinds[kind])
+        cap = self._cap(kind, child)
+        if child.topology_key is None:
+            return int(cap[domain.mask].sum()) // needed
+        subs = subdomains(self.planner.snapshot, domain, child.topology_key)
+        return sum(int(cap[sub.mask].sum()) // needed for sub in subs)
+
+    def at_most(self, domain: Domain) -> int:
+        total = self.unbounded
+        for kind, members in self.kinds.items():
+            total += min(len(members), self._slots(kind, members[0], domain))
+        return total
+
+    def describe(self, domain: Domain) -> str:
+        parts = []
+        for kind, members in self.kinds.items():
+            slots = self._slots(kind, members[0], domain)
+            where = f"{members[0].topology_key} domains" if members[0].topology_key else "room"
+            parts.append(
+                f"{len(members)} × {kind.needed}-pod gang: {where} for {min(slots, len(members))}"
+            )
+        return "; ".join(parts)

@@ -101,28 +101,35 @@ def node_scores(
 
 def gpu_dimensions(snapshot: Snapshot, pod: PodRequest, node: int, gpus: tuple[int, ...]) -> float:
     """The seed's GPU dimensions for the chosen GPUs: free-memory continuity (mean free-memory
-    ratio; 0 when unknown or stale, which is never healthy), same-``app`` affinity (share of the GPUs already running a pod with
-    the pod's ``app`` label) and fewer pods (fewer pods already on those GPUs is better)."""
+    ratio; 0 when unknown or stale, which is never healthy), same-``app`` affinity (share of
+    the GPUs already running a pod with the pod's ``app`` label) and fewer pods (fewer pods
+    already on those GPUs is better). Called for every candidate node, so it avoids numpy for
+    these few-element sums."""
     if not gpus:
         return 0.0
     weights = snapshot.config.scoring.gpu
     base = int(snapshot.gpu_offset[node])
     ids = [base + g for g in gpus]
-    ratios = []
-    for gid in ids:
-        free, total = snapshot.gpu_mem_free[gid], snapshot.gpu_mem_total[gid]
-        ratios.append(0.0 if math.isnan(free) or math.isnan(total) or total <= 0 else free / total)
-    continuity = sum(ratios) / len(ratios)
+    continuity = _continuity(snapshot, ids) if snapshot.has_memory_telemetry else 0.0
     same_app = 0.0
-    if pod.app is not None:
+    if pod.app is not None and snapshot.gpu_apps:
         same_app = sum(1 for gid in ids if pod.app in snapshot.gpu_apps.get(gid, {})) / len(ids)
-    pods = int(snapshot.gpu_pods[ids].sum())
+    pods = sum(int(snapshot.gpu_pods[gid]) for gid in ids)
     fewer = max(0.0, 1.0 - pods / (PODS_PER_GPU_FOR_ZERO * len(ids)))
     return (
         weights.memory_continuity * continuity
         + weights.app_affinity * same_app
         + weights.fewer_pods * fewer
     )
+
+
+def _continuity(snapshot: Snapshot, ids: list[int]) -> float:
+    total_ratio = 0.0
+    for gid in ids:
+        free, total = snapshot.gpu_mem_free[gid], snapshot.gpu_mem_total[gid]
+        if not (math.isnan(free) or math.isnan(total) or total <= 0):
+            total_ratio += free / total
+    return total_ratio / len(ids)
 
 
 def topology(choice: GpuChoice | None) -> float:

@@ -109,6 +109,8 @@ class _Statics:
         default_factory=dict
     )
     static_masks: dict[str, BoolArray] = field(default_factory=dict)
+    static_reasons: dict[str, tuple[IntArray, list[str]]] = field(default_factory=dict)
+    has_memory_telemetry: bool = False
 
 
 class Snapshot:
@@ -171,6 +173,11 @@ class Snapshot:
         return self._s.gpu_mem_total
 
     @property
+    def has_memory_telemetry(self) -> bool:
+        """Whether any GPU has fresh free-memory telemetry (lets hot paths skip the NaNs)."""
+        return self._s.has_memory_telemetry
+
+    @property
     def gpu_notes(self) -> Mapping[int, str]:
         return self._s.gpu_notes
 
@@ -181,6 +188,10 @@ class Snapshot:
     @property
     def static_masks(self) -> dict[str, BoolArray]:
         return self._s.static_masks
+
+    @property
+    def static_reasons(self) -> dict[str, tuple[IntArray, list[str]]]:
+        return self._s.static_reasons
 
     def domain_codes(self, key: str) -> tuple[IntArray, list[tuple[tuple[str, str], ...]]]:
         """Per node, a code for its domain of label ``key`` (-1: no such label), and each
@@ -419,6 +430,7 @@ def _statics(
     )
     for n, info in enumerate(infos):
         _node_gpus_statics(config, statics, n, info, telemetry)
+    statics.has_memory_telemetry = bool((~np.isnan(statics.gpu_mem_free)).any())
     return statics
 
 
