@@ -104,7 +104,7 @@ CASES = [
         [gang("train", 2, topology=RACK)],
         want_groups={"train": ("Pending", "", "WaitingForPods")},
         want_pending={
-            "train-0": ("WaitingForPods", "1 of 2 pods exist (minCount 2)"),
+            "train-0": ("WaitingForPods", "1 of 2 valid pods exist (minCount 2)"),
             "train-1": ("Invalid", "requests 16 nvidia.com/gpu; the largest node has 8"),
         },
     ),
@@ -212,13 +212,13 @@ CASES = [
     # ----- nothing to work with -------------------------------------------------------------
     Case("zero pods and no groups: an empty result", TWO_A100, []),
     Case(
-        "groups without pods: a gang waits, a basic group has nothing to do",
+        "groups without pods: a gang and a basic group both wait for pods",
         TWO_A100,
         [],
         [gang("train", 2, topology=RACK), gang("web", 0, basic=True)],
         want_groups={
             "train": ("Pending", "", "WaitingForPods"),
-            "web": ("Scheduled", "", "Scheduled"),
+            "web": ("Pending", "", "WaitingForPods"),
         },
     ),
     Case(

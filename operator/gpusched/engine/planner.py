@@ -65,7 +65,7 @@ class Planner:
         self.snapshot = snapshot
         self.groups = {g.key: g for g in groups}
         self.children: dict[str, list[GroupSpec]] = defaultdict(list)
-        for group in groups:
+        for group in sorted(groups, key=lambda g: g.key):
             if group.parent is not None:
                 self.children[group.parent].append(group)
         self.pods = pods_by_group
@@ -214,7 +214,9 @@ class Planner:
             return None
         present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
         if group.gang and present < group.minimum:
-            return f"{present} of {group.minimum} pods exist (minCount {group.minimum})"
+            return f"{present} of {group.minimum} valid pods exist (minCount {group.minimum})"
+        if not present:
+            return "no valid pods exist"
         return None
 
     def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
