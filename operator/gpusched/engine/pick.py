@@ -42,9 +42,12 @@ def pick_node(
         best = int(np.argmax(base))
         return NodeChoice(int(candidates[best]), (), float(base[best]))
     order = np.argsort(-base, kind="stable")
+    most_bonus = _most_gpu_bonus(snapshot, pod)
     best_choice: NodeChoice | None = None
     tried = 0
     for position in order:
+        if best_choice is not None and base[position] + most_bonus <= best_choice.score:
+            break  # no later node can catch up, and ties go to the earlier one
         choice = _with_gpus(snapshot, pod, int(candidates[position]), float(base[position]))
         if choice is None:
             continue
@@ -54,6 +57,19 @@ def pick_node(
         if tried >= GPU_CANDIDATES:
             break
     return best_choice
+
+
+def _most_gpu_bonus(snapshot: Snapshot, pod: PodRequest) -> float:
+    """The most the GPU-level scores can add for ``pod`` on any node: candidates whose
+    node-level score plus this cannot beat the best so far are not looked at. Whole GPUs are
+    free GPUs (no pods, no apps), so for a single whole GPU without telemetry every node gets
+    exactly this bonus and the first candidate wins at once."""
+    scoring = snapshot.config.scoring
+    weights = scoring.gpu
+    continuity = weights.memory_continuity if snapshot.has_memory_telemetry else 0.0
+    same_app = weights.app_affinity if pod.gpu_milli and pod.app is not None else 0.0
+    dimensions = continuity + same_app + weights.fewer_pods
+    return scoring.topology_weight * scores.MAX_NODE_SCORE + scoring.gpu_weight * dimensions
 
 
 def _with_gpus(snapshot: Snapshot, pod: PodRequest, node: int, base: float) -> NodeChoice | None:
