@@ -20,6 +20,7 @@ from gpusched.engine.snapshot import Snapshot
 from tests.builders import (
     RACK,
     ZONE,
+    bound,
     cluster,
     composite,
     gang,
@@ -286,3 +287,12 @@ def test_bad_input(case: Case) -> None:
 def test_empty_cluster_with_nothing_to_do() -> None:
     result = schedule(EMPTY, [], [])
     assert result.to_dict() == {"bindings": [], "podGroups": [], "unschedulable": []}
+
+
+def test_a_64_gpu_node_hands_out_its_last_gpu() -> None:
+    # Bit 63 of the free-GPU mask does not fit a signed 64-bit integer.
+    big = node("node-a", "gpu8", allocatable={"nvidia.com/gpu": "64"})
+    holders = [bound(pod(f"held-{i}", gpus=1), "node-a", [i]) for i in range(63)]
+    snapshot = cluster(nodes=[big], bound=holders)
+    result = schedule(snapshot, [pod("last", gpus=1)])
+    assert placements(result) == {"last": ("node-a", (63,))}, result.unschedulable

@@ -102,7 +102,7 @@ def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice |
         memory = None if np.isnan(free_memory).all() else [float(m) for m in free_memory]
     return choose_gpus(
         info.shape,
-        int(snapshot.free_mask[node]),
+        snapshot.free_mask[node],
         pod.gpus,
         snapshot.config.numa_policy,
         memory,

@@ -125,7 +125,9 @@ class Snapshot:
         self.used: IntArray = np.zeros_like(statics.allocatable)
         self.gpu_free: IntArray = np.full(g, WHOLE_GPU_MILLI, dtype=np.int64)
         self.gpu_pods: IntArray = np.zeros(g, dtype=np.int64)
-        self.free_mask: IntArray = np.zeros(n, dtype=np.int64)
+        self.free_mask: list[int] = [0] * n
+        """Per node, bit i set: GPU i is usable and wholly free. Python ints, because a node
+        may have up to 64 GPUs and bit 63 does not fit a signed int64."""
         self.free_whole: IntArray = np.zeros(n, dtype=np.int64)
         self.max_numa_free: IntArray = np.zeros(n, dtype=np.int64)
         self.max_share: IntArray = np.zeros(n, dtype=np.int64)
@@ -221,11 +223,11 @@ class Snapshot:
         clone = Snapshot.__new__(Snapshot)
         clone.config = self.config
         clone._s = self._s
+        clone.free_mask = list(self.free_mask)
         for name in (
             "used",
             "gpu_free",
             "gpu_pods",
-            "free_mask",
             "free_whole",
             "max_numa_free",
             "max_share",
