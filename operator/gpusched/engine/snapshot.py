@@ -347,13 +347,18 @@ def build_snapshot(
     config: SchedulerConfig | None = None,
 ) -> Snapshot:
     """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
-    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone)."""
+    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone).
+
+    ``telemetry=None`` means there is no telemetry source (``simulate`` without
+    ``--metrics``): GPUs are judged by allocation alone and nothing is reported about them. A
+    mapping, even an empty one, means a source exists: a GPU missing from it is unknown, which
+    is never healthy (usable or not as ``telemetry.stale`` says, and always reported)."""
     config = config or SchedulerConfig()
     ordered = sorted(nodes, key=lambda n: n.name)
     infos = [_node_info(node) for node in ordered]
     allocatables = [node.allocatable_resources() for node in ordered]
     columns = _columns(allocatables)
-    statics = _statics(config, infos, allocatables, columns, telemetry or {})
+    statics = _statics(config, infos, allocatables, columns, telemetry)
     snapshot = Snapshot(config, statics)
     for pod in bound:
         _add_bound(snapshot, pod)
@@ -406,7 +411,7 @@ def _statics(
     infos: list[NodeInfo],
     allocatables: list[dict[str, int]],
     columns: dict[str, int],
-    telemetry: Mapping[tuple[str, int], GpuSample],
+    telemetry: Mapping[tuple[str, int], GpuSample] | None,
 ) -> _Statics:
     allocatable = np.zeros((len(infos), len(columns)), dtype=np.int64)
     for row, resources in enumerate(allocatables):
@@ -441,7 +446,7 @@ def _node_gpus_statics(
     statics: _Statics,
     n: int,
     info: NodeInfo,
-    telemetry: Mapping[tuple[str, int], GpuSample],
+    telemetry: Mapping[tuple[str, int], GpuSample] | None,
 ) -> None:
     base = int(statics.gpu_offset[n])
     excluded = False
@@ -449,9 +454,9 @@ def _node_gpus_statics(
         gid = base + gpu
         numa = info.shape.numa[gpu]
         statics.gpu_numa[gid] = numa if numa is not None else -1
-        sample = telemetry.get((info.name, gpu))
+        sample = telemetry.get((info.name, gpu)) if telemetry is not None else None
         total = info.gpu_memory_mib[gpu] if gpu < len(info.gpu_memory_mib) else None
-        verdict = gpu_verdict(config, sample, total)
+        verdict = gpu_verdict(config, sample, total) if telemetry is not None else None
         fresh = sample is not None and sample.age_seconds <= config.telemetry.max_age_seconds
         if fresh and sample is not None and sample.fb_free_mib is not None:
             statics.gpu_mem_free[gid] = sample.fb_free_mib
