@@ -107,7 +107,12 @@ def _add(
     if kind == "Node":
         objects.nodes.append(parse_node(document))
     elif kind == "Pod":
-        objects.pods.append(parse_pod(document))
+        pod = parse_pod(document)
+        # Fields read only when scheduling (GPU share, GPU indices) are checked now, while
+        # the file and document are known for the message.
+        PodRequest.from_pod(pod)
+        pod.assigned_gpus()
+        objects.pods.append(pod)
     elif kind == "PodGroup":
         explicit.append(parse_pod_group(document))
     elif kind == "CompositePodGroup":
@@ -135,18 +140,14 @@ def run(objects: ClusterObjects, config: SchedulerConfig) -> Simulation:
     for pod in objects.pods:
         if pod.is_terminal:
             continue
-        try:
-            request = PodRequest.from_pod(pod)
-            if pod.spec.node_name:
-                bound.append(BoundPod(request, pod.spec.node_name, pod.assigned_gpus()))
-            elif pod.spec.scheduler_name == config.scheduler_name:
-                pending.append(request)
-            else:
-                ignored["Pod (other scheduler, pending)"] = (
-                    ignored.get("Pod (other scheduler, pending)", 0) + 1
-                )
-        except InvalidObjectError as err:
-            raise InputError(str(err)) from None
+        request = PodRequest.from_pod(pod)  # validated by `load`
+        if pod.spec.node_name:
+            bound.append(BoundPod(request, pod.spec.node_name, pod.assigned_gpus()))
+        elif pod.spec.scheduler_name == config.scheduler_name:
+            pending.append(request)
+        else:
+            other = "Pod (other scheduler, pending)"
+            ignored[other] = ignored.get(other, 0) + 1
     snapshot = build_snapshot(objects.nodes, bound, None, config)
     groups = [_group_spec(g) for g in objects.groups]
     return Simulation(snapshot, schedule(snapshot, pending, groups), len(pending), ignored)
