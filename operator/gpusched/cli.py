@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,13 @@ EXIT_BAD_INPUT = 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    code: int = args.handler(args, sys.stdout, sys.stderr)
+    try:
+        code: int = args.handler(args, sys.stdout, sys.stderr)
+    except BrokenPipeError:
+        # The reader went away (`gpusched simulate -o json | head`): not an error of ours.
+        # Point stdout at devnull so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     return code
 
 

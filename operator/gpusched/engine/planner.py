@@ -208,9 +208,14 @@ class Planner:
 
     def _waiting(self, group: GroupSpec) -> str | None:
         if group.kind is GroupKind.COMPOSITE:
-            have = len(self.children.get(group.key, []))
-            if have < group.minimum:
-                return f"{have} of {group.minimum} child groups exist (minGroupCount)"
+            children = self.children.get(group.key, [])
+            if len(children) < group.minimum:
+                return f"{len(children)} of {group.minimum} child groups exist (minGroupCount)"
+            ready = sum(1 for child in children if self._waiting(child) is None)
+            if ready < group.minimum:
+                return (
+                    f"{ready} of {group.minimum} child groups have their pods (minGroupCount)"
+                )
             return None
         present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
         if group.gang and present < group.minimum:
