@@ -213,9 +213,7 @@ class Planner:
                 return f"{len(children)} of {group.minimum} child groups exist (minGroupCount)"
             ready = sum(1 for child in children if self._waiting(child) is None)
             if ready < group.minimum:
-                return (
-                    f"{ready} of {group.minimum} child groups have their pods (minGroupCount)"
-                )
+                return f"{ready} of {group.minimum} child groups have their pods (minGroupCount)"
             return None
         present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
         if group.gang and present < group.minimum:
