@@ -130,8 +130,8 @@ class SchedulerConfig(_Strict):
     identified by its full path (zone-a/rack-1), so rack names need not be unique across
     zones; a topology key not listed here forms flat domains of its value alone."""
     backtracking_budget: int = Field(default=64, alias="backtrackingBudget", ge=0)
-    """How many extra domain choices a CompositePodGroup placement may try after the first
-    greedy choice fails. 0 means greedy, as upstream."""
+    """How many extra domain choices the placement of one root group (with everything under
+    it) may try beyond the first greedy ones. 0 means greedy, as upstream. Default 64."""
     max_domains_reported: int = Field(default=20, alias="maxDomainsReported", ge=1)
     """At most this many per-domain lines in a group's ``lastAttempt``."""
 

@@ -190,7 +190,8 @@ class Planner:
     def place(self, group: GroupSpec, parent: Domain) -> bool:
         """Places ``group`` somewhere inside ``parent``; records its decision. On failure the
         snapshot is as before."""
-        self.explored = 0
+        self.explored = 0  # both per root group: one gang's search never starves another's
+        self.budget = self.snapshot.config.backtracking_budget
         waiting = self._waiting(group)
         if waiting is not None:
             self._decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
