@@ -562,3 +562,35 @@ def test_greedy_failure_names_the_child_that_did_not_fit() -> None:
     result = schedule(backtracking_cluster(0), BACKTRACKING_PODS, BACKTRACKING_GROUPS)
     job = decision(result, "job")
     assert job.attempts[0].startswith("z1: 1 of 2 child groups fit (default/b-gang: "), job.attempts
+
+
+def test_each_root_group_gets_its_own_backtracking_budget() -> None:
+    # The backtracking story twice, one job per zone, with a budget of exactly one extra
+    # choice: each job needs that one choice, so a shared budget would starve the second.
+    layout = [
+        (f"node-{zone}{suffix}", kind, zone, rack)
+        for zone in ("x", "y")
+        for suffix, kind, rack in (
+            ("a", "a100x8", "r1"),
+            ("b", "h100x4", "r2"),
+            ("c", "h100x4", "r2"),
+        )
+    ]
+    snapshot = cluster(
+        nodes=[node(n, kind, labels={ZONE: z, RACK: r}) for n, kind, z, r in layout],
+        config=SchedulerConfig.model_validate({"backtrackingBudget": 1}),
+    )
+    groups, pods = [], []
+    for job in ("job1", "job2"):
+        groups += [
+            composite(job, 2, topology=ZONE),
+            gang(f"{job}-a", 2, topology=RACK, parent=job),
+            gang(f"{job}-b", 1, topology=RACK, parent=job),
+        ]
+        pods += [*members(f"{job}-a", 2, gpus=4, group=f"{job}-a")]
+        pods.append(pod(f"{job}-b-0", gpus=8, group=f"{job}-b"))
+    result = schedule(snapshot, pods, groups)
+    phases = {name: phase for name, (phase, _, _) in outcomes(result).items()}
+    assert phases == dict.fromkeys(
+        ["job1", "job1-a", "job1-b", "job2", "job2-a", "job2-b"], "Scheduled"
+    ), result.groups
