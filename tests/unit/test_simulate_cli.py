@@ -567,7 +567,16 @@ def test_several_paths_make_one_cluster(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "nodes.yaml").write_text(documents(node_yaml()))
     (tmp_path / "pods.yaml").write_text(documents(pod_yaml(requests=GPU1)))
     document = simulate_json(capsys, tmp_path / "nodes.yaml", tmp_path / "pods.yaml")
-    assert by_pod(document) == {"ml/p": {"pod": "ml/p", "node": "n1", "gpus": [0]}}
+    assert by_pod(document) == {
+        "ml/p": {
+            "pod": "ml/p",
+            "node": "n1",
+            "gpus": [0],
+            "linkTier": None,
+            "bestLinkTier": None,
+            "notes": [],
+        }
+    }
 
 
 def test_a_config_file_changes_the_scheduler_name(

@@ -36,7 +36,14 @@ class Binding:
     """Telemetry facts the decision relied on (unknown or stale GPUs it used)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pod": self.pod, "node": self.node, "gpus": list(self.gpus)}
+        return {
+            "pod": self.pod,
+            "node": self.node,
+            "gpus": list(self.gpus),
+            "linkTier": self.link_tier,
+            "bestLinkTier": self.best_tier,
+            "notes": list(self.notes),
+        }
 
 
 @dataclass(frozen=True, slots=True)
