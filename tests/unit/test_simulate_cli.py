@@ -143,6 +143,7 @@ def test_sample_story_finetune_gets_four_nvlink_gpus_beside_the_bound_pods(
     assert len(gpus) == 4
     links = json.loads(nodes[finetune["node"]]["metadata"]["annotations"][TOPOLOGY])["links"]
     assert all(links[i][j].startswith("NV") for i in gpus for j in gpus if i != j), gpus
+    assert (finetune["linkTier"], finetune["bestLinkTier"]) == ("NVLINK", "NVLINK"), finetune
     running = {
         p["spec"]["nodeName"]: p["metadata"].get("annotations", {}).get("gpusched.io/gpus")
         for p in sample_objects("Pod")
