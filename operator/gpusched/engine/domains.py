@@ -72,8 +72,11 @@ def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
         count = np.minimum(count, np.maximum(free, 0) // amount)
     if pod.gpus:
         single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
-        free_gpus = snapshot.max_numa_free if single else snapshot.free_whole
-        count = np.minimum(count, free_gpus // pod.gpus)
+        if single:  # each copy inside one NUMA node: sum the copies each NUMA node holds
+            fitting = (snapshot.numa_free // pod.gpus).sum(axis=1)
+        else:
+            fitting = snapshot.free_whole // pod.gpus
+        count = np.minimum(count, fitting)
     elif pod.gpu_milli:
         count = np.minimum(count, _share_copies(snapshot, pod.gpu_milli))
     return count

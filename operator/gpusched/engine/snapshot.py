@@ -99,7 +99,10 @@ class _Statics:
     allocatable: IntArray
     gpu_offset: IntArray
     gpu_usable: BoolArray
-    gpu_numa: IntArray
+    gpu_slot: IntArray
+    """Per GPU, its NUMA slot within its node: GPUs of one known NUMA node share a slot; a GPU
+    of unknown NUMA node has a slot of its own (single-numa-node cannot vouch for it)."""
+    numa_slots: int
     gpu_mem_free: FloatArray
     gpu_mem_total: FloatArray
     gpu_notes: dict[int, str]
@@ -129,6 +132,8 @@ class Snapshot:
         """Per node, bit i set: GPU i is usable and wholly free. Python ints, because a node
         may have up to 64 GPUs and bit 63 does not fit a signed int64."""
         self.free_whole: IntArray = np.zeros(n, dtype=np.int64)
+        self.numa_free: IntArray = np.zeros((n, statics.numa_slots), dtype=np.int64)
+        """Per node and NUMA slot, the usable wholly free GPUs."""
         self.max_numa_free: IntArray = np.zeros(n, dtype=np.int64)
         self.max_share: IntArray = np.zeros(n, dtype=np.int64)
         self.gpu_allocated: IntArray = np.zeros(n, dtype=np.int64)
@@ -229,6 +234,7 @@ class Snapshot:
             "gpu_free",
             "gpu_pods",
             "free_whole",
+            "numa_free",
             "max_numa_free",
             "max_share",
             "gpu_allocated",
@@ -321,12 +327,10 @@ class Snapshot:
         self.free_whole[node] = int(whole.sum())
         self.max_share[node] = int(free[usable].max()) if usable.any() else 0
         self.gpu_allocated[node] = int(WHOLE_GPU_MILLI * (stop - start) - free.sum())
-        numa = self._s.gpu_numa[start:stop]
-        if whole.any():
-            _, counts = np.unique(numa[whole], return_counts=True)
-            self.max_numa_free[node] = int(counts.max())
-        else:
-            self.max_numa_free[node] = 0
+        slots = self._s.gpu_slot[start:stop]
+        counts = np.bincount(slots[whole], minlength=self._s.numa_slots)
+        self.numa_free[node] = counts
+        self.max_numa_free[node] = int(counts.max()) if counts.size else 0
 
 
 def _path(
@@ -429,7 +433,8 @@ def _statics(
         allocatable=allocatable,
         gpu_offset=offset,
         gpu_usable=np.ones(total, dtype=np.bool_),
-        gpu_numa=np.full(total, -1, dtype=np.int64),
+        gpu_slot=_numa_slots(infos, total),
+        numa_slots=max((len(_slot_ids(info)) for info in infos), default=0),
         gpu_mem_free=np.full(total, math.nan),
         gpu_mem_total=np.full(total, math.nan),
         gpu_notes={},
@@ -439,6 +444,31 @@ def _statics(
         _node_gpus_statics(config, statics, n, info, telemetry)
     statics.has_memory_telemetry = bool((~np.isnan(statics.gpu_mem_free)).any())
     return statics
+
+
+def _slot_ids(info: NodeInfo) -> list[int]:
+    """Per GPU of the node, its NUMA slot (see `_Statics.gpu_slot`): known NUMA nodes first,
+    in id order, then one slot per GPU of unknown NUMA node."""
+    known = sorted({numa for numa in info.shape.numa if numa is not None})
+    slot_of = {numa: slot for slot, numa in enumerate(known)}
+    next_slot = len(known)
+    ids = []
+    for numa in info.shape.numa:
+        if numa is None:
+            ids.append(next_slot)
+            next_slot += 1
+        else:
+            ids.append(slot_of[numa])
+    return ids
+
+
+def _numa_slots(infos: Sequence[NodeInfo], total: int) -> IntArray:
+    slots = np.zeros(total, dtype=np.int64)
+    start = 0
+    for info in infos:
+        slots[start : start + info.gpu_count] = _slot_ids(info)
+        start += info.gpu_count
+    return slots
 
 
 def _node_gpus_statics(
@@ -452,8 +482,6 @@ def _node_gpus_statics(
     excluded = False
     for gpu in range(info.gpu_count):
         gid = base + gpu
-        numa = info.shape.numa[gpu]
-        statics.gpu_numa[gid] = numa if numa is not None else -1
         sample = telemetry.get((info.name, gpu)) if telemetry is not None else None
         total = info.gpu_memory_mib[gpu] if gpu < len(info.gpu_memory_mib) else None
         verdict = gpu_verdict(config, sample, total) if telemetry is not None else None
