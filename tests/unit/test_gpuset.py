@@ -8,8 +8,9 @@ Coverage (topology × request × telemetry):
 
 | topology              | 1 GPU       | 2-4 GPUs               | NUMA policies | free memory |
 |-----------------------|-------------|------------------------|---------------|-------------|
-| DGX-1 cube-mesh       |             | NV2 > NV1, quads       | best-effort   | tie / loses |
+| DGX-1 cube-mesh       | keeps quad  | NV2 > NV1, quads       | best-effort   | tie / loses |
 | DGX A100 (NV12)       | keeps NUMA  | spans, refusals        | all three     | tie, NaN    |
+| HGX A100 (NV12)       | broken pair |                        | best-effort   |             |
 | partial NV mesh       |             | SYS unavoidable        | best-effort   |             |
 | PCIe (PIX/PHB/NODE)   |             | tiers ordered          | none          |             |
 | PCIe all-SYS          |             | lowest indices         | best-effort   |             |
@@ -111,8 +112,12 @@ DGX1 = shape(
     """,
     numa=[0, 0, 0, 0, 1, 1, 1, 1],
 )
+# The same capture as the topology-matrix tests see it: it has no NUMA column.
+DGX1_NO_NUMA = NodeShape(8, DGX1.tiers, DGX1.nvlinks, (None,) * 8)
 # dgx-a100-8gpu-10nic.topo.txt: all NV12, two GPUs per NUMA node.
 DGX_A100 = boards(1, 8, "NV12", "SYS", numa=[3, 3, 1, 1, 7, 7, 5, 5])
+# hgx-a100-8gpu-3nic-4numa.topo.txt: all NV12 (NVSwitch), NUMA pairs 0-1, 2-3, 4-5, 6-7.
+HGX_A100 = boards(1, 8, "NV12", "SYS", numa=[0, 0, 1, 1, 2, 2, 3, 3])
 # delos-4gpu-partialmesh-nv2-nv1-sys.topo.txt
 PARTIAL_MESH = shape(
     """
@@ -199,6 +204,12 @@ CASES = [
         Case(DGX1, 4, (4, 5, 6, 7), free=all_but(DGX1, 1)),
         id="4 GPUs on a cube-mesh take the intact quad when the other has a busy GPU",
     ),
+    # Every single GPU leaves the other 6 NVLink-connected, but only 4, 6 and 7 (quad 4-7, broken
+    # by GPU 5) leave quad 0-3 whole, the last all-NVLink set of 4; 4 is the lowest of them.
+    pytest.param(
+        Case(DGX1_NO_NUMA, 1, (4,), want_numa=0, free=all_but(DGX1, 5)),
+        id="a single GPU on a cube-mesh comes from the broken quad, keeping the other whole",
+    ),
     pytest.param(
         Case(DGX1, 5, (0, 1, 2, 3, 4), want_worst=SYS, want_numa=2),
         id="5 GPUs on a cube-mesh cannot avoid SYS and take a quad plus its cross link",
@@ -230,6 +241,12 @@ CASES = [
     pytest.param(
         Case(DGX_A100, 1, (2,), free=gpus(0, 1, 2)),
         id="a single GPU on DGX A100 leaves a NUMA node's pair whole",
+    ),
+    # Free: 0 1 | 3 | 5 | 6 7. Taking 3 or 5 (alone in their NUMA node) leaves pairs 0-1 and
+    # 6-7 whole (2² + 1 + 2² = 9); taking 0, 1, 6 or 7 breaks one (1 + 1 + 1 + 2² = 7).
+    pytest.param(
+        Case(HGX_A100, 1, (3,), free=all_but(HGX_A100, 2, 4)),
+        id="a single GPU on HGX A100 comes from a broken NUMA pair, keeping whole pairs whole",
     ),
     pytest.param(
         Case(PARTIAL_MESH, 3, (0, 1, 2), want_worst=SYS, want_numa=2),
@@ -426,8 +443,9 @@ def _rank_key(
     return (
         _span(node, chosen) if policy == BEST_EFFORT else 0,
         _slow_pairs(node, chosen),
+        -_largest_nvlink_clique(node, left),
         -_largest_nvlink_block(node, left),
-        -_fullest_numa(node, left) if policy != NONE else 0,
+        -_numa_concentration(node, left) if policy != NONE else 0,
         -sum(memory[i] for i in chosen) if memory is not None else 0,
         chosen,
     )
@@ -446,6 +464,16 @@ def _slow_pairs(node: NodeShape, chosen: Sequence[int]) -> tuple[int, ...]:
     return (*counts, -sum(min(n, NVLINK_CAP) for _, n in pairs))
 
 
+def _largest_nvlink_clique(node: NodeShape, left: Sequence[int]) -> int:
+    """Size of the largest subset of `left` whose every pair is NVLink: the largest size for
+    which some combination qualifies (every set of at most one GPU does)."""
+    for size in range(len(left), 1, -1):
+        for subset in itertools.combinations(left, size):
+            if all(node.tiers[a][b] == NV for a, b in itertools.combinations(subset, 2)):
+                return size
+    return min(len(left), 1)
+
+
 def _largest_nvlink_block(node: NodeShape, left: Sequence[int]) -> int:
     unseen, best = set(left), 0
     while unseen:
@@ -460,9 +488,10 @@ def _largest_nvlink_block(node: NodeShape, left: Sequence[int]) -> int:
     return best
 
 
-def _fullest_numa(node: NodeShape, left: Sequence[int]) -> int:
+def _numa_concentration(node: NodeShape, left: Sequence[int]) -> int:
+    """Σ over NUMA nodes of (GPUs left in it)², each GPU of unknown NUMA node on its own."""
     groups = [node.numa[i] if node.numa[i] is not None else ("?", i) for i in left]
-    return max((groups.count(g) for g in groups), default=0)
+    return sum(groups.count(g) ** 2 for g in set(groups))
 
 
 def _numa_nodes(node: NodeShape, chosen: Sequence[int]) -> int:

@@ -7,7 +7,8 @@ running the engine:
 
 1. NUMA (``best-effort``: fewest NUMA nodes; ``single-numa-node``: one or nothing),
 2. fewest slow links, then more bonded NVLinks,
-3. what is left: the largest free NVLink block, then the fullest NUMA node,
+3. what is left: the largest free all-NVLink set, then the largest free NVLink block, then NUMA
+   concentration (Σ of free GPUs² per NUMA node: take from a broken node, keep whole ones whole),
 4. most free memory from fresh telemetry (stale or missing counts as none),
 5. lowest indices.
 
@@ -181,6 +182,15 @@ HGX_STORIES = [
         gpus=1,
         busy=(3, 5, 7),
         want=Bound((2,)),
+    ),
+    # Free: 0 1 | 3 | 5 | 6 7. Taking 3 or 5, each the last free GPU of its NUMA node, keeps both
+    # whole pairs (Σ free² per NUMA node 4 + 1 + 4 = 9); taking 0, 1, 6 or 7 breaks one (7). 3 is
+    # the lower.
+    *both(
+        "GPUs 2, 4 busy: a single GPU comes from a broken pair, 3, keeping pairs 0-1 and 6-7 whole",
+        gpus=1,
+        busy=(2, 4),
+        want=Bound((3,)),
     ),
     # 6-7 is the only NUMA node with both GPUs free.
     *both(

@@ -6,8 +6,16 @@ Ranking of candidate sets, lexicographic (first difference decides):
    nodes spanned. ``none``: NUMA is not looked at.
 2. Fewest slow links, as one integer, `link_cost` (encoding below): fewer pairs at the worst
    tier beats anything, then the next tier, ..., then more bonded NVLinks.
-3. What is left for later pods: the largest NVLink-connected block of the GPUs still free, then
-   (unless the policy is ``none``) the most GPUs still free in one NUMA node.
+3. What is left for later pods, among the GPUs still free:
+
+   a. the largest all-NVLink set (every pair of it NVLink: what a later multi-GPU pod would get
+      without a slow link; on a DGX-1 cube-mesh, a quad; on NVSwitch, everything);
+   b. then the largest NVLink-connected block (members linked through other members);
+   c. then, unless the policy is ``none``, NUMA concentration: Σ over NUMA nodes of (GPUs still
+      free in it)². Taking a GPU from a node with n free lowers the sum by 2n − 1, so this
+      prefers taking from a NUMA node that is already broken and keeps whole ones whole.
+
+   All three are combined into one integer, `_leftover_key` (encoding there).
 4. Most free memory summed over the set, when telemetry gives it.
 5. Lowest indices (lexicographically smallest sorted tuple).
 
@@ -18,14 +26,18 @@ How it runs, per node shape (every node with the same topology shares one, inter
 
 - Tables (once per shape, up to 16 GPUs): for all 2^k subsets, built with numpy by doubling
   (the subsets that contain GPU i are those without it, plus GPU i): link cost, worst tier, NUMA
-  span, largest NVLink block and fullest NUMA node. Subsets are kept grouped by size, each group
-  in lexicographic order of its index tuple, so "first" always means "lowest indices".
+  span, largest NVLink block and NUMA concentration; the largest all-NVLink set from the worst
+  tier, by a maximum over submasks (k vectorised passes). Subsets are kept grouped by size, each
+  group in lexicographic order of its index tuple, so "first" always means "lowest indices".
 - Ties (once per shape, free mask, count and policy; memoised): keep the subsets of the free GPUs
   with the right size, then filter by steps 1-3. What remains is a handful of equally good sets.
 - Choice (every call): step 4 over the tied sets, step 5 by taking the first.
 
 Nodes with more than 16 GPUs get a greedy instead of tables (see `_grown_sets`); exactness is
-promised up to 16 GPUs only. Single-GPU requests are exact on every node.
+promised up to 16 GPUs only. Single-GPU requests are exact on every node, up to the largest
+all-NVLink set left, which there comes from a bounded search (`_largest_clique`): exact unless
+its step budget runs out, a lower bound then (never on the nodes built today: NVSwitch boards
+and cube-meshes take a few steps).
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ from gpusched.api.topology import GpuTopology, LinkTier
 
 IntArray = npt.NDArray[np.int64]
 SmallArray = npt.NDArray[np.int8]
+MidArray = npt.NDArray[np.int16]
 
 EXACT_MAX_GPUS = 16
 """Nodes with at most this many GPUs get the exact answer; 2^16 subsets are about 1.3 MB."""
@@ -64,7 +77,8 @@ SLOW_TIERS = (
 """The digits of `link_cost`, least significant first."""
 
 _DIGIT = {tier: rank for rank, tier in enumerate(SLOW_TIERS)}
-_LEFTOVER_NUMA_WEIGHT = 1 << 16  # above any count of GPUs in one NUMA node
+_CLIQUE_BUDGET = 1 << 14
+"""Search steps `_largest_clique` may take per leftover on nodes past `EXACT_MAX_GPUS`."""
 _MEMORY_TOLERANCE = 1e-9  # relative; float rounding of a sum must never pick the winner
 
 
@@ -288,10 +302,21 @@ def _minima(values: npt.NDArray[Any], keep: npt.NDArray[np.intp]) -> npt.NDArray
     return keep[best]
 
 
-def _leftover_key(policy: NumaPolicy, nv_block: IntArray, numa_max: IntArray) -> IntArray:
+def _leftover_key(
+    policy: NumaPolicy, gpu_count: int, clique: IntArray, block: IntArray, concentration: IntArray
+) -> IntArray:
+    """Step 3 as one integer per candidate, larger is better. With k GPUs on the node::
+
+        key = (clique·(k+1) + block)·(k²+1) + concentration      (policy none: clique·(k+1) + block)
+
+    Every measure is below its base: clique ≤ block ≤ k, and concentration = Σ n² ≤ (Σ n)² ≤ k².
+    So comparing keys compares (clique, block, concentration) lexicographically. The largest
+    key is below (k+1)²·(k²+1): 74 273 for 16 GPUs, about 2^24 for 64; int64 holds it for any
+    k below 2^15."""
+    key = clique * (gpu_count + 1) + block
     if policy == NumaPolicy.NONE:
-        return nv_block
-    return nv_block * _LEFTOVER_NUMA_WEIGHT + numa_max
+        return key
+    return key * (gpu_count * gpu_count + 1) + concentration
 
 
 def _make_ties(
@@ -329,10 +354,12 @@ class _Tables(NamedTuple):
     """NUMA nodes spanned, each GPU of unknown NUMA node counted as one more."""
     numa_nodes: SmallArray
     """``span``, or 0 when a member's NUMA node is unknown (what `GpuChoice` reports)."""
+    clique: SmallArray
+    """GPUs in the largest all-NVLink subset (every pair NVLink); 1 for one GPU, 0 for none."""
     nv_block: SmallArray
     """GPUs in the largest NVLink-connected block."""
-    numa_max: SmallArray
-    """Most members in one NUMA node."""
+    concentration: MidArray
+    """Σ over NUMA groups (`_numa_groups`) of (members in it)²."""
     by_count: tuple[IntArray, ...]
     """Masks of each size, in lexicographic order of their index tuples."""
     best_possible: tuple[LinkTier, ...]
@@ -345,7 +372,11 @@ def _exact_ties(shape: NodeShape, free_mask: int, count: int, policy: NumaPolicy
     sets = sets[(sets & ~free_mask) == 0]
     left = free_mask & ~sets
     leftover = _leftover_key(
-        policy, tables.nv_block[left].astype(np.int64), tables.numa_max[left].astype(np.int64)
+        policy,
+        shape.gpu_count,
+        tables.clique[left].astype(np.int64),
+        tables.nv_block[left].astype(np.int64),
+        tables.concentration[left].astype(np.int64),
     )
     keep = _rank(policy, tables.span[sets].astype(np.int64), tables.link_cost[sets], leftover)
     if keep is None:
@@ -382,8 +413,9 @@ def _tables(shape: NodeShape) -> _Tables:
         worst_tier=worst,
         span=span.astype(np.int8),
         numa_nodes=np.where(subsets & unknown, 0, span).astype(np.int8),
+        clique=_largest_clique_table(k, size, worst),
         nv_block=_largest_block_table(k, subsets, _nvlink_neighbours(shape)),
-        numa_max=_fullest_numa_table(subsets, numa_bits),
+        concentration=_concentration_table(subsets, numa_bits),
         by_count=by_count,
         best_possible=tuple(LinkTier(int(worst[sets].min())) for sets in by_count),
     )
@@ -503,12 +535,27 @@ def _largest_block_table(k: int, subsets: IntArray, neighbours: list[int]) -> Sm
         best = wider
 
 
-def _fullest_numa_table(subsets: IntArray, numa_bits: list[int]) -> SmallArray:
-    best = np.zeros(len(subsets), dtype=np.int8)
-    for group in set(numa_bits):
+def _largest_clique_table(k: int, size: IntArray, worst: SmallArray) -> SmallArray:
+    """Size of the largest all-NVLink subset of every subset. A subset whose worst tier is
+    NVLink is its own answer (so are the empty set and single GPUs); then a maximum over
+    submasks, one GPU at a time: after pass i, every mask holds the best over the submasks that
+    differ from it in GPUs 0..i only. Pass i pairs each mask holding GPU i with the same mask
+    without it, which a reshape to (-1, 2, 2^i) lines up as [:, 1] against [:, 0]."""
+    clique = np.where(worst == int(LinkTier.NVLINK), size, 0).astype(np.int8)
+    for i in range(k):
+        pairs = clique.reshape(-1, 2, 1 << i)  # a view: writes land in `clique`
+        np.maximum(pairs[:, 1], pairs[:, 0], out=pairs[:, 1])
+    return clique
+
+
+def _concentration_table(subsets: IntArray, numa_bits: list[int]) -> MidArray:
+    """Σ over NUMA groups of (members in it)²; at most 16² = 256 up to 16 GPUs."""
+    total = np.zeros(len(subsets), dtype=np.int16)
+    for group in sorted(set(numa_bits)):
         gpus = sum(1 << i for i, bit in enumerate(numa_bits) if bit == group)
-        best = np.maximum(best, np.bitwise_count(subsets & gpus).astype(np.int8))
-    return best
+        members = np.bitwise_count(subsets & gpus).astype(np.int16)
+        total += members * members
+    return total
 
 
 def _lexicographic_by_size(k: int, subsets: IntArray, size: IntArray) -> tuple[IntArray, ...]:
@@ -585,7 +632,12 @@ def _greedy_ties(shape: NodeShape, free_mask: int, count: int, policy: NumaPolic
     gpu_lists = [_bits(s) for s in sets]
     span = np.array([len({graph.groups[i] for i in gpus}) for gpus in gpu_lists], dtype=np.int64)
     costs = np.array([link_cost(shape, gpus) for gpus in gpu_lists], dtype=object)
-    leftover = np.array([_leftover(graph, free_mask & ~s, policy) for s in sets], dtype=np.int64)
+    measures = np.array(
+        [_leftover_measures(graph, free_mask & ~s, policy) for s in sets], dtype=np.int64
+    ).reshape(len(sets), 3)
+    leftover = _leftover_key(
+        policy, shape.gpu_count, measures[:, 0], measures[:, 1], measures[:, 2]
+    )
     keep = _rank(policy, span, costs, leftover)
     if keep is None:
         return None
@@ -636,12 +688,56 @@ def _grow(graph: _Graph, pool: IntArray, seed: int, count: int, policy: NumaPoli
     return chosen
 
 
-def _leftover(graph: _Graph, left: int, policy: NumaPolicy) -> int:
+def _leftover_measures(graph: _Graph, left: int, policy: NumaPolicy) -> tuple[int, int, int]:
+    """Step 3's (clique, block, concentration) of the GPUs left free, as in `_Tables`."""
+    clique = _largest_clique(graph.neighbours, left)
     block = _largest_block(graph.neighbours, left)
     if policy == NumaPolicy.NONE:
-        return block
+        return clique, block, 0
     per_numa = Counter(graph.groups[i] for i in _bits(left))
-    return block * _LEFTOVER_NUMA_WEIGHT + max(per_numa.values(), default=0)
+    return clique, block, sum(n * n for n in per_numa.values())
+
+
+def _largest_clique(neighbours: Sequence[int], mask: int) -> int:
+    """Size of the largest all-NVLink subset of `mask`. A greedy clique from every GPU first
+    (`_greedy_clique`), then a branch-and-bound search that can only improve on it: each branch
+    adds a GPU and keeps the candidates linked to all members so far (higher indices only, so
+    each set is met once), and is cut when members plus candidates cannot beat the best. Exact
+    unless `_CLIQUE_BUDGET` branches run out; then the best found so far, a lower bound (and at
+    least the greedy's). Deterministic either way: the budget counts steps, not time."""
+    best = _greedy_clique(neighbours, mask)
+    stack = [(0, mask)]
+    for _ in range(_CLIQUE_BUDGET):
+        if not stack:
+            break
+        size, candidates = stack.pop()
+        if size + candidates.bit_count() <= best:
+            continue
+        if not candidates:
+            best = size
+            continue
+        for i in _bits(candidates):
+            later = candidates & ~((2 << i) - 1)
+            stack.append((size + 1, later & neighbours[i]))
+    return best
+
+
+def _greedy_clique(neighbours: Sequence[int], mask: int) -> int:
+    """Largest of the cliques grown from each GPU of `mask`: repeatedly add the candidate with
+    the most neighbours among the other candidates (lowest index on ties). A GPU whose
+    neighbours cannot beat the best so far is skipped."""
+    best = 0
+    for seed in _bits(mask):
+        candidates = neighbours[seed] & mask
+        if candidates.bit_count() + 1 <= best:
+            continue
+        size = 1
+        while candidates:
+            pick = max(_bits(candidates), key=lambda j: (neighbours[j] & candidates).bit_count())
+            candidates &= neighbours[pick]
+            size += 1
+        best = max(best, size)
+    return best
 
 
 def _largest_block(neighbours: Sequence[int], mask: int) -> int:
