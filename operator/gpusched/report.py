@@ -44,7 +44,7 @@ def render_table(simulation: Simulation) -> str:
                 g.name,
                 g.kind,
                 g.phase.value,
-                ",".join(f"{k}={v}" for k, v in g.placement.items()) or "-",
+                "/".join(g.placement.values()) or "-",
                 g.reason.value,
             ]
             for g in result.groups
@@ -56,7 +56,17 @@ def render_table(simulation: Simulation) -> str:
                 lines += [f"    - {attempt}" for attempt in group.attempts]
         lines.append("")
     if result.unschedulable:
-        rows = [[u.pod, u.reason.value, u.message] for u in result.unschedulable]
+        # A pod of a group shown above carries the group's message; say so instead of
+        # repeating it for every pod of a large gang.
+        shown = {g.message: g.name for g in result.groups if g.phase.value != "Scheduled"}
+        rows = [
+            [
+                u.pod,
+                u.reason.value,
+                f"see {shown[u.message]} above" if u.message in shown else u.message,
+            ]
+            for u in result.unschedulable
+        ]
         lines += ["UNSCHEDULABLE", *_table(["POD", "REASON", "MESSAGE"], rows), ""]
     for kind, count in sorted(simulation.ignored.items()):
         lines.append(f"(ignored {count} × {kind})")

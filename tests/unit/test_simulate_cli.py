@@ -194,12 +194,13 @@ def test_table_output_states_the_key_facts(capsys: pytest.CaptureFixture[str]) -
         "NVLINK",
         "POD GROUPS",
         "ml/train-zone",
-        f"{ZONE}=zone-a",
+        "zone-a/rack-1",
         "ml/pretrain",
         "Unschedulable",
         "zone-b/rack-2",
         "UNSCHEDULABLE",
         "ml/pretrain-3",
+        "see ml/pretrain above",
     ):
         assert fact in out, f"{fact!r} missing from:\n{out}"
 
