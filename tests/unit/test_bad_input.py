@@ -296,3 +296,12 @@ def test_a_64_gpu_node_hands_out_its_last_gpu() -> None:
     snapshot = cluster(nodes=[big], bound=holders)
     result = schedule(snapshot, [pod("last", gpus=1)])
     assert placements(result) == {"last": ("node-a", (63,))}, result.unschedulable
+
+
+def test_a_pod_listed_twice_or_already_bound_is_never_placed_twice() -> None:
+    held = pod("held", gpus=8)
+    snapshot = cluster(nodes=[node("node-a"), node("node-b")], bound=[bound(held, "node-a")])
+    twice = pod("twice", gpus=8)
+    result = schedule(snapshot, [twice, twice, held])
+    assert placements(result) == {"twice": ("node-b", ALL)}, result.to_dict()
+    assert result.unschedulable == [], result.unschedulable

@@ -84,7 +84,13 @@ def _screen(
             )
     valid = [g for g in groups if g.key not in invalid]
     keep = []
+    seen: set[str] = set()
     for pod in pods:
+        # A pod listed twice, or pending while the snapshot already holds it (a watch that
+        # lags a bind), must never be placed twice: the first listing or the holding wins.
+        if pod.key in seen or pod.key in snapshot.holdings:
+            continue
+        seen.add(pod.key)
         group_key = f"{pod.namespace}/{pod.group}" if pod.group else None
         problem = invalid.get(group_key or "") or _impossible(snapshot, pod)
         if problem is None:
