@@ -305,3 +305,11 @@ def test_a_pod_listed_twice_or_already_bound_is_never_placed_twice() -> None:
     result = schedule(snapshot, [twice, twice, held])
     assert placements(result) == {"twice": ("node-b", ALL)}, result.to_dict()
     assert result.unschedulable == [], result.unschedulable
+
+
+def test_assuming_a_held_pod_again_raises_instead_of_counting_it_twice() -> None:
+    snapshot = cluster(nodes=[node("node-a")])
+    snapshot.assume(pod("p", gpus=1), 0, [0])
+    with pytest.raises(ValueError, match="default/p is already placed on node-a"):
+        snapshot.assume(pod("p", gpus=1), 0, [1])
+    assert int(snapshot.free_whole[0]) == 7, "the failed assume changed the snapshot"

@@ -263,7 +263,13 @@ class Snapshot:
         return list(self._journal[checkpoint:])
 
     def assume(self, pod: PodRequest, node: int, gpus: Sequence[int]) -> Holding:
-        """Places ``pod`` on ``node`` holding node-local ``gpus``; journaled."""
+        """Places ``pod`` on ``node`` holding node-local ``gpus``; journaled. A pod is held
+        at most once: assuming it again is a caller's bug and raises ``ValueError`` rather
+        than count its resources twice."""
+        if pod.key in self.holdings:
+            raise ValueError(
+                f"{pod.key} is already placed on {self.nodes[self.holdings[pod.key].node].name}"
+            )
         vector = tuple(
             (self.columns[name], amount)
             for name, amount in pod.resources.items()
