@@ -28,7 +28,6 @@ os.environ["MKL_NUM_THREADS"] = "1"
 
 import argparse
 import cProfile
-import csv
 import io
 import json
 import platform
@@ -54,12 +53,12 @@ from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot, build_snapshot
+from gpusched.openb import PRODUCT_LABEL, load_nodes, load_pods
 
 HERE = Path(__file__).resolve().parent
 OPENB = HERE / "data" / "openb"
 RESULTS = HERE / "results" / "engine.json"
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 ZONE = "topology.kubernetes.io/zone"
 RACK = "topology.example.com/rack"
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -240,51 +239,13 @@ def machine_facts(pinning: str) -> dict[str, Any]:
 
 
 def openb_nodes() -> list[Node]:
-    """The 1,213 openb GPU nodes. No topology annotation: the trace has none, so multi-GPU
-    pods get the engine's "topology unknown" GPU choice."""
-    nodes = []
-    with (OPENB / "openb_node_list_gpu_node.csv").open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            raw = {
-                "kind": "Node",
-                "metadata": {"name": row["sn"], "labels": {PRODUCT_LABEL: row["model"]}},
-                "status": {
-                    "allocatable": {
-                        "cpu": f"{row['cpu_milli']}m",
-                        "memory": f"{row['memory_mib']}Mi",
-                        "pods": "110",
-                        "nvidia.com/gpu": row["gpu"],
-                    },
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                },
-            }
-            nodes.append(parse_node(raw))
-    return nodes
+    """The 1,213 openb GPU nodes (see `gpusched.openb.load_nodes`)."""
+    return load_nodes(OPENB / "openb_node_list_gpu_node.csv")
 
 
 def openb_pods() -> list[PodRequest]:
-    """Every pod of openb_pod_list_default.csv in file order (= name order). ``gpu_spec`` is
-    ignored (it is empty for every pod of the default trace)."""
-    pods = []
-    with (OPENB / "openb_pod_list_default.csv").open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            count, milli = int(row["num_gpu"]), int(row["gpu_milli"])
-            resources = {
-                "cpu": int(row["cpu_milli"]),
-                "memory": int(row["memory_mib"]) * 2**20,
-                "pods": 1,
-            }
-            share = count == 1 and 0 < milli < WHOLE_GPU_MILLI
-            pods.append(
-                PodRequest(
-                    key=f"openb/{row['name']}",
-                    resources={k: v for k, v in resources.items() if v},
-                    gpus=0 if share else count,
-                    gpu_milli=milli if share else 0,
-                    created=float(row["creation_time"] or 0),
-                )
-            )
-    return pods
+    """Every pod of openb_pod_list_default.csv in file order (see `gpusched.openb.load_pods`)."""
+    return load_pods(OPENB / "openb_pod_list_default.csv")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,17 +4,15 @@ for the default trace's target workload of 35 task types."""
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gpusched.api.k8s import parse_node
 from gpusched.engine.fragmentation import TaskType, fragmentation, free_matrix, target_workload
-from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import build_snapshot
+from gpusched.openb import load_nodes, load_pods
 from tests.builders import pod
 
 OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"
@@ -92,47 +90,10 @@ def test_target_workload_takes_the_most_frequent_types_covering_95_percent() -> 
     ), tasks
 
 
-def _openb_nodes() -> list[dict[str, object]]:
-    with (OPENB / "openb_node_list_gpu_node.csv").open() as rows:
-        return [
-            {
-                "kind": "Node",
-                "metadata": {"name": row["sn"], "labels": {"nvidia.com/gpu.product": row["model"]}},
-                "status": {
-                    "allocatable": {
-                        "cpu": f"{row['cpu_milli']}m",
-                        "memory": f"{row['memory_mib']}Mi",
-                        "pods": "110",
-                        "nvidia.com/gpu": row["gpu"],
-                    }
-                },
-            }
-            for row in csv.DictReader(rows)
-        ]
-
-
-def _openb_pods() -> list[PodRequest]:
-    with (OPENB / "openb_pod_list_default.csv").open() as rows:
-        found = []
-        for row in csv.DictReader(rows):
-            gpus, milli = int(row["num_gpu"]), int(row["gpu_milli"])
-            share = milli if gpus == 1 and milli < 1000 else 0
-            found.append(
-                pod(
-                    row["name"],
-                    cpu=int(row["cpu_milli"]),
-                    memory=int(row["memory_mib"]) * 2**20,
-                    gpus=0 if share else gpus,
-                    milli=share,
-                )
-            )
-        return found
-
-
 def test_openb_default_trace_fragments_13_94_percent_of_the_empty_cluster() -> None:
     # The published check (FGD, ATC'23): 35 task types; 13.94 % of 6,212 GPUs.
-    snapshot = build_snapshot([parse_node(raw) for raw in _openb_nodes()])
-    tasks = target_workload(_openb_pods())
+    snapshot = build_snapshot(load_nodes(OPENB / "openb_node_list_gpu_node.csv"))
+    tasks = target_workload(load_pods(OPENB / "openb_pod_list_default.csv"))
     nodes = np.arange(len(snapshot.nodes))
     cpu = snapshot.allocatable[:, snapshot.columns["cpu"]]
     amount = fragmentation(free_matrix(snapshot, nodes), cpu, tasks).sum()
