@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from gpusched.cli import main
+from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
 from gpusched.simulate import SAMPLE_DIR, load, run
 
 RACK = "topology.example.com/rack"

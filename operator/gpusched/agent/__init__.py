@@ -1,0 +1,1 @@
+"""The node agent: reads GPU topology (NVML or ``nvidia-smi topo -m``) and publishes it."""

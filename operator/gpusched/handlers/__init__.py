@@ -1,0 +1,1 @@
+"""Kopf handlers: thin adapters that parse an object, call a service, and patch status."""

@@ -1,0 +1,1 @@
+"""GPU telemetry from Prometheus (dcgm-exporter metrics), cached with a TTL."""
