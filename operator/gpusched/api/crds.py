@@ -55,6 +55,9 @@ REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_INVALID = "Invalid"
 REASON_SCHEDULER_ERROR = "SchedulerError"
+REASON_TIMEOUT = "Timeout"
+REASON_WAITING_FOR_PODS = "WaitingForPods"
+CONDITION_MATERIALIZED = "Materialized"
 
 
 # --- names ------------------------------------------------------------------------------------
@@ -338,6 +341,7 @@ class LastAttempt(_Status):
 
     time: datetime
     reason: str
+    message: str = ""
     domains: list[str] = Field(default_factory=list)
     """One line per topology domain tried, saying why it did not fit."""
 
@@ -357,8 +361,27 @@ class GroupStatus(_Status):
     last_attempt: LastAttempt | None = Field(default=None, alias="lastAttempt")
 
 
+class WorkloadGroupStatus(_Status):
+    """One materialised group as seen from its Workload."""
+
+    name: str
+    kind: str
+    phase: GroupPhase = GroupPhase.PENDING
+
+
 class WorkloadStatus(_Status):
+    """The Workload's groups at a glance: ``phase`` is the least advanced of its groups'
+    (Failed or Unschedulable as soon as one group is), counts are summed over its PodGroups."""
+
+    phase: GroupPhase = GroupPhase.PENDING
     conditions: list[Condition] = Field(default_factory=list)
+    """``Materialized``: every template has its object (reason ``Invalid`` naming the field
+    when the templates cannot be materialised)."""
+    groups: list[WorkloadGroupStatus] = Field(default_factory=list)
+    scheduled: int = Field(default=0, ge=0)
+    running: int = Field(default=0, ge=0)
+    succeeded: int = Field(default=0, ge=0)
+    failed: int = Field(default=0, ge=0)
 
 
 # --- objects ----------------------------------------------------------------------------------

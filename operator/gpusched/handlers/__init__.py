@@ -1,1 +1,196 @@
-"""Kopf handlers: thin adapters that parse an object, call a service, and patch status."""
+"""Kopf handlers: thin adapters from watch events to the scheduling service.
+
+``kopf run -m gpusched.handlers`` (or ``gpusched run``) loads this module. Every watch goes
+through ``on.event`` handlers, which Kopf does not track on the objects: no finalizers and no
+progress annotations are ever written to pods, nodes or groups. The one scheduling loop runs
+as a task started at startup (`gpusched.scheduler.service`).
+
+Options come from `configure` (``gpusched run``) or, under plain ``kopf run``, from the
+environment: ``GPUSCHED_CONFIG`` (a SchedulerConfig YAML file), ``KUBECONFIG``, and
+``GPUSCHED_METRICS_PORT`` (0 disables ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+import yaml
+from kubernetes_asyncio import client
+from prometheus_client import start_http_server
+
+from gpusched.api.config import SchedulerConfig, load_config
+from gpusched.api.crds import GROUP, VERSION
+from gpusched.engine.groups import GroupKind
+from gpusched.k8s.client import KubeClusterApi, load_configuration
+from gpusched.scheduler.service import Scheduler
+from gpusched.scheduler.state import ClusterState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Options:
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    kubeconfig: str | None = None
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 9402
+    """``/metrics`` port; 0 disables the endpoint."""
+
+
+_options: Options | None = None
+running: Runtime | None = None
+"""The runtime of the operator running in this process, if any (for tests and debugging)."""
+
+
+def configure(options: Options) -> None:
+    """Sets the options the next operator run in this process uses."""
+    global _options
+    _options = options
+
+
+def options() -> Options:
+    if _options is not None:
+        return _options
+    path = os.environ.get("GPUSCHED_CONFIG")
+    config = SchedulerConfig()
+    if path:
+        config = load_config(yaml.safe_load(Path(path).read_text(encoding="utf-8")), path)
+    return Options(config=config, metrics_port=int(os.environ.get("GPUSCHED_METRICS_PORT", 9402)))
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What the handlers share, kept in Kopf's memo."""
+
+    scheduler: Scheduler
+    api: KubeClusterApi
+    task: asyncio.Task[None]
+    metrics_server: Any = None
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    opts = options()
+    settings.posting.enabled = False  # our own Events are aggregated; Kopf's would duplicate
+    settings.scanning.disabled = True  # our CRDs are known; no need to watch CRDs
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    configuration = await load_configuration(opts.kubeconfig)
+    memo.configuration = configuration
+    api = KubeClusterApi(client.ApiClient(configuration))
+    state = ClusterState(scheduler_name=opts.config.scheduler_name)
+    scheduler = Scheduler(opts.config, state, api)
+    server = None
+    if opts.metrics_port:
+        server, _thread = start_http_server(opts.metrics_port, opts.metrics_address)
+    task = asyncio.create_task(scheduler.run(), name="gpusched-scheduling-loop")
+    memo.runtime = Runtime(scheduler, api, task, server)
+    global running
+    running = memo.runtime
+
+
+@kopf.on.login()
+async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """Kopf's watches use the same credentials as our own client."""
+    configuration: client.Configuration = memo.get("configuration") or await load_configuration(
+        options().kubeconfig
+    )
+    token = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get(
+        "BearerToken"
+    )
+    if token and token.lower().startswith("bearer "):
+        token = token[len("bearer ") :]
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        default_namespace="default",
+    )
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    global running
+    runtime: Runtime | None = memo.get("runtime")
+    if runtime is None:
+        return
+    running = None
+    runtime.task.cancel()
+    await asyncio.gather(runtime.task, return_exceptions=True)
+    await runtime.api.close()
+    if runtime.metrics_server is not None:
+        runtime.metrics_server.shutdown()
+
+
+def _scheduler(memo: kopf.Memo) -> Scheduler:
+    runtime: Runtime = memo.runtime
+    return runtime.scheduler
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    scheduler = _scheduler(memo)
+    body = event["object"]
+    if event["type"] == "DELETED":
+        scheduler.state.delete_node(body["metadata"]["name"])
+    else:
+        scheduler.state.upsert_node(body)
+    scheduler.wake()
+
+
+@kopf.on.event("", "v1", "pods")
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    scheduler = _scheduler(memo)
+    body = event["object"]
+    if event["type"] == "DELETED":
+        metadata = body["metadata"]
+        scheduler.state.delete_pod(f"{metadata.get('namespace', 'default')}/{metadata['name']}")
+        scheduler.recorder.forget(str(metadata.get("uid", "")))
+    else:
+        scheduler.state.upsert_pod(body)
+    scheduler.wake()
+
+
+async def _group_event(kind: GroupKind, event: kopf.RawEvent, memo: kopf.Memo) -> None:
+    scheduler = _scheduler(memo)
+    body = event["object"]
+    metadata = body["metadata"]
+    if event["type"] == "DELETED":
+        scheduler.forget_group(f"{metadata.get('namespace', 'default')}/{metadata['name']}")
+        return
+    if scheduler.state.upsert_group(kind, body):
+        scheduler.wake()
+
+
+@kopf.on.event(GROUP, VERSION, "podgroups")
+async def pod_group_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _group_event(GroupKind.POD_GROUP, event, memo)
+
+
+@kopf.on.event(GROUP, VERSION, "compositepodgroups")
+async def composite_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _group_event(GroupKind.COMPOSITE, event, memo)
+
+
+@kopf.on.event(GROUP, VERSION, "workloads")
+async def workload_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    scheduler = _scheduler(memo)
+    body = event["object"]
+    metadata = body["metadata"]
+    if event["type"] == "DELETED":
+        scheduler.state.delete_workload(
+            f"{metadata.get('namespace', 'default')}/{metadata['name']}"
+        )
+        return
+    scheduler.state.upsert_workload(body)
+    scheduler.wake()

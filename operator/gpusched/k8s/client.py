@@ -1,0 +1,137 @@
+"""The API server, through kubernetes_asyncio: credentials, and the calls the scheduler makes.
+
+Configuration is always passed explicitly: kubernetes_asyncio reads ``$KUBECONFIG`` when it is
+imported, which is too early for a process that is told its kubeconfig on the command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpusched.api.crds import GROUP, VERSION
+from gpusched.scheduler.ports import ApiError, ObjectRef
+
+MERGE_PATCH = "application/merge-patch+json"
+PLURALS = {
+    "PodGroup": "podgroups",
+    "CompositePodGroup": "compositepodgroups",
+    "Workload": "workloads",
+}
+REQUEST_TIMEOUT_SECONDS = 30.0
+"""No single API request may take longer; the caller decides whether to retry."""
+
+
+async def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
+    """In-cluster credentials inside a pod, else the kubeconfig file (``kubeconfig``,
+    ``$KUBECONFIG`` read now, or ``~/.kube/config``)."""
+    configuration = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+        return configuration
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    await config.load_kube_config(
+        config_file=path, client_configuration=configuration, persist_config=False
+    )
+    return configuration
+
+
+def _error(error: Exception) -> ApiError:
+    """A failure with no answer from the server: status 0."""
+    return ApiError(0, f"{type(error).__name__}: {error}")
+
+
+_FAILURES = (ApiException, aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class KubeClusterApi:
+    """`gpusched.scheduler.ports.ClusterApi` over kubernetes_asyncio.
+
+    Requests go through ``ApiClient.call_api`` with ``_preload_content=False``: the binding
+    endpoint answers with a Status that the typed client cannot parse, and patches of our
+    objects need a merge-patch body the typed methods would not send. Without preloading,
+    kubernetes_asyncio does not check the status code, so `_request` does."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def _request(
+        self, method: str, path: str, body: object = None, content_type: str = "application/json"
+    ) -> dict[str, Any]:
+        try:
+            response = await self.api_client.call_api(
+                path,
+                method,
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+            async with response:
+                data = await response.read()
+                status = int(response.status)
+        except _FAILURES as error:
+            raise _error(error) from None
+        try:
+            document = json.loads(data) if data else {}
+        except ValueError:
+            document = {}
+        if not 200 <= status <= 299:
+            message = document.get("message") if isinstance(document, dict) else None
+            raise ApiError(status, str(message or data[:200].decode(errors="replace")))
+        return document if isinstance(document, dict) else {}
+
+    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
+        metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
+        if pod.uid:
+            metadata["uid"] = pod.uid  # the server refuses to bind a same-named new pod
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self._request(
+            "POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body
+        )
+
+    async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
+        try:
+            return await self._request("GET", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
+        collection = f"/apis/{GROUP}/{VERSION}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
+        path = f"{collection}/{obj.name}/status"
+        await self._request("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
+
+    async def create_event(self, body: Mapping[str, Any]) -> str:
+        namespace = body["metadata"]["namespace"]
+        created = await self._request("POST", f"/api/v1/namespaces/{namespace}/events", dict(body))
+        return str(created.get("metadata", {}).get("name", ""))
+
+    async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        path = f"/api/v1/namespaces/{namespace}/events/{name}"
+        await self._request("PATCH", path, dict(patch), MERGE_PATCH)
+
+    async def create_custom(self, body: Mapping[str, Any]) -> None:
+        namespace = body["metadata"].get("namespace", "default")
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURALS[body['kind']]}"
+        await self._request("POST", path, dict(body))

@@ -1,0 +1,30 @@
+"""The operator's Prometheus metrics (served on ``/metrics`` by `gpusched run`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ATTEMPTS = Counter(
+    "gpusched_schedule_attempts",
+    "Placement attempts of root groups and group-less pods, by result.",
+    ["result"],
+)
+"""``result``: scheduled, unschedulable, invalid, waiting, error."""
+DECISION_SECONDS = Histogram(
+    "gpusched_decision_duration_seconds",
+    "Time the engine took for one scheduling cycle (snapshot and placement).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+BIND_SECONDS = Histogram(
+    "gpusched_bind_duration_seconds",
+    "Latency of one pods/binding request.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+BINDS = Counter("gpusched_binds", "pods/binding requests, by result.", ["result"])
+GANG_SECONDS = Histogram(
+    "gpusched_gang_bind_seconds",
+    "Time from a root group's first pod's creation to all of its pods bound.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+)
+PENDING_GROUPS = Gauge("gpusched_pending_groups", "Root groups with pods waiting for a node.")
+RESERVED_GPUS = Gauge("gpusched_reserved_gpus", "GPUs reserved for pods whose bind is in flight.")

@@ -1,0 +1,109 @@
+"""Status patches, coalesced and sent in the background.
+
+The scheduling loop offers the status it computed for every object each cycle; only a status
+that differs from what the object already shows is sent, and while a patch is in flight a newer
+offer for the same object replaces the older one, so a slow API server sees one patch per
+object with the latest truth rather than a queue of stale ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
+
+logger = logging.getLogger(__name__)
+
+RETRY_SECONDS = 2.0
+"""Delay before a failed status patch is retried (the next offer usually supersedes it)."""
+
+
+def signature(status: Mapping[str, Any]) -> str:
+    """What a status says, without the time of the latest attempt: a retry that failed the
+    same way again is not news (it is refreshed every ``statusRefreshSeconds``)."""
+    trimmed = dict(status)
+    last = trimmed.get("lastAttempt")
+    if isinstance(last, dict):
+        trimmed["lastAttempt"] = {k: v for k, v in last.items() if k != "time"}
+    return json.dumps(trimmed, sort_keys=True, default=str)
+
+
+class StatusOutbox:
+    def __init__(
+        self,
+        api: ClusterApi,
+        refresh_seconds: float,
+        clock: Callable[[], float],
+        concurrency: int = 8,
+    ) -> None:
+        self.api = api
+        self.refresh_seconds = refresh_seconds
+        self.clock = clock
+        self._pending: dict[tuple[str, str], tuple[ObjectRef, dict[str, Any], str]] = {}
+        self._sent: dict[tuple[str, str], tuple[str, float]] = {}
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(concurrency)
+        self.in_flight = 0
+
+    def offer(self, ref: ObjectRef, status: dict[str, Any], current: Mapping[str, Any]) -> None:
+        """Queues ``status`` for ``ref`` unless the object (or our last patch) already says it."""
+        key = (ref.kind, ref.key)
+        sig = signature(status)
+        now = self.clock()
+        sent = self._sent.get(key)
+        if sent is None:
+            if signature(current) == sig:
+                self._sent[key] = (sig, now)
+                return
+        elif sent[0] == sig and now - sent[1] < self.refresh_seconds:
+            return
+        self._pending[key] = (ref, status, sig)
+        self._wake.set()
+
+    def forget(self, ref: ObjectRef) -> None:
+        key = (ref.kind, ref.key)
+        self._sent.pop(key, None)
+        self._pending.pop(key, None)
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending and not self.in_flight
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, {}
+            await asyncio.gather(*(self._send(key, *item) for key, item in batch.items()))
+
+    async def _send(
+        self, key: tuple[str, str], ref: ObjectRef, status: dict[str, Any], sig: str
+    ) -> None:
+        async with self._slots:
+            self.in_flight += 1
+            try:
+                await self.api.patch_status(ref, status)
+            except ApiError as error:
+                if error.status == 404:
+                    self._sent.pop(key, None)
+                    return
+                logger.warning("cannot patch status of %s %s: %s", ref.kind, ref.key, error)
+                self._sent.pop(key, None)
+                asyncio.get_running_loop().call_later(
+                    RETRY_SECONDS, self._retry, key, ref, status, sig
+                )
+                return
+            finally:
+                self.in_flight -= 1
+        self._sent[key] = (sig, self.clock())
+
+    def _retry(
+        self, key: tuple[str, str], ref: ObjectRef, status: dict[str, Any], sig: str
+    ) -> None:
+        # A newer offer made meanwhile wins over this stale one.
+        self._pending.setdefault(key, (ref, status, sig))
+        self._wake.set()

@@ -1,0 +1,509 @@
+"""The scheduling loop: one loop, not a handler per pod racing the others.
+
+Each cycle:
+1. Workloads: create the groups their templates describe that do not exist yet.
+2. Queue: take our pending pods, drop those whose root group is backing off after a failed
+   attempt (a change that frees capacity cuts the wait short).
+3. Decide: build a snapshot from the watched state plus the reservation ledger and run the
+   engine on it (in a worker thread, so watches keep flowing). The engine orders work by
+   priority then age, places each root group completely or not at all, and never lets a group
+   that cannot fit hold anything, so it never blocks smaller groups behind it.
+4. Reserve and bind: every binding is reserved in the ledger before its request is sent; a
+   gang's binds go out concurrently (bounded). A failed bind releases its reservation at
+   once; its pod is pending again and the engine, seeing the group's other pods bound,
+   places it inside the group's domain.
+5. Report: group and Workload status from what the pods show, Events aggregated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpusched.api.config import SchedulerConfig
+from gpusched.api.crds import (
+    API_VERSION,
+    DEFAULT_SCHEDULE_TIMEOUT_SECONDS,
+    REASON_INVALID,
+    CompositePodGroup,
+    GroupStatus,
+    PodGroup,
+    materialize,
+)
+from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.engine.groups import GroupKind
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import GroupDecision, Phase, Reason, ScheduleResult
+from gpusched.engine.schedule import schedule
+from gpusched.engine.snapshot import GpuSample, build_snapshot
+from gpusched.scheduler import metrics
+from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.outbox import StatusOutbox
+from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
+from gpusched.scheduler.state import ClusterState, GroupRecord, PodRecord, Reservation
+from gpusched.scheduler.status import (
+    Attempt,
+    composite_phase,
+    count,
+    group_status,
+    materialized_condition,
+    placement,
+    pod_group_phase,
+    workload_status,
+)
+
+logger = logging.getLogger(__name__)
+
+Telemetry = Callable[[], Mapping[tuple[str, int], GpuSample] | None]
+VERIFY_ATTEMPTS = 5
+"""How often an uncertain bind (no answer, or 409) is checked with a GET before giving up
+for now; the reservation is kept until the pod's real state is known."""
+
+
+@dataclass(slots=True)
+class _Backoff:
+    failures: int = 0
+    failed_at: float = 0.0
+    next_try: float = 0.0
+    capacity_seen: int = 0
+
+
+def _pod_ref(record: PodRecord) -> ObjectRef:
+    meta = record.pod.metadata
+    return ObjectRef("v1", "Pod", meta.namespace, meta.name, record.uid)
+
+
+def _group_ref(record: GroupRecord) -> ObjectRef:
+    namespace, name = record.spec.key.split("/", 1)
+    return ObjectRef(API_VERSION, record.spec.kind.value, namespace, name, record.uid)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        state: ClusterState,
+        api: ClusterApi,
+        telemetry: Telemetry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.api = api
+        self.telemetry: Telemetry = telemetry or (lambda: None)
+        self.clock = clock
+        self.settings = config.operator
+        self.recorder = EventRecorder(api, self.settings.status_refresh_seconds, clock)
+        self.outbox = StatusOutbox(api, self.settings.status_refresh_seconds, clock)
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.settings.bind_concurrency)
+        self._backoff: dict[str, _Backoff] = {}
+        self._attempts: dict[str, Attempt] = {}
+        self._binding: dict[str, set[str]] = defaultdict(set)
+        """Root key → pods whose bind is in flight (for the gang latency metric)."""
+        self._creating: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._groups_seen = -1
+        self.cycles = 0
+
+    # ----- running -----------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Something changed: run a cycle soon."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Runs cycles until cancelled; a failing cycle is logged and retried, never fatal."""
+        helpers = [asyncio.create_task(self.recorder.run()), asyncio.create_task(self.outbox.run())]
+        try:
+            while True:
+                await self._sleep_until_needed()
+                try:
+                    await self.cycle()
+                except Exception:
+                    metrics.ATTEMPTS.labels("error").inc()
+                    logger.exception("scheduling cycle failed; retrying")
+                    await asyncio.sleep(self.settings.initial_backoff_seconds)
+                    self.wake()
+        finally:
+            for task in [*helpers, *self._tasks]:
+                task.cancel()
+            await asyncio.gather(*helpers, *self._tasks, return_exceptions=True)
+
+    async def _sleep_until_needed(self) -> None:
+        delay = self._next_retry() - self.clock()
+        if delay > 0 and not self._wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+        self._wake.clear()
+        if self.settings.batch_window_seconds:
+            # Let the rest of a burst (a gang's pods created together) arrive first.
+            await asyncio.sleep(self.settings.batch_window_seconds)
+
+    def _next_retry(self) -> float:
+        upcoming = [b.next_try for b in self._backoff.values()]
+        return min(upcoming, default=self.clock() + 3600.0)
+
+    @property
+    def idle(self) -> bool:
+        """No bind in flight, no status waiting to be written (for tests and shutdown)."""
+        return not self._tasks and not self.state.reservations and self.outbox.idle
+
+    # ----- one cycle ---------------------------------------------------------------------------
+
+    async def cycle(self) -> None:
+        self.cycles += 1
+        now = self.clock()
+        wall = datetime.now(UTC)
+        self._materialize()
+        ready, roots = self._queue(now)
+        groups_changed = self.state.groups_generation != self._groups_seen
+        if ready or groups_changed:
+            self._groups_seen = self.state.groups_generation
+            result = await self._decide(ready)
+            self._apply(result, roots, now, wall)
+        self._report(wall)
+        metrics.RESERVED_GPUS.set(self.state.reserved_gpus())
+
+    def _queue(self, now: float) -> tuple[list[PodRequest], set[str]]:
+        """Pending pods not backing off, and the roots they belong to."""
+        ready: list[PodRequest] = []
+        roots: set[str] = set()
+        waiting: set[str] = set()
+        for record in self.state.pending():
+            if record.request is None:
+                self.recorder.record(
+                    _pod_ref(record),
+                    "Warning",
+                    "FailedScheduling",
+                    f"{REASON_INVALID}: {record.error}",
+                )
+                continue
+            root = self._root(record.request)
+            waiting.add(root)
+            if self._backing_off(root, now):
+                continue
+            ready.append(record.request)
+            roots.add(root)
+        metrics.PENDING_GROUPS.set(len(waiting))
+        return ready, roots
+
+    def _root(self, request: PodRequest) -> str:
+        if request.group is None:
+            return request.key
+        return self.state.root_of(f"{request.namespace}/{request.group}")
+
+    def _backing_off(self, root: str, now: float) -> bool:
+        backoff = self._backoff.get(root)
+        if backoff is None:
+            return False
+        if backoff.capacity_seen != self.state.capacity_generation:
+            # Room was freed since the failure: retry after the shortest delay.
+            backoff.capacity_seen = self.state.capacity_generation
+            backoff.next_try = min(
+                backoff.next_try, backoff.failed_at + self.settings.initial_backoff_seconds
+            )
+        return now < backoff.next_try
+
+    async def _decide(self, ready: list[PodRequest]) -> ScheduleResult:
+        started = self.clock()
+        snapshot = build_snapshot(
+            self.state.nodes.values(), list(self.state.bound()), self.telemetry(), self.config
+        )
+        groups = self.state.group_specs()
+        result = await asyncio.to_thread(schedule, snapshot, ready, groups)
+        metrics.DECISION_SECONDS.observe(self.clock() - started)
+        return result
+
+    # ----- acting on a decision ----------------------------------------------------------------
+
+    def _apply(self, result: ScheduleResult, roots: set[str], now: float, wall: datetime) -> None:
+        for decision in result.groups:
+            root = self.state.root_of(decision.name)
+            if root in roots or not self._backing_off(root, now):
+                self._attempts[decision.name] = _attempt(decision, wall)
+            if decision.name == root and root in roots:
+                self._root_outcome(decision, now)
+        for failure in result.unschedulable:
+            record = self.state.pods.get(failure.pod)
+            if record is None or failure.reason is Reason.WAITING_FOR_PODS:
+                continue
+            self.recorder.record(_pod_ref(record), "Warning", "FailedScheduling", failure.message)
+            if record.request is not None and record.request.group is None:
+                self._failed(failure.pod, now)
+                metrics.ATTEMPTS.labels(failure.reason.value.lower()).inc()
+        for binding in result.bindings:
+            reservation = self.state.reserve(binding.pod, binding.node, binding.gpus)
+            if reservation is None:
+                continue  # the pod changed while the engine ran; it is looked at again
+            if reservation.request.group is None:
+                self._backoff.pop(binding.pod, None)
+                metrics.ATTEMPTS.labels("scheduled").inc()
+            root = self._root(reservation.request)
+            self._binding[root].add(binding.pod)
+            self._spawn(self._bind(binding.pod, reservation, root))
+
+    def _root_outcome(self, decision: GroupDecision, now: float) -> None:
+        record = self.state.groups.get(decision.name)
+        if decision.phase is Phase.SCHEDULED:
+            self._backoff.pop(decision.name, None)
+            metrics.ATTEMPTS.labels("scheduled").inc()
+            return
+        if decision.reason is Reason.WAITING_FOR_PODS:
+            metrics.ATTEMPTS.labels("waiting").inc()
+            return
+        metrics.ATTEMPTS.labels(decision.reason.value.lower()).inc()
+        self._failed(decision.name, now)
+        if record is not None:
+            self.recorder.record(
+                _group_ref(record), "Warning", "FailedScheduling", decision.message
+            )
+
+    def _failed(self, root: str, now: float, *, soon: bool = False) -> None:
+        backoff = self._backoff.setdefault(root, _Backoff())
+        backoff.failures = 1 if soon else backoff.failures + 1
+        delay = min(
+            self.settings.initial_backoff_seconds * 2 ** (backoff.failures - 1),
+            self.settings.max_backoff_seconds,
+        )
+        backoff.failed_at = now
+        backoff.next_try = now + delay
+        backoff.capacity_seen = self.state.capacity_generation
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _bind(self, key: str, reservation: Reservation, root: str) -> None:
+        namespace, name = key.split("/", 1)
+        ref = ObjectRef("v1", "Pod", namespace, name, reservation.uid)
+        annotations = {}
+        if reservation.request.wants_gpu:
+            annotations[GPUS_ANNOTATION] = ",".join(str(g) for g in reservation.gpus)
+        async with self._slots:
+            started = self.clock()
+            try:
+                await self.api.bind(ref, reservation.node, annotations)
+                error = None
+            except ApiError as failure:
+                error = failure
+            metrics.BIND_SECONDS.observe(self.clock() - started)
+        if error is None:
+            self._bound(key, ref, reservation, root)
+        else:
+            await self._bind_failed(key, ref, reservation, root, error)
+        self.wake()
+
+    def _bound(self, key: str, ref: ObjectRef, reservation: Reservation, root: str) -> None:
+        metrics.BINDS.labels("ok").inc()
+        self.state.confirm(key, reservation)
+        gpus = f", GPUs {','.join(map(str, reservation.gpus))}" if reservation.gpus else ""
+        message = f"Successfully assigned {key} to {reservation.node}{gpus}"
+        self.recorder.record(ref, "Normal", "Scheduled", message)
+        in_flight = self._binding.get(root)
+        if in_flight is not None:
+            in_flight.discard(key)
+            if not in_flight:
+                del self._binding[root]
+                self._gang_done(root)
+
+    async def _bind_failed(
+        self, key: str, ref: ObjectRef, reservation: Reservation, root: str, error: ApiError
+    ) -> None:
+        metrics.BINDS.labels("error").inc()
+        if error.status in (0, 409):
+            # No answer, or "already bound": the bind may have happened. Learn the truth
+            # before freeing anything, or the GPUs could go to a second pod.
+            await self._verify(key, ref, reservation)
+        else:
+            self.state.release(key, reservation)
+        self._binding.get(root, set()).discard(key)
+        self._failed(root, self.clock(), soon=True)
+        self.recorder.record(
+            ref, "Warning", "FailedScheduling", f"Binding rejected: {error.message}"
+        )
+        logger.warning("bind of %s to %s failed: %s", key, reservation.node, error)
+
+    async def _verify(self, key: str, ref: ObjectRef, reservation: Reservation) -> None:
+        delay = 0.1
+        for _ in range(VERIFY_ATTEMPTS):
+            try:
+                body = await self.api.get_pod(ref)
+            except ApiError:
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            if body is None:
+                self.state.delete_pod(key)
+            elif (body.get("metadata") or {}).get("uid") != reservation.uid:
+                self.state.release(key, reservation)
+            else:
+                self.state.upsert_pod(body)
+                self.state.release(key, reservation)
+            return
+        logger.warning("state of %s unknown after a failed bind; keeping its reservation", key)
+
+    def _gang_done(self, root: str) -> None:
+        pods = self.state.pods_of(self.state.descendants(root))
+        if not pods or any(p.node is None for p in pods if not p.pod.is_terminal):
+            return
+        first = min(p.request.created for p in pods if p.request is not None)
+        if first:
+            metrics.GANG_SECONDS.observe(max(0.0, time.time() - first))
+
+    # ----- Workloads -------------------------------------------------------------------------
+
+    def _materialize(self) -> None:
+        for record in self.state.workloads.values():
+            if record.workload is None:
+                continue
+            for group in materialize(record.workload):
+                if group.key in self.state.groups or group.key in self._creating:
+                    continue
+                self._creating.add(group.key)
+                self._spawn(self._create(group))
+
+    async def _create(self, group: PodGroup | CompositePodGroup) -> None:
+        try:
+            await self.api.create_custom(group.to_manifest())
+        except ApiError as error:
+            if error.status != 409:
+                logger.warning("cannot create %s %s: %s", group.kind, group.key, error)
+                asyncio.get_running_loop().call_later(
+                    self.settings.initial_backoff_seconds, self.wake
+                )
+        finally:
+            self._creating.discard(group.key)
+
+    # ----- status and Events -------------------------------------------------------------------
+
+    def _report(self, wall: datetime) -> None:
+        by_group: dict[str, list[PodRecord]] = defaultdict(list)
+        for record in self.state.pods.values():
+            if record.request is not None and record.request.group is not None:
+                by_group[f"{record.pod.metadata.namespace}/{record.request.group}"].append(record)
+        statuses: dict[str, GroupStatus] = {}
+        for key in self._parents_last():
+            statuses[key] = self._group_status(key, by_group, statuses, wall)
+            group = self.state.groups[key]
+            if group.spec.invalid is not None:
+                self.recorder.record(
+                    _group_ref(group), "Warning", REASON_INVALID, group.spec.invalid
+                )
+            self.outbox.offer(
+                _group_ref(group),
+                statuses[key].model_dump(mode="json", by_alias=True, exclude_none=True),
+                group.raw_status,
+            )
+        self._report_workloads(statuses, wall)
+
+    def _parents_last(self) -> list[str]:
+        """Group keys, children before their parents."""
+        ordered: list[str] = []
+        for key in sorted(self.state.groups):
+            if self.state.groups[key].spec.parent is None:
+                ordered.extend(reversed(self.state.descendants(key)))
+        rest = sorted(set(self.state.groups) - set(ordered))  # orphans and cycles
+        return [k for k in ordered if k in self.state.groups] + rest
+
+    def _group_status(
+        self,
+        key: str,
+        by_group: Mapping[str, list[PodRecord]],
+        done: Mapping[str, GroupStatus],
+        wall: datetime,
+    ) -> GroupStatus:
+        record = self.state.groups[key]
+        tree = self.state.descendants(key)
+        pods = [p for k in tree for p in by_group.get(k, [])]
+        counts = count(pods)
+        timed_out = self._timed_out(self.state.root_of(key), by_group, wall)
+        if record.spec.kind is GroupKind.POD_GROUP:
+            phase = pod_group_phase(record.spec.minimum, counts, timed_out)
+        else:
+            children = [
+                done[k].phase
+                for k in tree[1:]
+                if k in done and self.state.groups[k].spec.parent == key
+            ]
+            phase = composite_phase(record.spec.minimum, children, timed_out)
+        where = placement(
+            record.spec.topology_key, self.config.topology_levels, pods, self.state.nodes
+        )
+        return group_status(
+            record, phase, counts, where, self._attempts.get(key), record.raw_status, wall
+        )
+
+    def _timed_out(
+        self, root: str, by_group: Mapping[str, list[PodRecord]], wall: datetime
+    ) -> bool:
+        tree = self.state.descendants(root)
+        waiting = [
+            p.request.created
+            for k in tree
+            for p in by_group.get(k, [])
+            if p.node is None and p.request is not None and not p.pod.is_terminal
+        ]
+        if not waiting:
+            return False
+        timeouts = [
+            self.state.groups[k].timeout_seconds
+            for k in tree
+            if k in self.state.groups and self.state.groups[k].timeout_seconds
+        ]
+        timeout = min(timeouts, default=float(DEFAULT_SCHEDULE_TIMEOUT_SECONDS))
+        return wall.timestamp() - min(waiting) > timeout
+
+    def _report_workloads(self, statuses: Mapping[str, GroupStatus], wall: datetime) -> None:
+        for record in self.state.workloads.values():
+            namespace, name = record.key.split("/", 1)
+            ref = ObjectRef(API_VERSION, "Workload", namespace, name, record.uid)
+            groups: list[tuple[str, str, GroupStatus]] = []
+            missing: list[str] = []
+            error = str(record.error) if record.error is not None else None
+            if record.workload is not None:
+                for group in materialize(record.workload):
+                    status = statuses.get(group.key)
+                    if status is None:
+                        missing.append(group.metadata.name)
+                    else:
+                        groups.append((group.metadata.name, group.kind, status))
+            else:
+                self.recorder.record(ref, "Warning", REASON_INVALID, error or "")
+            condition = materialized_condition(record.raw_status, error, missing, wall)
+            summary = workload_status(groups, condition)
+            self.outbox.offer(
+                ref,
+                summary.model_dump(mode="json", by_alias=True, exclude_none=True),
+                record.raw_status,
+            )
+
+    # ----- watch input -------------------------------------------------------------------------
+
+    def forget_group(self, key: str) -> None:
+        record = self.state.groups.get(key)
+        if record is not None:
+            self.outbox.forget(_group_ref(record))
+            self.recorder.forget(record.uid)
+        self.state.delete_group(key)
+        self._attempts.pop(key, None)
+        self._backoff.pop(key, None)
+        self.wake()
+
+
+def _attempt(decision: GroupDecision, wall: datetime) -> Attempt:
+    return Attempt(
+        time=wall,
+        reason=decision.reason.value,
+        message=decision.message,
+        domains=decision.attempts,
+        placement=decision.placement or None,
+    )

@@ -1,0 +1,206 @@
+"""Runs the real operator (Kopf, in its own thread) against the API emulator, and the
+cluster-building helpers its stories share."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kopf.testing import KopfRunner
+
+from gpusched import handlers
+from gpusched.api.config import SchedulerConfig, load_config
+from tests.builders import topology_annotation
+from tests.integration.apiserver import ApiClient, wait_for
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ZONE = "topology.kubernetes.io/zone"
+RACK = "topology.example.com/rack"
+GROUP_LABEL = "scheduling.gpusched.io/pod-group"
+GPUS = "gpusched.io/gpus"
+FAST = {"operator": {"initialBackoffSeconds": 0.2, "maxBackoffSeconds": 1.0}}
+"""Short backoffs so retries happen within a test's patience."""
+
+
+@contextlib.contextmanager
+def running_operator(
+    kubeconfig: Path, config: Mapping[str, Any] | None = None
+) -> Iterator[handlers.Runtime]:
+    """The operator, started and stopped around the block; fails if it crashed."""
+    handlers.configure(
+        handlers.Options(
+            config=load_config({**FAST, **(config or {})}),
+            kubeconfig=str(kubeconfig),
+            metrics_port=0,
+        )
+    )
+    args = ["run", "--all-namespaces", "--standalone", "-m", "gpusched.handlers"]
+    with KopfRunner(args, timeout=30) as runner:
+        runtime = wait_for(lambda: handlers.running, timeout=20, message="operator startup")
+        yield runtime
+    assert runner.exception is None, runner.exception
+    assert runner.exit_code == 0, runner.output
+    assert "Traceback" not in runner.output, runner.output
+
+
+def default_config() -> SchedulerConfig:
+    return load_config(FAST)
+
+
+def apply_yaml(api: ApiClient, *paths: Path) -> list[dict[str, Any]]:
+    """``kubectl apply`` of YAML files (multi-document), in order."""
+    created = []
+    for path in paths:
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if document:
+                created.append(api.create(document))
+    return created
+
+
+def gpu_node(
+    name: str, zone: str, rack: str, *, kind: str = "a100x8", gpus: int = 8
+) -> dict[str, Any]:
+    """An 8-GPU DGX A100-like node with its topology annotation."""
+    annotation = topology_annotation(kind)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {ZONE: zone, RACK: rack, "kubernetes.io/hostname": name},
+            "annotations": {"gpusched.io/gpu-topology": annotation} if annotation else {},
+        },
+        "status": {
+            "allocatable": {
+                "cpu": "128",
+                "memory": "1Ti",
+                "pods": "110",
+                "nvidia.com/gpu": str(gpus),
+            },
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def gpu_pod(
+    name: str,
+    gpus: int,
+    *,
+    group: str | None = None,
+    namespace: str = "default",
+    scheduler: str = "gpusched",
+    node: str | None = None,
+) -> dict[str, Any]:
+    labels = {GROUP_LABEL: group} if group else {}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.example.com/train:1.0",
+                "resources": {
+                    "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": str(gpus)},
+                    "limits": {"nvidia.com/gpu": str(gpus)},
+                },
+            }
+        ],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def gang(
+    name: str,
+    min_count: int,
+    *,
+    key: str | None = RACK,
+    namespace: str = "default",
+    timeout: int | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if key is not None:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    if timeout is not None:
+        spec["scheduleTimeoutSeconds"] = timeout
+    return {
+        "apiVersion": "scheduling.gpusched.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def pods(api: ApiClient, namespace: str | None = None) -> dict[str, dict[str, Any]]:
+    """Every pod by ``namespace/name``."""
+    found = api.list("pods", namespace=namespace)
+    return {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in found}
+
+
+def placement_of(pod: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | None:
+    node = pod.get("spec", {}).get("nodeName")
+    if not node:
+        return None
+    raw = pod["metadata"].get("annotations", {}).get(GPUS, "")
+    return node, tuple(int(g) for g in raw.split(",") if g)
+
+
+def assert_no_gpu_shared(api: ApiClient) -> None:
+    """No GPU of any node belongs to two live pods."""
+    owners: dict[tuple[str, int], str] = {}
+    for key, pod in pods(api).items():
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        where = placement_of(pod)
+        if where is None:
+            continue
+        for gpu in where[1]:
+            other = owners.setdefault((where[0], gpu), key)
+            assert other == key, f"GPU {gpu} of {where[0]} given to both {other} and {key}"
+
+
+def events_for(api: ApiClient, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+    return [
+        e
+        for e in api.list("events", namespace=namespace, group="")
+        if e.get("involvedObject", {}).get("name") == name
+    ]
+
+
+def group_status(
+    api: ApiClient, name: str, namespace: str = "default", plural: str = "podgroups"
+) -> dict[str, Any]:
+    body = api.get(plural, name, namespace=namespace, group="scheduling.gpusched.io")
+    status: dict[str, Any] = body.get("status") or {}
+    return status
+
+
+def condition(status: Mapping[str, Any], type_: str = "PodGroupScheduled") -> dict[str, Any]:
+    for item in status.get("conditions") or []:
+        if item.get("type") == type_:
+            return dict(item)
+    return {}
+
+
+def dump(value: Any) -> str:
+    return json.dumps(value, indent=1, default=str)[:4000]
+
+
+def labels_of(api: ApiClient, node: str) -> dict[str, str]:
+    labels: dict[str, str] = api.get("nodes", node)["metadata"].get("labels", {})
+    return labels
+
+
+def domains(api: ApiClient, pod_keys: Sequence[str], key: str) -> set[str]:
+    everything = pods(api)
+    nodes = {placement_of(everything[k])[0] for k in pod_keys}  # type: ignore[index]
+    return {labels_of(api, n).get(key, "") for n in nodes}
