@@ -6,7 +6,7 @@ This module does the file I/O the engine must not: it reads documents, parses th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, Snapshot, build_snapshot
+from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot, build_snapshot
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 SAMPLE_DIR = Path(__file__).resolve().parent / "samples"
@@ -133,8 +133,13 @@ class Simulation:
     ignored: dict[str, int]
 
 
-def run(objects: ClusterObjects, config: SchedulerConfig) -> Simulation:
-    """Bound pods consume capacity; pending pods with our scheduler name are placed."""
+def run(
+    objects: ClusterObjects,
+    config: SchedulerConfig,
+    telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
+) -> Simulation:
+    """Bound pods consume capacity; pending pods with our scheduler name are placed.
+    ``telemetry`` goes to `build_snapshot` unchanged (``None``: no telemetry source)."""
     bound, pending = [], []
     ignored = dict(objects.ignored)
     for pod in objects.pods:
@@ -148,7 +153,7 @@ def run(objects: ClusterObjects, config: SchedulerConfig) -> Simulation:
         else:
             other = "Pod (other scheduler, pending)"
             ignored[other] = ignored.get(other, 0) + 1
-    snapshot = build_snapshot(objects.nodes, bound, None, config)
+    snapshot = build_snapshot(objects.nodes, bound, telemetry, config)
     groups = [_group_spec(g) for g in objects.groups]
     return Simulation(snapshot, schedule(snapshot, pending, groups), len(pending), ignored)
 

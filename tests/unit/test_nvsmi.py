@@ -625,3 +625,82 @@ def test_to_annotation_is_compact_uses_aliases_and_drops_unknowns() -> None:
     assert '"memoryMiB":81920' in value, f"memory under its alias: {value}"
     assert "null" not in value, f"unknown fields left out, not null: {value}"
     assert parse_topology_annotation("n", value) == topo, f"round trip of {value}"
+
+
+# --- whole matrices, written out as read off the captures ----------------------------------
+
+NV12_ALL = """
+     X NV12 NV12 NV12 NV12 NV12 NV12 NV12
+  NV12    X NV12 NV12 NV12 NV12 NV12 NV12
+  NV12 NV12    X NV12 NV12 NV12 NV12 NV12
+  NV12 NV12 NV12    X NV12 NV12 NV12 NV12
+  NV12 NV12 NV12 NV12    X NV12 NV12 NV12
+  NV12 NV12 NV12 NV12 NV12    X NV12 NV12
+  NV12 NV12 NV12 NV12 NV12 NV12    X NV12
+  NV12 NV12 NV12 NV12 NV12 NV12 NV12    X
+"""
+CUBE_MESH = """
+     X  NV1  NV1  NV2  NV2  SYS  SYS  SYS
+   NV1    X  NV2  NV1  SYS  NV2  SYS  SYS
+   NV1  NV2    X  NV2  SYS  SYS  NV1  SYS
+   NV2  NV1  NV2    X  SYS  SYS  SYS  NV1
+   NV2  SYS  SYS  SYS    X  NV1  NV1  NV2
+   SYS  NV2  SYS  SYS  NV1    X  NV2  NV1
+   SYS  SYS  NV1  SYS  NV1  NV2    X  NV2
+   SYS  SYS  SYS  NV1  NV2  NV1  NV2    X
+"""
+SYS_ALL = """
+     X  SYS  SYS  SYS  SYS  SYS  SYS  SYS
+   SYS    X  SYS  SYS  SYS  SYS  SYS  SYS
+   SYS  SYS    X  SYS  SYS  SYS  SYS  SYS
+   SYS  SYS  SYS    X  SYS  SYS  SYS  SYS
+   SYS  SYS  SYS  SYS    X  SYS  SYS  SYS
+   SYS  SYS  SYS  SYS  SYS    X  SYS  SYS
+   SYS  SYS  SYS  SYS  SYS  SYS    X  SYS
+   SYS  SYS  SYS  SYS  SYS  SYS  SYS    X
+"""
+BRIDGE = """
+     X  NV4
+   NV4    X
+"""
+
+
+def _rows(table: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(line.split()) for line in table.strip().splitlines())
+
+
+@pytest.mark.parametrize(
+    ("file", "links", "numa"),
+    [
+        pytest.param(
+            "dgx-a100-8gpu-10nic.topo.txt",
+            NV12_ALL,
+            (3, 3, 1, 1, 7, 7, 5, 5),
+            id="DGX A100: NV12 everywhere, two GPUs per NUMA node 3/1/7/5",
+        ),
+        pytest.param(
+            "dgx1-v100-8gpu-hybridcubemesh-1nic.topo.txt",
+            CUBE_MESH,
+            (None,) * 8,
+            id="DGX-1 V100: hybrid cube-mesh, no NUMA column so NUMA unknown",
+        ),
+        pytest.param(
+            "pcie-rtx4090-8gpu-8numa-allsys.topo.txt",
+            SYS_ALL,
+            (3, 2, 1, 0, 7, 6, 5, 4),
+            id="8x RTX 4090 PCIe: SYS everywhere, one GPU per NUMA node",
+        ),
+        pytest.param(
+            "workstation-2xrtx3090-nvlink-bridge-nv4.topo.txt",
+            BRIDGE,
+            (0, 0),
+            id="2x RTX 3090: NVLink bridge, both on NUMA node 0",
+        ),
+    ],
+)
+def test_whole_link_matrix_and_numa(file: str, links: str, numa: tuple[int | None, ...]) -> None:
+    topology = parse_topo_matrix(read_capture(file)).topology
+    want = _rows(links)
+    for i, (got_row, want_row) in enumerate(zip(topology.links, want, strict=True)):
+        assert got_row == want_row, f"{file}: row GPU{i} is {got_row}, want {want_row}"
+    assert tuple(g.numa for g in topology.gpus) == numa, f"{file}: NUMA {topology.gpus}"
