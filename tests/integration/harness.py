@@ -38,8 +38,9 @@ def running_operator(
             metrics_port=0,
         )
     )
+    handlers.running = None  # never wait on a previous run's runtime
     args = ["run", "--all-namespaces", "--standalone", "-m", "gpusched.handlers"]
-    with KopfRunner(args, timeout=30) as runner:
+    with KopfRunner(args, registry=handlers.registry, timeout=30) as runner:
         runtime = wait_for(lambda: handlers.running, timeout=20, message="operator startup")
         yield runtime
     assert runner.exception is None, runner.exception

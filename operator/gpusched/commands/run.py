@@ -62,5 +62,5 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             metrics_port=int(port),
         )
     )
-    kopf.run(clusterwide=True, standalone=True)
+    kopf.run(clusterwide=True, standalone=True, registry=handlers.registry)
     return EXIT_OK

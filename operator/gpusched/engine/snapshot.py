@@ -350,11 +350,81 @@ def _path(
 # ----- building a snapshot -----------------------------------------------------------------
 
 
+class SnapshotCache:
+    """Keeps the last snapshot and brings it up to date instead of building it anew.
+
+    The operator needs a snapshot every scheduling cycle, from objects that mostly did not
+    change since the last one. Its cluster state replaces a Node object on every watch
+    update and keeps one `BoundPod` object per unchanged pod, so object identity is the change
+    signal: per-node facts of an unchanged Node are reused; the static part (with its cached
+    node masks) is reused while no Node, the telemetry mapping or the config changed; and
+    then only the pods that came, went or changed are assumed or forgotten. A snapshot built
+    through the cache belongs to it: callers must not change it (`schedule` works on a copy).
+    """
+
+    def __init__(self) -> None:
+        self._infos: dict[str, tuple[Node, NodeInfo]] = {}
+        self._inputs: tuple[tuple[Node, ...], object, SchedulerConfig] | None = None
+        self._snapshot: Snapshot | None = None
+        self._held: dict[str, BoundPod] = {}
+
+    def build(
+        self,
+        ordered: Sequence[Node],
+        bound: Iterable[BoundPod],
+        telemetry: Mapping[tuple[str, int], GpuSample] | None,
+        config: SchedulerConfig,
+    ) -> Snapshot:
+        nodes = tuple(ordered)
+        snapshot = self._snapshot
+        if snapshot is None or not self._same(nodes, telemetry, config):
+            infos = [self._info(node) for node in nodes]
+            self._infos = {node.name: self._infos[node.name] for node in nodes}
+            snapshot = Snapshot(config, _build_statics(nodes, infos, telemetry, config))
+            self._inputs = (nodes, telemetry, config)
+            self._snapshot = snapshot
+            self._held = {}
+        current: dict[str, BoundPod] = {}
+        for pod in bound:
+            current.setdefault(pod.pod.key, pod)
+        for key, before in list(self._held.items()):
+            now = current.get(key)
+            if now is None or (now is not before and now != before):
+                snapshot.forget(key)
+                del self._held[key]
+        for key, pod in current.items():
+            if key not in self._held:
+                _add_bound(snapshot, pod)
+                self._held[key] = pod
+        snapshot._journal.clear()
+        return snapshot
+
+    def _same(self, nodes: tuple[Node, ...], telemetry: object, config: SchedulerConfig) -> bool:
+        if self._inputs is None:
+            return False
+        before, before_telemetry, before_config = self._inputs
+        return (
+            before_telemetry is telemetry
+            and before_config is config
+            and len(before) == len(nodes)
+            and all(a is b for a, b in zip(before, nodes, strict=True))
+        )
+
+    def _info(self, node: Node) -> NodeInfo:
+        hit = self._infos.get(node.name)
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        info = _node_info(node)
+        self._infos[node.name] = (node, info)
+        return info
+
+
 def build_snapshot(
     nodes: Iterable[Node],
     bound: Iterable[BoundPod] = (),
     telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
     config: SchedulerConfig | None = None,
+    cache: SnapshotCache | None = None,
 ) -> Snapshot:
     """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
     by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone).
@@ -362,18 +432,30 @@ def build_snapshot(
     ``telemetry=None`` means there is no telemetry source (``simulate`` without
     ``--metrics``): GPUs are judged by allocation alone and nothing is reported about them. A
     mapping, even an empty one, means a source exists: a GPU missing from it is unknown, which
-    is never healthy (usable or not as ``telemetry.stale`` says, and always reported)."""
+    is never healthy (usable or not as ``telemetry.stale`` says, and always reported).
+    With a ``cache`` the previous snapshot is brought up to date instead (see
+    `SnapshotCache`); the result then belongs to the cache and must not be changed."""
     config = config or SchedulerConfig()
     ordered = sorted(nodes, key=lambda n: n.name)
+    if cache is not None:
+        return cache.build(ordered, bound, telemetry, config)
     infos = [_node_info(node) for node in ordered]
-    allocatables = [node.allocatable_resources() for node in ordered]
-    columns = _columns(allocatables)
-    statics = _statics(config, infos, allocatables, columns, telemetry)
-    snapshot = Snapshot(config, statics)
+    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config))
     for pod in bound:
         _add_bound(snapshot, pod)
     snapshot._journal.clear()
     return snapshot
+
+
+def _build_statics(
+    ordered: Sequence[Node],
+    infos: list[NodeInfo],
+    telemetry: Mapping[tuple[str, int], GpuSample] | None,
+    config: SchedulerConfig,
+) -> _Statics:
+    allocatables = [node.allocatable_resources() for node in ordered]
+    columns = _columns(allocatables)
+    return _statics(config, infos, allocatables, columns, telemetry)
 
 
 def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:
@@ -580,5 +662,7 @@ def _bound_gpus(snapshot: Snapshot, node: int, bound: BoundPod) -> list[int]:
             f"{bound.pod.key} holds {wanted} GPU(s) without a valid gpusched.io/gpus "
             f"annotation; assumed GPU(s) {','.join(map(str, chosen))}"
         )
-        snapshot.node_notes.setdefault(node, []).append(note)
+        notes = snapshot.node_notes.setdefault(node, [])
+        if note not in notes:  # a cached snapshot may see the same pod again
+            notes.append(note)
     return chosen

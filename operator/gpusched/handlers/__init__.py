@@ -30,8 +30,15 @@ from gpusched.engine.groups import GroupKind
 from gpusched.k8s.client import KubeClusterApi, load_configuration
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
+from gpusched.telemetry.cache import TelemetryCache
 
 logger = logging.getLogger(__name__)
+
+registry = kopf.OperatorRegistry()
+"""Our handlers, in a registry of their own: a process that ran another Kopf operator (a
+test) may have replaced Kopf's default registry. ``kopf run -m gpusched.handlers`` finds them
+because importing this module makes it the default."""
+kopf.set_default_registry(registry)
 
 
 @dataclass(slots=True)
@@ -70,11 +77,12 @@ class Runtime:
 
     scheduler: Scheduler
     api: KubeClusterApi
+    telemetry: TelemetryCache
     task: asyncio.Task[None]
     metrics_server: Any = None
 
 
-@kopf.on.startup()
+@kopf.on.startup(registry=registry)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     opts = options()
     settings.posting.enabled = False  # our own Events are aggregated; Kopf's would duplicate
@@ -86,17 +94,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.configuration = configuration
     api = KubeClusterApi(client.ApiClient(configuration))
     state = ClusterState(scheduler_name=opts.config.scheduler_name)
-    scheduler = Scheduler(opts.config, state, api)
+    telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
+    await telemetry.start()  # an unreadable CA file fails here, loudly
+    scheduler = Scheduler(opts.config, state, api, telemetry.samples)
     server = None
     if opts.metrics_port:
         server, _thread = start_http_server(opts.metrics_port, opts.metrics_address)
     task = asyncio.create_task(scheduler.run(), name="gpusched-scheduling-loop")
-    memo.runtime = Runtime(scheduler, api, task, server)
+    memo.runtime = Runtime(scheduler, api, telemetry, task, server)
     global running
     running = memo.runtime
 
 
-@kopf.on.login()
+@kopf.on.login(registry=registry)
 async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
     """Kopf's watches use the same credentials as our own client."""
     configuration: client.Configuration = memo.get("configuration") or await load_configuration(
@@ -118,7 +128,7 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
     )
 
 
-@kopf.on.cleanup()
+@kopf.on.cleanup(registry=registry)
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     global running
     runtime: Runtime | None = memo.get("runtime")
@@ -127,6 +137,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     running = None
     runtime.task.cancel()
     await asyncio.gather(runtime.task, return_exceptions=True)
+    await runtime.telemetry.stop()
     await runtime.api.close()
     if runtime.metrics_server is not None:
         runtime.metrics_server.shutdown()
@@ -137,7 +148,7 @@ def _scheduler(memo: kopf.Memo) -> Scheduler:
     return runtime.scheduler
 
 
-@kopf.on.event("", "v1", "nodes")
+@kopf.on.event("", "v1", "nodes", registry=registry)
 async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)
     body = event["object"]
@@ -148,7 +159,7 @@ async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler.wake()
 
 
-@kopf.on.event("", "v1", "pods")
+@kopf.on.event("", "v1", "pods", registry=registry)
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)
     body = event["object"]
@@ -172,17 +183,17 @@ async def _group_event(kind: GroupKind, event: kopf.RawEvent, memo: kopf.Memo) -
         scheduler.wake()
 
 
-@kopf.on.event(GROUP, VERSION, "podgroups")
+@kopf.on.event(GROUP, VERSION, "podgroups", registry=registry)
 async def pod_group_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     await _group_event(GroupKind.POD_GROUP, event, memo)
 
 
-@kopf.on.event(GROUP, VERSION, "compositepodgroups")
+@kopf.on.event(GROUP, VERSION, "compositepodgroups", registry=registry)
 async def composite_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     await _group_event(GroupKind.COMPOSITE, event, memo)
 
 
-@kopf.on.event(GROUP, VERSION, "workloads")
+@kopf.on.event(GROUP, VERSION, "workloads", registry=registry)
 async def workload_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)
     body = event["object"]

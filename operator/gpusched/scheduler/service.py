@@ -42,7 +42,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import GpuSample, build_snapshot
+from gpusched.engine.snapshot import GpuSample, SnapshotCache, build_snapshot
 from gpusched.scheduler import metrics
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.outbox import StatusOutbox
@@ -62,6 +62,11 @@ from gpusched.scheduler.status import (
 logger = logging.getLogger(__name__)
 
 Telemetry = Callable[[], Mapping[tuple[str, int], GpuSample] | None]
+TELEMETRY_HOLD_SECONDS = 1.0
+"""One telemetry mapping serves the cycles of this many seconds. The snapshot cache rebuilds
+its static part when the mapping changes, so taking a fresh one every cycle would rebuild it
+every cycle; holding it longer would understate ages (and a GPU would look fresher than its
+data) by more than this."""
 VERIFY_ATTEMPTS = 5
 """How often an uncertain bind (no answer, or 409) is checked with a GET before giving up
 for now; the reservation is kept until the pod's real state is known."""
@@ -98,6 +103,7 @@ class Scheduler:
         self.state = state
         self.api = api
         self.telemetry: Telemetry = telemetry or (lambda: None)
+        self._held_telemetry: tuple[float, Mapping[tuple[str, int], GpuSample] | None] | None = None
         self.clock = clock
         self.settings = config.operator
         self.recorder = EventRecorder(api, self.settings.status_refresh_seconds, clock)
@@ -111,6 +117,7 @@ class Scheduler:
         self._creating: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._groups_seen = -1
+        self._snapshots = SnapshotCache()
         self.cycles = 0
 
     # ----- running -----------------------------------------------------------------------------
@@ -215,12 +222,23 @@ class Scheduler:
     async def _decide(self, ready: list[PodRequest]) -> ScheduleResult:
         started = self.clock()
         snapshot = build_snapshot(
-            self.state.nodes.values(), list(self.state.bound()), self.telemetry(), self.config
+            self.state.nodes.values(),
+            list(self.state.bound()),
+            self._telemetry(),
+            self.config,
+            self._snapshots,
         )
         groups = self.state.group_specs()
         result = await asyncio.to_thread(schedule, snapshot, ready, groups)
         metrics.DECISION_SECONDS.observe(self.clock() - started)
         return result
+
+    def _telemetry(self) -> Mapping[tuple[str, int], GpuSample] | None:
+        now = self.clock()
+        held = self._held_telemetry
+        if held is None or now - held[0] >= TELEMETRY_HOLD_SECONDS:
+            held = self._held_telemetry = (now, self.telemetry())
+        return held[1]
 
     # ----- acting on a decision ----------------------------------------------------------------
 

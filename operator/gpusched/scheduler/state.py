@@ -45,6 +45,9 @@ class PodRecord:
     """None when the pod's own fields make it unschedulable (``error`` says why)."""
     assigned: tuple[int, ...] | None
     error: str | None = None
+    holding: BoundPod | None = None
+    """The engine's view of the pod while it holds resources (one object per pod version,
+    so the snapshot cache can tell unchanged pods by identity)."""
 
     @property
     def key(self) -> str:
@@ -67,6 +70,7 @@ class Reservation:
     uid: str
     node: str
     gpus: tuple[int, ...]
+    holding: BoundPod
 
 
 @dataclass(slots=True)
@@ -168,10 +172,21 @@ class ClusterState:
             return None
         try:
             request = PodRequest.from_pod(pod)
-            assigned = pod.assigned_gpus() if pod.spec.node_name else None
         except InvalidObjectError as error:
+            if pod.spec.node_name:
+                logger.warning("bound pod %s not counted: %s", key, error)
             return PodRecord(pod, uid, None, None, str(error))
-        return PodRecord(pod, uid, request, assigned)
+        assigned = None
+        if pod.spec.node_name:
+            try:
+                assigned = pod.assigned_gpus()
+            except InvalidObjectError as error:
+                # Unknown indices: the engine assumes the highest free GPUs, and says so.
+                logger.warning("pod %s: %s", key, error)
+        holding = None
+        if pod.spec.node_name and not pod.is_terminal:
+            holding = BoundPod(request, pod.spec.node_name, assigned)
+        return PodRecord(pod, uid, request, assigned, holding=holding)
 
     def pending(self) -> list[PodRecord]:
         """Our pods waiting for a node: not bound, not reserved, not finished or deleting."""
@@ -188,10 +203,10 @@ class ClusterState:
     def bound(self) -> Iterator[BoundPod]:
         """Every pod holding resources: bound ones of any scheduler, and our reservations."""
         for record in self.pods.values():
-            if record.node is not None and _holds(record) and record.request is not None:
-                yield BoundPod(record.request, record.node, record.assigned)
+            if record.holding is not None:
+                yield record.holding
         for reservation in self.reservations.values():
-            yield BoundPod(reservation.request, reservation.node, reservation.gpus)
+            yield reservation.holding
 
     # ----- the ledger ------------------------------------------------------------------------
 
@@ -208,7 +223,8 @@ class ClusterState:
             or node not in self.nodes
         ):
             return None
-        reservation = Reservation(record.request, record.uid, node, gpus)
+        holding = BoundPod(record.request, node, gpus)
+        reservation = Reservation(record.request, record.uid, node, gpus, holding)
         self.reservations[key] = reservation
         self._changed(capacity=False)
         return reservation
@@ -231,6 +247,7 @@ class ClusterState:
             record.uid,
             record.request,
             reservation.gpus,
+            holding=reservation.holding,
         )
         self.reservations.pop(key, None)
 

@@ -1,0 +1,294 @@
+"""Operator benchmark: the real operator against the API emulator, 500 nodes.
+
+    python bench/operator.py            # 2,000 pods + a 64-pod gang (about a minute)
+    python bench/operator.py --quick    # 600 pods + the gang
+    python bench/operator.py --profile  # also print a cProfile of the operator's thread
+
+The emulator (tests/integration/apiserver, built on kmock) and the load-generating client
+each run in a child process, so neither shares the operator's interpreter lock; on a 2-core
+machine the three share the cores. The operator runs as `gpusched run` does (Kopf, its own
+thread). Two figures:
+
+1. Sustained binds per second: single-GPU pods (a quarter ask for 2 or 4 GPUs) created at
+   the rate one client manages, from the first creation to the last bind, measured by a
+   watch on the emulator. Baseline: the same number of binds POSTed directly by a client
+   with the same concurrency as the operator's (`bindConcurrency`), no scheduling at all:
+   what the emulator itself allows. Target ≥ 200 pods/s.
+2. A 64-pod gang (minCount 64, 4 GPUs a pod, zone topology) from its first pod created to
+   all 64 bound. Target < 2 s.
+
+Benchmarks are not tests: nothing here asserts. Results also go to bench/results/operator.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import multiprocessing
+import pstats
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from tests.integration.apiserver.process import ApiServerProcess  # noqa: E402
+from tests.integration.harness import gang, gpu_node, gpu_pod  # noqa: E402
+
+from gpusched import handlers  # noqa: E402
+from gpusched.api.config import load_config  # noqa: E402
+
+RESULTS = HERE / "results" / "operator.json"
+ZONES, RACKS, NODES = 5, 10, 10  # 500 nodes
+CLIENT_CONCURRENCY = 16
+
+
+async def _post_all(url: str, bodies: list[tuple[str, dict[str, Any]]]) -> float:
+    """POSTs every (path, body) with CLIENT_CONCURRENCY in flight; returns seconds taken."""
+    queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+    for item in bodies:
+        queue.put_nowait(item)
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+
+        async def worker() -> None:
+            while not queue.empty():
+                path, body = queue.get_nowait()
+                response = await client.post(path, json=body)
+                if response.status_code >= 300:
+                    raise RuntimeError(f"{path}: {response.status_code} {response.text[:200]}")
+
+        await asyncio.gather(*(worker() for _ in range(CLIENT_CONCURRENCY)))
+    return time.perf_counter() - started
+
+
+def post_all(url: str, bodies: list[tuple[str, dict[str, Any]]]) -> float:
+    return asyncio.run(_post_all(url, bodies))
+
+
+class BindWatch:
+    """Counts pods that gain a nodeName, from a watch on the emulator (in a thread)."""
+
+    def __init__(self, url: str, namespace: str) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.bound: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> BindWatch:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        with (
+            httpx.Client(base_url=self.url, timeout=None) as client,
+            client.stream("GET", path, params={"watch": "true"}) as response,
+        ):
+            self._ready.set()
+            for line in response.iter_lines():
+                if self._stop.is_set():
+                    return
+                if not line:
+                    continue
+                obj = json.loads(line).get("object", {})
+                if obj.get("spec", {}).get("nodeName"):
+                    self.bound.setdefault(obj["metadata"]["name"], time.perf_counter())
+
+    def wait(self, count: int, timeout: float) -> bool:
+        deadline = time.perf_counter() + timeout
+        while len(self.bound) < count and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        return len(self.bound) >= count
+
+
+def make_nodes(url: str) -> None:
+    bodies = []
+    for z in range(ZONES):
+        for r in range(RACKS):
+            for n in range(NODES):
+                node = gpu_node(f"z{z}-r{r}-n{n}", f"zone-{z}", f"rack-{z}-{r}")
+                bodies.append(("/api/v1/nodes", node))
+    post_all(url, bodies)
+
+
+def throughput(url: str, count: int) -> dict[str, float]:
+    namespace = "load"
+    post_all(url, [("/api/v1/namespaces", {"metadata": {"name": namespace}})])
+    bodies = []
+    for i in range(count):
+        gpus = 1 if i % 4 else (2 if i % 8 else 4)
+        body = gpu_pod(f"p-{i}", gpus, namespace=namespace)
+        bodies.append((f"/api/v1/namespaces/{namespace}/pods", body))
+    with BindWatch(url, namespace) as watch:
+        started = time.perf_counter()
+        created_in = post_all(url, bodies)
+        done = watch.wait(count, timeout=120)
+        last = max(watch.bound.values(), default=started)
+    elapsed = last - started
+    return {
+        "pods": count,
+        "all_bound": float(done),
+        "create_seconds": created_in,
+        "seconds": elapsed,
+        "pods_per_second": len(watch.bound) / elapsed if elapsed > 0 else 0.0,
+    }
+
+
+def gang_latency(url: str, size: int = 64) -> dict[str, float]:
+    namespace = "gang"
+    post_all(url, [("/api/v1/namespaces", {"metadata": {"name": namespace}})])
+    group = gang("g64", size, key="topology.kubernetes.io/zone", namespace=namespace)
+    post_all(
+        url, [(f"/apis/scheduling.gpusched.io/v1alpha1/namespaces/{namespace}/podgroups", group)]
+    )
+    bodies = [
+        (
+            f"/api/v1/namespaces/{namespace}/pods",
+            gpu_pod(f"g-{i}", 4, group="g64", namespace=namespace),
+        )
+        for i in range(size)
+    ]
+    with BindWatch(url, namespace) as watch:
+        started = time.perf_counter()
+        created_in = post_all(url, bodies)
+        done = watch.wait(size, timeout=60)
+        last = max(watch.bound.values(), default=started)
+    return {
+        "pods": size,
+        "all_bound": float(done),
+        "create_seconds": created_in,
+        "seconds": last - started,
+    }
+
+
+def raw_binds(url: str, count: int) -> dict[str, float]:
+    """Baseline: binds POSTed straight to the emulator, no operator. The pods ask for no GPU,
+    so they leave the GPUs to the measured phases."""
+    namespace = "raw"
+    post_all(url, [("/api/v1/namespaces", {"metadata": {"name": namespace}})])
+    post_all(
+        url,
+        [
+            (
+                f"/api/v1/namespaces/{namespace}/pods",
+                gpu_pod(f"r-{i}", 0, namespace=namespace, scheduler="nobody"),
+            )
+            for i in range(count)
+        ],
+    )
+    nodes = [f"z{z}-r{r}-n{n}" for z in range(ZONES) for r in range(RACKS) for n in range(NODES)]
+    bodies = [
+        (
+            f"/api/v1/namespaces/{namespace}/pods/r-{i}/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": f"r-{i}"},
+                "target": {"kind": "Node", "name": nodes[i % len(nodes)]},
+            },
+        )
+        for i in range(count)
+    ]
+    seconds = post_all(url, bodies)
+    return {"pods": count, "seconds": seconds, "pods_per_second": count / seconds}
+
+
+def in_child(fn: Any, *args: Any) -> Any:
+    """Runs a load phase in a child process: the client must not take the operator's GIL."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    count = 600 if args.quick else 2000
+    results: dict[str, Any] = {}
+    with ApiServerProcess(crds=True) as server:
+        url = server.url
+        in_child(make_nodes, url)
+        results["baseline"] = in_child(raw_binds, url, count)
+        kubeconfig = HERE / "results" / "kubeconfig"
+        kubeconfig.parent.mkdir(exist_ok=True)
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "e", "cluster": {"server": url}}],
+                    "users": [{"name": "e", "user": {"token": "emulator-token"}}],
+                    "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}],
+                    "current-context": "e",
+                }
+            )
+        )
+        handlers.configure(
+            handlers.Options(config=load_config({}), kubeconfig=str(kubeconfig), metrics_port=0)
+        )
+        from kopf.testing import KopfRunner
+
+        profile = cProfile.Profile() if args.profile else None
+        with KopfRunner(
+            ["run", "-A", "--standalone", "-m", "gpusched.handlers"],
+            registry=handlers.registry,
+            timeout=60,
+        ):
+            deadline = time.perf_counter() + 60
+            while time.perf_counter() < deadline:
+                runtime = handlers.running
+                if runtime and len(runtime.scheduler.state.nodes) == ZONES * RACKS * NODES:
+                    break
+                time.sleep(0.05)
+            if profile is not None:
+                threading.setprofile(lambda *a: None)
+                profile.enable()
+            results["throughput"] = in_child(throughput, url, count)
+            results["gang"] = in_child(gang_latency, url)
+            if profile is not None:
+                profile.disable()
+            runtime = handlers.running
+            results["cycles"] = runtime.scheduler.cycles if runtime else 0
+    _report(results)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2))
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+
+
+def _report(results: dict[str, Any]) -> None:
+    t, b, g = results["throughput"], results["baseline"], results["gang"]
+    print(f"operator benchmark: {ZONES * RACKS * NODES} nodes, emulator in a child process")
+    print(f"{'figure':<44}{'value':>12}{'baseline':>12}{'ratio':>8}  target")
+    print(
+        f"{'sustained binds/s (' + str(t['pods']) + ' pods)':<44}"
+        f"{t['pods_per_second']:>12.0f}{b['pods_per_second']:>12.0f}"
+        f"{t['pods_per_second'] / b['pods_per_second']:>8.2f}  >= 200/s "
+        f"{'met' if t['pods_per_second'] >= 200 else 'NOT MET'}"
+    )
+    print(f"{'  pods created in (s)':<44}{t['create_seconds']:>12.2f}")
+    print(
+        f"{'64-pod gang, all created -> all bound (s)':<44}{g['seconds']:>12.2f}"
+        f"{'':>12}{'':>8}  < 2 s {'met' if g['seconds'] < 2 and g['all_bound'] else 'NOT MET'}"
+    )
+    print(f"{'  gang pods created in (s)':<44}{g['create_seconds']:>12.2f}")
+    print(f"{'scheduling cycles':<44}{results['cycles']:>12}")
+
+
+if __name__ == "__main__":
+    main()
