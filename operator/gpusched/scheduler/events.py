@@ -89,13 +89,20 @@ class EventRecorder:
 
     async def run(self) -> None:
         while True:
-            outgoing = await self._queue.get()
-            try:
-                await self._send(outgoing)
-            except ApiError as error:
-                logger.warning(
-                    "cannot post event %s on %s: %s", outgoing.reason, outgoing.obj.key, error
-                )
+            await self._deliver(await self._queue.get())
+
+    async def flush(self) -> None:
+        """Sends everything queued now (for tests and shutdown)."""
+        while not self._queue.empty():
+            await self._deliver(self._queue.get_nowait())
+
+    async def _deliver(self, outgoing: _Outgoing) -> None:
+        try:
+            await self._send(outgoing)
+        except ApiError as error:
+            logger.warning(
+                "cannot post event %s on %s: %s", outgoing.reason, outgoing.obj.key, error
+            )
 
     async def _send(self, out: _Outgoing) -> None:
         series = self._series.get(out.key)
@@ -134,13 +141,6 @@ class EventRecorder:
             "reportingComponent": COMPONENT,
             "reportingInstance": self.instance,
         }
-
-    async def drain(self, timeout: float) -> None:
-        """Waits (up to ``timeout`` seconds) until every queued Event was sent; for tests and
-        shutdown."""
-        deadline = self.clock() + timeout
-        while not self._queue.empty() and self.clock() < deadline:
-            await asyncio.sleep(0.01)
 
 
 def _stamp(moment: datetime) -> str:

@@ -45,6 +45,7 @@ class StatusOutbox:
         self.clock = clock
         self._pending: dict[tuple[str, str], tuple[ObjectRef, dict[str, Any], str]] = {}
         self._sent: dict[tuple[str, str], tuple[str, float]] = {}
+        self._offered: dict[tuple[str, str], dict[str, Any]] = {}
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
@@ -52,6 +53,7 @@ class StatusOutbox:
     def offer(self, ref: ObjectRef, status: dict[str, Any], current: Mapping[str, Any]) -> None:
         """Queues ``status`` for ``ref`` unless the object (or our last patch) already says it."""
         key = (ref.kind, ref.key)
+        self._offered[key] = status
         sig = signature(status)
         now = self.clock()
         sent = self._sent.get(key)
@@ -64,8 +66,14 @@ class StatusOutbox:
         self._pending[key] = (ref, status, sig)
         self._wake.set()
 
+    def last(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The status last offered for ``ref``: what the object says, or will say once the
+        patch lands (a watch may not have shown our own patch yet)."""
+        return self._offered.get((ref.kind, ref.key))
+
     def forget(self, ref: ObjectRef) -> None:
         key = (ref.kind, ref.key)
+        self._offered.pop(key, None)
         self._sent.pop(key, None)
         self._pending.pop(key, None)
 
@@ -76,9 +84,13 @@ class StatusOutbox:
     async def run(self) -> None:
         while True:
             await self._wake.wait()
-            self._wake.clear()
-            batch, self._pending = self._pending, {}
-            await asyncio.gather(*(self._send(key, *item) for key, item in batch.items()))
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Sends every status offered so far."""
+        self._wake.clear()
+        batch, self._pending = self._pending, {}
+        await asyncio.gather(*(self._send(key, *item) for key, item in batch.items()))
 
     async def _send(
         self, key: tuple[str, str], ref: ObjectRef, status: dict[str, Any], sig: str

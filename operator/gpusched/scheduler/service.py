@@ -67,6 +67,9 @@ TELEMETRY_HOLD_SECONDS = 1.0
 its static part when the mapping changes, so taking a fresh one every cycle would rebuild it
 every cycle; holding it longer would understate ages (and a GPU would look fresher than its
 data) by more than this."""
+CREATE_GRACE_SECONDS = 30.0
+"""How long a group created for a Workload may take to show up in the watch before it is
+created again (a 409 then says it exists after all)."""
 VERIFY_ATTEMPTS = 5
 """How often an uncertain bind (no answer, or 409) is checked with a GET before giving up
 for now; the reservation is kept until the pod's real state is known."""
@@ -114,7 +117,9 @@ class Scheduler:
         self._attempts: dict[str, Attempt] = {}
         self._binding: dict[str, set[str]] = defaultdict(set)
         """Root key → pods whose bind is in flight (for the gang latency metric)."""
-        self._creating: set[str] = set()
+        self._creating: dict[str, float] = {}
+        """Groups created for a Workload, by when: not created again until the watch shows
+        them (or, should it never, for ``CREATE_GRACE_SECONDS``)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._groups_seen = -1
         self._snapshots = SnapshotCache()
@@ -157,6 +162,11 @@ class Scheduler:
     def _next_retry(self) -> float:
         upcoming = [b.next_try for b in self._backoff.values()]
         return min(upcoming, default=self.clock() + 3600.0)
+
+    async def settle(self) -> None:
+        """Waits for the binds (and their follow-ups) in flight now."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     @property
     def idle(self) -> bool:
@@ -380,13 +390,20 @@ class Scheduler:
     # ----- Workloads -------------------------------------------------------------------------
 
     def _materialize(self) -> None:
+        now = self.clock()
         for record in self.state.workloads.values():
             if record.workload is None:
                 continue
             for group in materialize(record.workload):
-                if group.key in self.state.groups or group.key in self._creating:
+                if group.key in self.state.groups:
+                    self._creating.pop(group.key, None)
                     continue
-                self._creating.add(group.key)
+                if (
+                    now - self._creating.get(group.key, -CREATE_GRACE_SECONDS)
+                    < CREATE_GRACE_SECONDS
+                ):
+                    continue
+                self._creating[group.key] = now
                 self._spawn(self._create(group))
 
     async def _create(self, group: PodGroup | CompositePodGroup) -> None:
@@ -395,11 +412,10 @@ class Scheduler:
         except ApiError as error:
             if error.status != 409:
                 logger.warning("cannot create %s %s: %s", group.kind, group.key, error)
+                self._creating.pop(group.key, None)
                 asyncio.get_running_loop().call_later(
                     self.settings.initial_backoff_seconds, self.wake
                 )
-        finally:
-            self._creating.discard(group.key)
 
     # ----- status and Events -------------------------------------------------------------------
 
@@ -456,9 +472,8 @@ class Scheduler:
         where = placement(
             record.spec.topology_key, self.config.topology_levels, pods, self.state.nodes
         )
-        return group_status(
-            record, phase, counts, where, self._attempts.get(key), record.raw_status, wall
-        )
+        previous = self.outbox.last(_group_ref(record)) or record.raw_status
+        return group_status(record, phase, counts, where, self._attempts.get(key), previous, wall)
 
     def _timed_out(
         self, root: str, by_group: Mapping[str, list[PodRecord]], wall: datetime
@@ -496,7 +511,8 @@ class Scheduler:
                         groups.append((group.metadata.name, group.kind, status))
             else:
                 self.recorder.record(ref, "Warning", REASON_INVALID, error or "")
-            condition = materialized_condition(record.raw_status, error, missing, wall)
+            previous = self.outbox.last(ref) or record.raw_status
+            condition = materialized_condition(previous, error, missing, wall)
             summary = workload_status(groups, condition)
             self.outbox.offer(
                 ref,

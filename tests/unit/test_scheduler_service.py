@@ -1,0 +1,401 @@
+"""The scheduling service without an API server: a fake `ClusterApi` that records calls and
+fails on demand, a fake clock, and the real state, engine, ledger, status and Events.
+
+The end-to-end stories over HTTP are in tests/integration/test_operator_stories.py; these are
+the cases that need exact control of timing and failures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpusched.api.config import load_config
+from gpusched.engine.groups import GroupKind
+from gpusched.scheduler.ports import ApiError, ObjectRef
+from gpusched.scheduler.service import Scheduler
+from gpusched.scheduler.state import ClusterState
+from tests.builders import topology_annotation
+
+NOW = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+"""Pods are created now unless a test says otherwise: the gang timeout counts from there."""
+RACK = "topology.example.com/rack"
+ZONE = "topology.kubernetes.io/zone"
+
+
+@dataclass
+class FakeApi:
+    """Records every call; ``failures[pod]`` lists the errors its next binds raise."""
+
+    binds: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    failures: dict[str, list[ApiError]] = field(default_factory=dict)
+    pods: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    statuses: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    event_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    created: list[dict[str, Any]] = field(default_factory=list)
+
+    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
+        pending = self.failures.get(pod.key)
+        if pending:
+            raise pending.pop(0)
+        self.binds.append((pod.key, node, dict(annotations)))
+
+    async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
+        return self.pods.get(pod.key)
+
+    async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
+        self.statuses.append((obj.kind, obj.key, dict(status)))
+
+    async def create_event(self, body: Mapping[str, Any]) -> str:
+        self.events.append(dict(body))
+        return f"event-{len(self.events)}"
+
+    async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.event_patches.append((name, dict(patch)))
+
+    async def create_custom(self, body: Mapping[str, Any]) -> None:
+        self.created.append(dict(body))
+
+    def last_status(self, key: str) -> dict[str, Any]:
+        return next(s for _, k, s in reversed(self.statuses) if k == key)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def node(name: str, rack: str = "rack-1", gpus: int = 8) -> dict[str, Any]:
+    annotations = {}
+    if gpus == 8:
+        annotations["gpusched.io/gpu-topology"] = topology_annotation("a100x8") or ""
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {ZONE: "zone-a", RACK: rack},
+            "annotations": annotations,
+        },
+        "status": {
+            "allocatable": {
+                "cpu": "64",
+                "memory": "512Gi",
+                "pods": "110",
+                "nvidia.com/gpu": str(gpus),
+            },
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(
+    name: str,
+    gpus: int,
+    *,
+    group: str | None = None,
+    node_name: str | None = None,
+    scheduler: str = "gpusched",
+    created: str | None = None,
+    uid: str | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid or f"uid-{name}",
+            "creationTimestamp": created or NOW,
+            "labels": {"scheduling.gpusched.io/pod-group": group} if group else {},
+            "annotations": annotations or {},
+        },
+        "spec": spec,
+    }
+
+
+def pod_group(name: str, min_count: int, timeout: int | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulingPolicy": {"gang": {"minCount": min_count}},
+        "schedulingConstraints": {"topology": [{"key": RACK}]},
+    }
+    if timeout is not None:
+        spec["scheduleTimeoutSeconds"] = timeout
+    return {
+        "apiVersion": "scheduling.gpusched.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1},
+        "spec": spec,
+    }
+
+
+def service(api: FakeApi, clock: Clock) -> Scheduler:
+    config = load_config(
+        {"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1, "maxBackoffSeconds": 8}}
+    )
+    return Scheduler(config, ClusterState(), api, clock=clock)
+
+
+async def run_cycle(scheduler: Scheduler) -> None:
+    await scheduler.cycle()
+    await scheduler.settle()
+    await scheduler.outbox.flush()
+    await scheduler.recorder.flush()
+
+
+def bound_to(api: FakeApi) -> dict[str, str]:
+    return {key: node for key, node, _ in api.binds}
+
+
+# ----- the reservation ledger ---------------------------------------------------------------
+
+
+def test_a_reservation_counts_until_the_watch_shows_the_pod_bound() -> None:
+    state = ClusterState()
+    state.upsert_node(node("a"))
+    state.upsert_pod(pod("p", 2))
+    reservation = state.reserve("default/p", "a", (0, 1))
+    assert reservation is not None
+    assert [b.pod.key for b in state.bound()] == ["default/p"]
+    assert state.pending() == []
+    state.upsert_pod(pod("p", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"}))
+    assert state.reservations == {}
+    assert [(b.pod.key, b.gpus) for b in state.bound()] == [("default/p", (0, 1))]
+
+
+@pytest.mark.parametrize(
+    ("story", "change"),
+    [
+        ("the pod was deleted", lambda s: s.delete_pod("default/p")),
+        ("another scheduler bound it", lambda s: s.upsert_pod(pod("p", 2, node_name="b"))),
+        ("the node is gone", lambda s: s.delete_node("a")),
+    ],
+)
+def test_no_reservation_for_a_pod_that_changed_while_the_engine_ran(
+    story: str, change: Any
+) -> None:
+    state = ClusterState()
+    state.upsert_node(node("a"))
+    state.upsert_node(node("b"))
+    state.upsert_pod(pod("p", 2))
+    change(state)
+    assert state.reserve("default/p", "a", (0, 1)) is None, story
+    assert state.reservations == {}
+
+
+def test_a_pod_replaced_under_the_same_name_drops_the_old_reservation() -> None:
+    state = ClusterState()
+    state.upsert_node(node("a"))
+    state.upsert_pod(pod("p", 2))
+    state.reserve("default/p", "a", (0, 1))
+    state.upsert_pod(pod("p", 2, uid="uid-new"))
+    assert state.reservations == {}
+    assert [r.key for r in state.pending()] == ["default/p"]
+
+
+# ----- binding ---------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_rejected_bind_releases_at_once_and_the_pod_is_bound_on_retry() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("p", 2))
+    api.failures["default/p"] = [ApiError(500, "etcd timeout")]
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert scheduler.state.reservations == {}
+    assert [r.key for r in scheduler.state.pending()] == ["default/p"]
+    assert any(e["message"] == "Binding rejected: etcd timeout" for e in api.events)
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a"}
+    assert api.binds[0][2] == {"gpusched.io/gpus": "0,1"}
+
+
+@pytest.mark.asyncio
+async def test_a_bind_without_an_answer_keeps_its_gpus_until_the_pod_is_read_back() -> None:
+    # One 2-GPU node. The bind of p got no answer but did happen: p must keep the GPUs, and q,
+    # waiting for the same GPUs, must not get them.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=2))
+    scheduler.state.upsert_pod(pod("p", 2))
+    scheduler.state.upsert_pod(pod("q", 2, created="2099-01-01T00:00:00Z"))  # younger
+    api.failures["default/p"] = [ApiError(0, "connection reset")]
+    api.pods["default/p"] = pod("p", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    await run_cycle(scheduler)
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert api.binds == []
+    record = scheduler.state.pods["default/p"]
+    assert (record.node, record.assigned) == ("a", (0, 1))
+    assert [r.key for r in scheduler.state.pending()] == ["default/q"]
+    assert scheduler.state.reservations == {}
+
+
+@pytest.mark.asyncio
+async def test_a_conflict_on_a_pod_that_is_not_bound_frees_the_reservation() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("p", 2))
+    api.failures["default/p"] = [ApiError(409, "the object has been modified")]
+    api.pods["default/p"] = pod("p", 2)
+    await run_cycle(scheduler)
+    assert scheduler.state.reservations == {}
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a"}
+
+
+# ----- gangs: backoff, capacity, timeout -----------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_gang_that_cannot_fit_backs_off_and_retries_at_once_when_room_is_freed() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("theirs", 6, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_group(GroupKind.POD_GROUP, pod_group("g", 2))
+    for i in range(2):
+        scheduler.state.upsert_pod(pod(f"g-{i}", 2, group="g"))
+    await run_cycle(scheduler)
+    assert api.binds == []
+    status = api.last_status("default/g")
+    assert status["phase"] == "Pending"
+    assert status["conditions"][0]["reason"] == "Unschedulable"
+    assert status["lastAttempt"]["domains"][0].startswith("zone-a/rack-1: ")
+    cycles_before = scheduler.cycles
+    clock.now += 0.5  # inside the first backoff (1 s): no new attempt
+    await run_cycle(scheduler)
+    assert api.last_status("default/g")["lastAttempt"] == status["lastAttempt"]
+    clock.now += 3.0  # a second failure doubles the delay to 2 s
+    await run_cycle(scheduler)
+    clock.now += 1.0
+    assert scheduler._backing_off("default/g", clock.now)
+    scheduler.state.delete_pod("default/theirs")  # room: retried after the shortest delay
+    assert not scheduler._backing_off("default/g", clock.now)
+    await run_cycle(scheduler)
+    assert sorted(bound_to(api)) == ["default/g-0", "default/g-1"]
+    assert scheduler.cycles == cycles_before + 3
+    await run_cycle(scheduler)
+    final = api.last_status("default/g")
+    assert (final["phase"], final["scheduled"]) == ("Scheduled", 2)
+
+
+@pytest.mark.asyncio
+async def test_a_gang_past_its_timeout_is_unschedulable_and_still_retried() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=2))
+    scheduler.state.upsert_group(GroupKind.POD_GROUP, pod_group("g", 2, timeout=60))
+    for i in range(2):  # created long ago: the timeout has passed
+        scheduler.state.upsert_pod(pod(f"g-{i}", 2, group="g", created="2026-01-01T00:00:00Z"))
+    await run_cycle(scheduler)
+    status = api.last_status("default/g")
+    assert status["phase"] == "Unschedulable"
+    assert status["conditions"][0]["reason"] == "Timeout"
+    assert status["conditions"][0]["status"] == "False"
+    scheduler.state.upsert_node(node("b", gpus=2))
+    clock.now += 10
+    await run_cycle(scheduler)
+    assert sorted(bound_to(api)) == ["default/g-0", "default/g-1"]
+
+
+# ----- Events and status writes --------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_the_same_failure_again_is_one_event_whose_count_grows() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("theirs", 6, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("big", 4))
+    for _ in range(5):
+        await run_cycle(scheduler)
+        clock.now += 20  # past every backoff; the refresh interval is 60 s
+    failures = [e for e in api.events if e["reason"] == "FailedScheduling"]
+    assert len(failures) == 1
+    assert "insufficient nvidia.com/gpu" in failures[0]["message"]
+    assert failures[0]["involvedObject"]["uid"] == "uid-big"
+    assert [p["count"] for _, p in api.event_patches] == [4]
+
+
+@pytest.mark.asyncio
+async def test_an_unchanged_status_is_not_written_again() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_group(GroupKind.POD_GROUP, pod_group("g", 2))
+    await run_cycle(scheduler)
+    assert [k for _, k, _ in api.statuses] == ["default/g"]
+    assert api.last_status("default/g")["conditions"][0]["reason"] == "WaitingForPods"
+    await run_cycle(scheduler)
+    await run_cycle(scheduler)
+    assert len(api.statuses) == 1
+
+
+@pytest.mark.asyncio
+async def test_an_invalid_group_gets_a_condition_naming_the_field_and_others_go_on() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    bad = pod_group("bad", 1)
+    bad["spec"]["schedulingPolicy"]["basic"] = {}
+    scheduler.state.upsert_group(GroupKind.POD_GROUP, bad)
+    scheduler.state.upsert_pod(pod("bad-0", 1, group="bad"))
+    scheduler.state.upsert_pod(pod("loose", 1))
+    await run_cycle(scheduler)
+    condition = api.last_status("default/bad")["conditions"][0]
+    assert condition["reason"] == "Invalid"
+    assert "spec.schedulingPolicy" in condition["message"]
+    assert bound_to(api) == {"default/loose": "a"}
+    assert any(e["reason"] == "Invalid" for e in api.events)
+
+
+@pytest.mark.asyncio
+async def test_a_workload_materialises_its_groups_once() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_workload(
+        {
+            "apiVersion": "scheduling.gpusched.io/v1alpha1",
+            "kind": "Workload",
+            "metadata": {"name": "w", "namespace": "default", "uid": "uid-w", "generation": 1},
+            "spec": {
+                "podGroupTemplates": [
+                    {"name": "a", "schedulingPolicy": {"gang": {"minCount": 2}}},
+                    {"name": "b", "schedulingPolicy": {"basic": {}}},
+                ]
+            },
+        }
+    )
+    await run_cycle(scheduler)
+    await run_cycle(scheduler)  # the creations are in flight or done: not sent again
+    assert sorted(b["metadata"]["name"] for b in api.created) == ["w-a", "w-b"]
+    assert api.created[0]["metadata"]["ownerReferences"][0]["uid"] == "uid-w"
+    status = api.last_status("default/w")
+    assert status["conditions"][0]["reason"] == "Creating"
+    for body in api.created:
+        scheduler.state.upsert_group(
+            GroupKind.POD_GROUP,
+            {**body, "metadata": {**body["metadata"], "uid": "x", "generation": 1}},
+        )
+    await run_cycle(scheduler)
+    status = api.last_status("default/w")
+    assert status["conditions"][0]["reason"] == "Materialized"
+    assert [g["name"] for g in status["groups"]] == ["w-a", "w-b"]
