@@ -28,14 +28,15 @@ FAST = {"operator": {"initialBackoffSeconds": 0.2, "maxBackoffSeconds": 1.0}}
 
 @contextlib.contextmanager
 def running_operator(
-    kubeconfig: Path, config: Mapping[str, Any] | None = None
+    kubeconfig: Path, config: Mapping[str, Any] | None = None, metrics_port: int = 0
 ) -> Iterator[handlers.Runtime]:
     """The operator, started and stopped around the block; fails if it crashed."""
     handlers.configure(
         handlers.Options(
             config=load_config({**FAST, **(config or {})}),
             kubeconfig=str(kubeconfig),
-            metrics_port=0,
+            metrics_address="127.0.0.1",
+            metrics_port=metrics_port,
         )
     )
     handlers.running = None  # never wait on a previous run's runtime

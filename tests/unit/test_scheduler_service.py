@@ -15,6 +15,7 @@ import pytest
 
 from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
+from gpusched.engine.snapshot import GpuSample
 from gpusched.scheduler.ports import ApiError, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
@@ -399,3 +400,21 @@ async def test_a_workload_materialises_its_groups_once() -> None:
     status = api.last_status("default/w")
     assert status["conditions"][0]["reason"] == "Materialized"
     assert [g["name"] for g in status["groups"]] == ["w-a", "w-b"]
+
+
+@pytest.mark.asyncio
+async def test_hot_gpus_from_telemetry_are_not_given_out() -> None:
+    api, clock = FakeApi(), Clock()
+    config = load_config({"operator": {"batchWindowSeconds": 0}})
+    healthy = GpuSample(temperature_c=50, fb_free_mib=80000, fb_used_mib=0, age_seconds=1)
+    hot = GpuSample(temperature_c=91, fb_free_mib=80000, fb_used_mib=0, age_seconds=1)
+    samples = {("a", g): (hot if g < 6 else healthy) for g in range(8)}
+    scheduler = Scheduler(config, ClusterState(), api, telemetry=lambda: samples, clock=clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("p", 2))
+    scheduler.state.upsert_pod(pod("q", 1))
+    await run_cycle(scheduler)
+    assert [(key, annotations) for key, _, annotations in api.binds] == [
+        ("default/p", {"gpusched.io/gpus": "6,7"})
+    ]
+    assert [r.key for r in scheduler.state.pending()] == ["default/q"]
