@@ -18,8 +18,10 @@ lint: ## ruff, ruff format --check, mypy --strict, import-linter
 	mypy --strict operator/gpusched
 	lint-imports
 
-bench: ## run the engine benchmarks and print their tables
+bench: ## run the engine, operator and telemetry benchmarks and print their tables
 	$(PYTHON) bench/engine.py
+	$(PYTHON) bench/operator.py
+	$(PYTHON) bench/telemetry.py
 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
