@@ -418,3 +418,43 @@ async def test_hot_gpus_from_telemetry_are_not_given_out() -> None:
         ("default/p", {"gpusched.io/gpus": "6,7"})
     ]
     assert [r.key for r in scheduler.state.pending()] == ["default/q"]
+
+
+@pytest.mark.asyncio
+async def test_only_a_leader_with_a_fresh_pod_list_binds() -> None:
+    api, clock = FakeApi(), Clock()
+    config = load_config({"operator": {"batchWindowSeconds": 0}})
+    leading = [False]
+    scheduler = Scheduler(config, ClusterState(), api, clock=clock, leading=lambda: leading[0])
+    scheduler.state.upsert_node(node("a", gpus=2))
+    scheduler.state.upsert_pod(pod("p", 2))
+    await run_cycle(scheduler)
+    assert (api.binds, api.statuses, api.events) == ([], [], [])
+
+    async def fresh_list() -> list[dict[str, Any]]:
+        # Bound by the previous leader just before it lost the Lease; our watch missed it.
+        return [pod("p", 2), pod("old", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})]
+
+    leading[0] = True
+    await scheduler.take_leadership(fresh_list())
+    await run_cycle(scheduler)
+    assert api.binds == []  # the previous leader's pod holds both GPUs
+    scheduler.state.delete_pod("default/old")
+    clock.now += 1.0  # the shortest backoff
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a"}
+
+
+@pytest.mark.asyncio
+async def test_a_bind_decided_before_the_lease_was_lost_is_not_sent() -> None:
+    api, clock = FakeApi(), Clock()
+    config = load_config({"operator": {"batchWindowSeconds": 0}})
+    leading = [True]
+    scheduler = Scheduler(config, ClusterState(), api, clock=clock, leading=lambda: leading[0])
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("p", 2))
+    await scheduler.cycle()  # decided and reserved; the bind task has not run yet
+    leading[0] = False
+    await scheduler.settle()
+    assert api.binds == []
+    assert scheduler.state.reservations == {}

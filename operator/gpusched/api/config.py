@@ -245,6 +245,32 @@ class TelemetryConfig(_Strict):
         return self
 
 
+class LeaderElectionConfig(_Strict):
+    """Only the holder of a ``coordination.k8s.io/v1`` Lease schedules (see
+    `gpusched.scheduler.leader`). Defaults are client-go's."""
+
+    enabled: bool = True
+    """Off only for a single replica that must not depend on the Lease API."""
+    lease_name: str = Field(default="gpusched", alias="leaseName", min_length=1)
+    lease_namespace: str | None = Field(default=None, alias="leaseNamespace")
+    """Namespace of the Lease; default ``$POD_NAMESPACE``, else ``default``."""
+    lease_duration_seconds: float = Field(default=15.0, alias="leaseDurationSeconds", gt=0)
+    """How long a Lease nobody renews stays taken. Default 15 s."""
+    renew_deadline_seconds: float = Field(default=10.0, alias="renewDeadlineSeconds", gt=0)
+    """A holder that could not renew for this long stops binding. Shorter than the lease
+    duration, so it stops before anyone else could take over. Default 10 s."""
+    retry_period_seconds: float = Field(default=2.0, alias="retryPeriodSeconds", gt=0)
+    """How often the Lease is renewed, or tried for. Default 2 s."""
+
+    @model_validator(mode="after")
+    def _fenced(self) -> LeaderElectionConfig:
+        if not self.retry_period_seconds < self.renew_deadline_seconds:
+            raise ValueError("retryPeriodSeconds must be shorter than renewDeadlineSeconds")
+        if not self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise ValueError("renewDeadlineSeconds must be shorter than leaseDurationSeconds")
+        return self
+
+
 class OperatorConfig(_Strict):
     """How the running operator queues, retries and binds (not used by ``simulate``)."""
 
@@ -263,6 +289,9 @@ class OperatorConfig(_Strict):
     status_refresh_seconds: float = Field(default=60.0, alias="statusRefreshSeconds", gt=0)
     """A group whose unchanged failure is retried gets its ``lastAttempt.time`` rewritten at
     most this often, and an unchanged ``FailedScheduling`` Event its count. Default 60 s."""
+    leader_election: LeaderElectionConfig = Field(
+        default_factory=LeaderElectionConfig, alias="leaderElection"
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> OperatorConfig:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.api.crds import GROUP, VERSION
 from gpusched.engine.groups import GroupKind
 from gpusched.k8s.client import KubeClusterApi, load_configuration
+from gpusched.scheduler.leader import LeaderElector
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from gpusched.telemetry.cache import TelemetryCache
@@ -79,6 +81,8 @@ class Runtime:
     api: KubeClusterApi
     telemetry: TelemetryCache
     task: asyncio.Task[None]
+    elector: LeaderElector | None = None
+    elector_task: asyncio.Task[None] | None = None
     metrics_server: Any = None
 
 
@@ -97,13 +101,41 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
     await telemetry.start()  # an unreadable CA file fails here, loudly
     scheduler = Scheduler(opts.config, state, api, telemetry.samples)
+    elector = _elector(opts.config, api, scheduler)
     server = None
     if opts.metrics_port:
         server, _thread = start_http_server(opts.metrics_port, opts.metrics_address)
     task = asyncio.create_task(scheduler.run(), name="gpusched-scheduling-loop")
-    memo.runtime = Runtime(scheduler, api, telemetry, task, server)
+    elector_task = None
+    if elector is not None:
+        elector_task = asyncio.create_task(elector.run(), name="gpusched-leader-election")
+    memo.runtime = Runtime(
+        scheduler, api, telemetry, task, elector, elector_task, metrics_server=server
+    )
     global running
     running = memo.runtime
+
+
+def _elector(
+    config: SchedulerConfig, api: KubeClusterApi, scheduler: Scheduler
+) -> LeaderElector | None:
+    """The Lease elector gating ``scheduler`` (None when leader election is off)."""
+    election = config.operator.leader_election
+    if not election.enabled:
+        return None
+    namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE", "default")
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+    def changed(leading: bool) -> None:
+        if leading:
+            scheduler.spawn(scheduler.take_leadership(api.list_pods()))
+        else:
+            scheduler.lost_leadership()
+
+    elector = LeaderElector(api, election, namespace, identity, changed)
+    scheduler.leading = lambda: elector.leading
+    scheduler.lost_leadership()
+    return elector
 
 
 @kopf.on.login(registry=registry)
@@ -135,8 +167,12 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if runtime is None:
         return
     running = None
-    runtime.task.cancel()
-    await asyncio.gather(runtime.task, return_exceptions=True)
+    tasks = [t for t in (runtime.task, runtime.elector_task) if t is not None]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if runtime.elector is not None:
+        await runtime.elector.release()
     await runtime.telemetry.stop()
     await runtime.api.close()
     if runtime.metrics_server is not None:

@@ -26,6 +26,7 @@ PLURALS = {
     "CompositePodGroup": "compositepodgroups",
     "Workload": "workloads",
 }
+LEASES = "/apis/coordination.k8s.io/v1"
 REQUEST_TIMEOUT_SECONDS = 30.0
 """No single API request may take longer; the caller decides whether to retry."""
 
@@ -135,3 +136,24 @@ class KubeClusterApi:
         namespace = body["metadata"].get("namespace", "default")
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURALS[body['kind']]}"
         await self._request("POST", path, dict(body))
+
+    async def get_lease(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            return await self._request("GET", f"{LEASES}/namespaces/{namespace}/leases/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self._request("POST", f"{LEASES}/namespaces/{namespace}/leases", dict(body))
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        path = f"{LEASES}/namespaces/{namespace}/leases/{name}"
+        await self._request("PUT", path, dict(body))
+
+    async def list_pods(self) -> list[dict[str, Any]]:
+        """Every pod of the cluster, for a new leader's resync."""
+        document = await self._request("GET", "/api/v1/pods")
+        items: list[dict[str, Any]] = document.get("items") or []
+        return items

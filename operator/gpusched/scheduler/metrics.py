@@ -28,3 +28,4 @@ GANG_SECONDS = Histogram(
 )
 PENDING_GROUPS = Gauge("gpusched_pending_groups", "Root groups with pods waiting for a node.")
 RESERVED_GPUS = Gauge("gpusched_reserved_gpus", "GPUs reserved for pods whose bind is in flight.")
+LEADER = Gauge("gpusched_leader", "1 while this replica holds the scheduler Lease, else 0.")

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -101,6 +101,7 @@ class Scheduler:
         api: ClusterApi,
         telemetry: Telemetry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -122,6 +123,10 @@ class Scheduler:
         them (or, should it never, for ``CREATE_GRACE_SECONDS``)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._groups_seen = -1
+        self.leading: Callable[[], bool] = leading or (lambda: True)
+        """Only the Lease holder decides, binds and writes (see `gpusched.scheduler.leader`)."""
+        self._synced = leading is None
+        """A new leader acts only once its state was read afresh from the API."""
         self._snapshots = SnapshotCache()
         self.cycles = 0
 
@@ -175,7 +180,20 @@ class Scheduler:
 
     # ----- one cycle ---------------------------------------------------------------------------
 
+    def lost_leadership(self) -> None:
+        self._synced = False
+
+    async def take_leadership(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
+        """Before its first bind, a new leader replaces what it watched with a fresh list of
+        every pod: the watch of a replica that was not acting may lag, and the old leader's
+        last binds must be counted."""
+        self.state.resync_pods(await pods)
+        self._synced = True
+        self.wake()
+
     async def cycle(self) -> None:
+        if not (self._synced and self.leading()):
+            return
         self.cycles += 1
         now = self.clock()
         wall = datetime.now(UTC)
@@ -276,7 +294,7 @@ class Scheduler:
                 metrics.ATTEMPTS.labels("scheduled").inc()
             root = self._root(reservation.request)
             self._binding[root].add(binding.pod)
-            self._spawn(self._bind(binding.pod, reservation, root))
+            self.spawn(self._bind(binding.pod, reservation, root))
 
     def _root_outcome(self, decision: GroupDecision, now: float) -> None:
         record = self.state.groups.get(decision.name)
@@ -305,7 +323,8 @@ class Scheduler:
         backoff.next_try = now + delay
         backoff.capacity_seen = self.state.capacity_generation
 
-    def _spawn(self, work: Any) -> None:
+    def spawn(self, work: Any) -> None:
+        """Runs ``work`` as a task the scheduler owns (awaited by `settle`, cancelled at exit)."""
         task: asyncio.Task[None] = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -319,6 +338,8 @@ class Scheduler:
         async with self._slots:
             started = self.clock()
             try:
+                if not self.leading():  # fencing: the Lease may be someone else's by now
+                    raise ApiError(503, "not the leader any more; not binding")
                 await self.api.bind(ref, reservation.node, annotations)
                 error = None
             except ApiError as failure:
@@ -404,7 +425,7 @@ class Scheduler:
                 ):
                     continue
                 self._creating[group.key] = now
-                self._spawn(self._create(group))
+                self.spawn(self._create(group))
 
     async def _create(self, group: PodGroup | CompositePodGroup) -> None:
         try:

@@ -188,6 +188,15 @@ class ClusterState:
             holding = BoundPod(request, pod.spec.node_name, assigned)
         return PodRecord(pod, uid, request, assigned, holding=holding)
 
+    def resync_pods(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        """Replaces every pod with a fresh list from the API (a new leader's first step)."""
+        seen = set()
+        for body in bodies:
+            self.upsert_pod(body)
+            seen.add(f"{_namespace(body)}/{_name(body)}")
+        for key in [k for k in self.pods if k not in seen]:
+            self.delete_pod(key)
+
     def pending(self) -> list[PodRecord]:
         """Our pods waiting for a node: not bound, not reserved, not finished or deleting."""
         return [

@@ -1,0 +1,166 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with fencing.
+
+Kopf's peering pauses lower-priority operators but is not a lock: after a failover two
+replicas can both act for seconds. Only the Lease holder schedules here, and a holder that
+cannot renew stops binding ``renewDeadlineSeconds`` after its last successful renewal — before
+``leaseDurationSeconds`` have passed, which is the earliest another replica can take the Lease.
+
+As client-go does, expiry is judged on this replica's own monotonic clock: a Lease whose
+holder and renew time have not changed for ``leaseDurationSeconds`` since we first saw them
+is expired, whatever the other replica's wall clock said. A lost race (409 on the update) is
+simply not leading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from gpusched.api.config import LeaderElectionConfig
+from gpusched.scheduler import metrics
+from gpusched.scheduler.ports import ApiError
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseApi(Protocol):
+    async def get_lease(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Lease, or None when it does not exist."""
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Creates the Lease (ApiError 409 when it exists)."""
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """PUTs the Lease; ApiError 409 when ``metadata.resourceVersion`` is stale."""
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api: LeaseApi,
+        config: LeaderElectionConfig,
+        namespace: str,
+        identity: str,
+        on_change: Callable[[bool], None] = lambda leading: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.config = config
+        self.namespace = namespace
+        self.identity = identity
+        self.on_change = on_change
+        self.clock = clock
+        self._valid_until = float("-inf")
+        self._leading = False
+        self._observed: tuple[object, float] | None = None
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica may act now: it holds the Lease and renewed it less than
+        ``renewDeadlineSeconds`` ago."""
+        return self._leading and self.clock() < self._valid_until
+
+    async def run(self) -> None:
+        while True:
+            await self.attempt()
+            await asyncio.sleep(self.config.retry_period_seconds)
+
+    async def attempt(self) -> bool:
+        """One try to acquire or renew; returns whether we lead afterwards."""
+        started = self.clock()
+        try:
+            won = await self._try(started)
+        except ApiError as error:
+            # Unreachable: keep leading until the renew deadline, not a moment longer.
+            logger.warning("lease %s/%s: %s", self.namespace, self.config.lease_name, error)
+        else:
+            if won:
+                self._valid_until = started + self.config.renew_deadline_seconds
+            else:
+                self._valid_until = float("-inf")  # someone else holds it
+        self._set(self.clock() < self._valid_until)
+        return self.leading
+
+    async def _try(self, now: float) -> bool:
+        name = self.config.lease_name
+        lease = await self.api.get_lease(self.namespace, name)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        if lease is None:
+            await self.api.create_lease(self.namespace, self._body(None, stamp, 0, stamp))
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or None
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        if self._observed is None or self._observed[0] != record:
+            self._observed = (record, now)
+        duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration_seconds)
+        expired = now - self._observed[1] >= duration
+        if holder not in (None, self.identity) and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        acquired = spec.get("acquireTime") or stamp
+        if holder != self.identity:
+            transitions += 1
+            acquired = stamp
+        version = (lease.get("metadata") or {}).get("resourceVersion")
+        body = self._body(version, stamp, transitions, acquired)
+        try:
+            await self.api.replace_lease(self.namespace, name, body)
+        except ApiError as error:
+            if error.status == 409:
+                return False  # someone else wrote it first
+            raise
+        return True
+
+    def _body(
+        self, version: str | None, stamp: str, transitions: int, acquired: str
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.config.lease_name, "namespace": self.namespace}
+        if version is not None:
+            metadata["resourceVersion"] = version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.config.lease_duration_seconds),
+                "acquireTime": acquired,
+                "renewTime": stamp,
+                "leaseTransitions": transitions,
+            },
+        }
+
+    def _set(self, leading: bool) -> None:
+        metrics.LEADER.set(1 if leading else 0)
+        if leading == self._leading:
+            return
+        self._leading = leading
+        logger.info(
+            "%s %s the lease %s/%s",
+            self.identity,
+            "holds" if leading else "lost",
+            self.namespace,
+            self.config.lease_name,
+        )
+        self.on_change(leading)
+
+    async def release(self) -> None:
+        """Gives the Lease up on a clean shutdown, so that another replica need not wait for
+        it to expire."""
+        if not self._leading:
+            return
+        self._leading = False
+        metrics.LEADER.set(0)
+        try:
+            lease = await self.api.get_lease(self.namespace, self.config.lease_name)
+            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                body = dict(lease)
+                body["spec"] = {**lease["spec"], "holderIdentity": None, "renewTime": None}
+                await self.api.replace_lease(self.namespace, self.config.lease_name, body)
+        except ApiError as error:
+            logger.warning("cannot release the lease: %s", error)
