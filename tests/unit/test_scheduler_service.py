@@ -458,3 +458,19 @@ async def test_a_bind_decided_before_the_lease_was_lost_is_not_sent() -> None:
     await scheduler.settle()
     assert api.binds == []
     assert scheduler.state.reservations == {}
+
+
+@pytest.mark.asyncio
+async def test_a_finished_pod_frees_its_gpus_at_once() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=2))
+    done = pod("done", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    scheduler.state.upsert_pod(done)
+    scheduler.state.upsert_pod(pod("next", 2))
+    await run_cycle(scheduler)
+    assert api.binds == []
+    scheduler.state.upsert_pod({**done, "status": {"phase": "Succeeded"}})
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert api.binds == [("default/next", "a", {"gpusched.io/gpus": "0,1"})]
