@@ -1,7 +1,7 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench e2e simulate
+.PHONY: help setup test lint bench e2e simulate chart crds image
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -28,3 +28,14 @@ simulate: ## run `gpusched simulate` on the embedded sample
 
 e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
 	$(PYTHON) -m pytest -q tests/e2e
+
+chart: ## helm lint --strict, then the chart, CRD schema and Dockerfile tests (installs helm into .ci/bin)
+	bash .ci/install-helm.sh
+	PATH="$(CURDIR)/.ci/bin:$$PATH" helm lint --strict charts/gpusched
+	$(PYTHON) -m pytest -q tests/chart tests/unit/test_crd_schemas.py
+
+crds: ## copy crds/ into the chart (the copy must stay identical; a test checks)
+	cp crds/*.yaml charts/gpusched/crds/
+
+image: ## build the container image gpusched:dev (needs a Docker engine)
+	docker build -t gpusched:dev .

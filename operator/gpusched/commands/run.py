@@ -29,6 +29,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="HOST:PORT",
         help="where to serve /metrics; port 0 disables it (default 0.0.0.0:9402)",
     )
+    run.add_argument(
+        "--liveness",
+        metavar="URL",
+        help=(
+            "serve Kopf's liveness endpoint at this URL, e.g. http://0.0.0.0:8080/healthz, "
+            "for the pod's probes (default: not served)"
+        ),
+    )
     run.add_argument("--verbose", action="store_true", help="debug logging")
     run.set_defaults(handler=_run)
 
@@ -62,5 +70,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             metrics_port=int(port),
         )
     )
-    kopf.run(clusterwide=True, standalone=True, registry=handlers.registry)
+    kopf.run(
+        clusterwide=True,
+        standalone=True,
+        registry=handlers.registry,
+        liveness_endpoint=args.liveness,
+    )
     return EXIT_OK

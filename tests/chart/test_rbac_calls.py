@@ -1,0 +1,178 @@
+"""The chart's RBAC against the calls the code makes, not against a list kept by hand.
+
+Every public method of `KubeClusterApi` (the operator's only way to the API server besides
+Kopf's watches) is called with a recording transport; each (HTTP method, path) is turned into
+the (API group, resource, verb) RBAC checks, and Kopf's watches add list and watch on each
+watched resource. The chart must grant exactly that: a call without a grant fails in a real
+cluster, a grant without a call is privilege nobody needs. A new method of `KubeClusterApi`
+fails here until it is added to `CALLS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gpusched import handlers
+from gpusched.k8s.client import KubeClusterApi
+from gpusched.scheduler.ports import ObjectRef
+from tests.chart.helm import find, render
+
+GROUP = "scheduling.gpusched.io"
+POD = ObjectRef("v1", "Pod", "ml", "train-worker-0", "uid-1")
+PODGROUP = ObjectRef(f"{GROUP}/v1alpha1", "PodGroup", "ml", "train-workers")
+COMPOSITE = ObjectRef(f"{GROUP}/v1alpha1", "CompositePodGroup", "ml", "train-zone")
+WORKLOAD = ObjectRef(f"{GROUP}/v1alpha1", "Workload", "ml", "train")
+EVENT = {"metadata": {"namespace": "ml"}}
+
+
+def _custom(kind: str) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"namespace": "ml", "name": "x"}}
+
+
+_Call = Callable[[KubeClusterApi], Awaitable[Any]]
+
+
+def _patch_status(obj: ObjectRef) -> _Call:
+    return lambda api: api.patch_status(obj, {})
+
+
+def _create_custom(kind: str) -> _Call:
+    return lambda api: api.create_custom(_custom(kind))
+
+
+CALLS: dict[str, list[_Call]] = {
+    "bind": [lambda api: api.bind(POD, "node-a", {"gpusched.io/gpus": "0,1"})],
+    "get_pod": [lambda api: api.get_pod(POD)],
+    "patch_status": [_patch_status(o) for o in (PODGROUP, COMPOSITE, WORKLOAD)],
+    "create_event": [lambda api: api.create_event(EVENT)],
+    "patch_event": [lambda api: api.patch_event("ml", "e-1", {"count": 2})],
+    # What `materialize` makes of a Workload; Workloads themselves are the user's.
+    "create_custom": [_create_custom(k) for k in ("PodGroup", "CompositePodGroup")],
+    "get_lease": [lambda api: api.get_lease("gpusched-system", "gpusched")],
+    "create_lease": [lambda api: api.create_lease("gpusched-system", {})],
+    "replace_lease": [lambda api: api.replace_lease("gpusched-system", "gpusched", {})],
+    "list_pods": [lambda api: api.list_pods()],
+}
+"""Each public request method of `KubeClusterApi`, called for every kind it serves."""
+NOT_REQUESTS = {"close"}
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/[^/]+)"
+    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<resource>[^/?]+)"
+    r"(?:/(?P<name>[^/?]+))?(?:/(?P<sub>[^/?]+))?"
+)
+
+
+class _Recorder(KubeClusterApi):
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def _request(
+        self, method: str, path: str, body: object = None, content_type: str = "application/json"
+    ) -> dict[str, Any]:
+        self.calls.append((method, path))
+        return {}
+
+
+def rbac_of(method: str, path: str) -> tuple[str, str, str, str]:
+    """(API group, resource[/subresource], verb, namespace) that RBAC checks for a request."""
+    match = _PATH.match(path)
+    assert match, path
+    group = "" if match["core"] else match["group"]
+    resource = match["resource"] + (f"/{match['sub']}" if match["sub"] else "")
+    verb = ("get" if match["name"] else "list") if method == "GET" else _VERBS[method]
+    return group, resource, verb, match["namespace"] or ""
+
+
+def test_every_request_method_is_in_the_table() -> None:
+    public = {
+        name
+        for name, member in inspect.getmembers(KubeClusterApi, inspect.iscoroutinefunction)
+        if not name.startswith("_")
+    }
+    assert public - NOT_REQUESTS == set(CALLS)
+
+
+def _requests() -> set[tuple[str, str, str, str]]:
+    api = _Recorder()
+    for calls in CALLS.values():
+        for call in calls:
+            asyncio.run(call(api))
+    return {rbac_of(method, path) for method, path in api.calls}
+
+
+def _watched() -> set[tuple[str, str]]:
+    """(group, plural) of every resource a Kopf handler of ours watches."""
+    registry = handlers.registry
+    found = set()
+    for part in (registry._watching, registry._changing, registry._spawning, registry._indexing):
+        for handler in part.get_all_handlers():
+            found.add((handler.selector.group or "", handler.selector.any_name or ""))
+    return found
+
+
+def needed() -> dict[tuple[str, str], set[str]]:
+    """What the operator's ServiceAccount must be allowed, cluster-wide (not the Lease)."""
+    grants: dict[tuple[str, str], set[str]] = {}
+    for group, resource, verb, _ in _requests():
+        if resource != "leases":
+            grants.setdefault((group, resource), set()).add(verb)
+    for group, plural in _watched():
+        grants.setdefault((group, plural), set()).update({"list", "watch"})
+    return grants
+
+
+def _granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    grants: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+EXTRA = {
+    (GROUP, "workloads/finalizers"): {"update"},
+}
+"""Granted without a request of their own: creating objects whose ownerReference has
+blockOwnerDeletion needs it where OwnerReferencesPermissionEnforcement is on."""
+
+
+def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
+    role = find(render(), "ClusterRole")
+    assert _granted(role) == needed() | EXTRA
+
+
+def test_the_lease_role_grants_exactly_the_lease_calls() -> None:
+    lease_calls = {(verb, ns) for _, resource, verb, ns in _requests() if resource == "leases"}
+    assert {ns for _, ns in lease_calls} == {"gpusched-system"}
+    role = find(render(), "Role", "-leader-election")
+    granted = {verb for rule in role["rules"] for verb in rule["verbs"]}
+    assert granted == {verb for verb, _ in lease_calls}
+
+
+STATUS = f"/apis/{GROUP}/v1alpha1/namespaces/ml/podgroups/pg/status"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "want"),
+    [
+        ("POST", "/api/v1/namespaces/ml/pods/p/binding", ("", "pods/binding", "create", "ml")),
+        ("GET", "/api/v1/pods", ("", "pods", "list", "")),
+        ("GET", "/api/v1/pods?limit=500", ("", "pods", "list", "")),
+        ("PATCH", STATUS, (GROUP, "podgroups/status", "patch", "ml")),
+        ("PUT", LEASE, ("coordination.k8s.io", "leases", "update", "ns")),
+    ],
+)
+def test_request_paths_map_to_what_rbac_checks(
+    method: str, path: str, want: tuple[str, str, str, str]
+) -> None:
+    assert rbac_of(method, path) == want
