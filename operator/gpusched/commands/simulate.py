@@ -45,6 +45,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ),
     )
     simulate.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    simulate.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="also draw the cluster after the placement"
+    )
     simulate.set_defaults(handler=_simulate)
 
 
@@ -69,6 +72,14 @@ def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if telemetry is not None:
             out.write(f"Telemetry: {telemetry.status.summary()}\n")
         out.write(render_table(simulation))
+    if args.plot is not None:
+        from gpusched.plot import PlotError, plot_simulation
+
+        try:
+            plot_simulation(objects, simulation, args.plot)
+        except PlotError as error:
+            print(f"gpusched simulate: {error}", file=err)
+            return EXIT_BAD_INPUT
     return EXIT_OK
 
 

@@ -29,6 +29,7 @@ from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.api.crds import GROUP, VERSION
 from gpusched.engine.groups import GroupKind
 from gpusched.k8s.client import KubeClusterApi, load_configuration
+from gpusched.scheduler import metrics
 from gpusched.scheduler.leader import LeaderElector
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
@@ -122,6 +123,7 @@ def _elector(
     """The Lease elector gating ``scheduler`` (None when leader election is off)."""
     election = config.operator.leader_election
     if not election.enabled:
+        metrics.LEADER.set(1)  # the only replica: dashboards read the leader's gauges
         return None
     namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE", "default")
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"

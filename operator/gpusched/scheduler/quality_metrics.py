@@ -17,6 +17,8 @@ domain's full path, ``zone-a/rack-1``, or ``cluster``):
 - ``gpusched_binding_link_tier_total{tier,best}``: multi-GPU bindings by the worst link tier
   they got and the best their node offered.
 - ``gpusched_quality_duration_seconds``: how long the last `update` took.
+- ``gpusched_pending_oldest_seconds``: age of the oldest pod waiting for a node (set by
+  `QualityMetrics.pending`, which the loop calls with its queue).
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ class QualityMetrics:
             "Time the last placement-quality measurement took.",
             registry=registry,
         )
+        self.oldest_pending = Gauge(
+            "gpusched_pending_oldest_seconds",
+            "Age of the oldest pod of ours waiting for a node (0 when none waits).",
+            registry=registry,
+        )
         self._domains: set[tuple[str, str]] = set()
         self.last: ClusterQuality | None = None
 
@@ -134,6 +141,21 @@ class QualityMetrics:
                 except KeyError:
                     continue
 
+    def pending(self, created: Iterable[float], now: float) -> None:
+        """Sets the oldest-pending age from the creation times (Unix seconds) of the pods
+        waiting now; creation time 0 means unknown and is left out."""
+        known = [c for c in created if c > 0]
+        self.oldest_pending.set(max(0.0, now - min(known)) if known else 0.0)
+
+    def clear(self) -> None:
+        """Drops every domain and exclusion series (a replica that lost the Lease stops
+        measuring: its last values must not linger beside the leader's)."""
+        for gauge in (self.gpus, self.free, self.excluded, self.largest_gang, self.stranded):
+            gauge.clear()
+        self.exclusions.clear()
+        self._domains = set()
+        self.last = None
+
     def close(self) -> None:
         """Unregisters the metrics (tests that build several in one registry)."""
         for metric in (
@@ -145,6 +167,7 @@ class QualityMetrics:
             self.exclusions,
             self.link_tier,
             self.duration,
+            self.oldest_pending,
         ):
             self.registry.unregister(metric)
 
