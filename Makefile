@@ -22,6 +22,7 @@ bench: ## run the engine, operator and telemetry benchmarks and print their tabl
 	$(PYTHON) bench/engine.py
 	$(PYTHON) bench/operator.py
 	$(PYTHON) bench/telemetry.py
+	$(PYTHON) bench/quality.py
 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
