@@ -65,7 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gpusched.commands.simulate import read_config
+    from gpusched.commands.simulate import read_config, read_metrics
     from gpusched.explain import ExplainError, Target, decide, explain
     from gpusched.simulate import InputError
 
@@ -73,7 +73,8 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         target = Target.parse(args.target, args.namespace)
         config = read_config(args.config)
         cluster = _read_cluster(args)
-        telemetry = _read_metrics(args.metrics, cluster, config)
+        metrics = read_metrics(args.metrics, cluster.objects, config)
+        telemetry = metrics.samples if metrics is not None else None
         if telemetry is None and not args.paths:
             telemetry = _read_prometheus(cluster, config)
         run = decide(cluster, config, telemetry)
@@ -122,24 +123,6 @@ def _read_cluster(args: argparse.Namespace) -> Cluster:
     except Exception as error:  # a kubeconfig that cannot be read or used
         raise _UnreachableError(f"{type(error).__name__}: {error}") from None
     return from_documents(documents)
-
-
-def _read_metrics(
-    path: Path | None, cluster: Cluster, config: SchedulerConfig
-) -> Mapping[tuple[str, int], GpuSample] | None:
-    """Telemetry from a saved scrape, judged as of its newest sample (as ``simulate``)."""
-    if path is None:
-        return None
-    from gpusched.simulate import InputError
-    from gpusched.telemetry.exposition import parse_exposition
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    known = {n.name for n in cluster.objects.nodes}
-    data = parse_exposition(text, config.telemetry, known)
-    return data.view(data.newest_time() or 0.0)
 
 
 def _read_prometheus(

@@ -55,7 +55,7 @@ def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         config = read_config(args.config)
         objects = load(args.paths or [SAMPLE_DIR])
-        telemetry = _read_metrics(args.metrics, objects, config)
+        telemetry = read_metrics(args.metrics, objects, config)
         simulation = run(objects, config, telemetry.samples if telemetry else None)
     except InputError as error:
         print(f"gpusched simulate: {error}", file=err)
@@ -84,14 +84,14 @@ def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 @dataclass(frozen=True)
-class _Metrics:
+class Metrics:
     samples: Mapping[tuple[str, int], GpuSample]
     status: TelemetryStatus
 
 
-def _read_metrics(
+def read_metrics(
     path: Path | None, objects: ClusterObjects, config: SchedulerConfig
-) -> _Metrics | None:
+) -> Metrics | None:
     """Telemetry from a saved scrape, through the operator's mapping; series of nodes not in
     the snapshot are counted as unknown."""
     if path is None:
@@ -107,7 +107,7 @@ def _read_metrics(
     data = parse_exposition(text, config.telemetry, known)
     now = data.newest_time() or 0.0
     status = describe_data(data, f"file {path}", now, config.telemetry.max_age_seconds)
-    return _Metrics(data.view(now), status)
+    return Metrics(data.view(now), status)
 
 
 def read_config(path: Path | None) -> SchedulerConfig:
