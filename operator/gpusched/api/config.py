@@ -138,7 +138,7 @@ class ScoringConfig(_Strict):
 
     Why no binpack, best-fit or GPU-dimension term by default: inside a fragmentation step
     they rank nodes by small differences again and undo what the step is for; measured on
-    openb (default trace, seeds 42-44): adding binpack costs 1.1 pp of GPUs, packing 2.4 pp,
+    openb (default trace, seeds 42-44): adding binpack costs about 1 pp of GPUs, packing 2.4 pp,
     best fit 0.1 pp, the GPU dimensions 0.05 pp at half the decisions per second. Turn them
     on for other goals. The fragmentation score needs a target workload: `schedule` takes it
     from the pods it sees when the snapshot has none."""

@@ -4,20 +4,25 @@ inside the best few and add the GPU-level scores.
 GPU-level scores (topology, the seed's GPU dimensions) need the exact GPU set, which costs
 more than a vectorised score, so they are computed for the ``GPU_CANDIDATES`` best nodes by
 the node-level scores only — the same trade kube-scheduler makes with
-percentageOfNodesToScore. Ties go to the lower node index, which is the node name order.
+percentageOfNodesToScore. Ties go to the node first in ``scoring.tieBreak``'s order: node
+name order by default, or a seeded shuffle (fixed, or fresh for every pod).
 """
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from gpusched.engine import scores
+from gpusched.api.config import ShareGpu, TieBreakOrder
+from gpusched.engine import fragmentation, scores
 from gpusched.engine.fit import feasible
 from gpusched.engine.gpuset import GpuChoice, choose_gpus
 from gpusched.engine.request import PodRequest
-from gpusched.engine.snapshot import BoolArray, Snapshot
+from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
 
 GPU_CANDIDATES = 16
 
@@ -39,16 +44,31 @@ def pick_node(
         return None
     base = scores.node_scores(snapshot, pod, candidates, snapshot.workload)
     if not pod.wants_gpu:
-        best = int(np.argmax(base))
+        best = _first(snapshot, pod, candidates, base)
         return NodeChoice(int(candidates[best]), (), float(base[best]))
-    order = np.argsort(-base, kind="stable")
+    shares = _fragmentation_shares(snapshot, pod, candidates)
     most_bonus = _most_gpu_bonus(snapshot, pod)
+    if not _gpu_scores_vary(snapshot, pod):
+        # GPU-level scores add the same to every node: the first in order wins if it takes
+        # the pod (it always does when the filters and the GPU choice agree).
+        first = _first(snapshot, pod, candidates, base)
+        choice = _with_gpus(
+            snapshot, pod, int(candidates[first]), float(base[first]), _share(shares, first)
+        )
+        if choice is not None:
+            return choice
     best_choice: NodeChoice | None = None
     tried = 0
-    for position in order:
+    for position in _order(snapshot, pod, candidates, base):
         if best_choice is not None and base[position] + most_bonus <= best_choice.score:
             break  # no later node can catch up, and ties go to the earlier one
-        choice = _with_gpus(snapshot, pod, int(candidates[position]), float(base[position]))
+        choice = _with_gpus(
+            snapshot,
+            pod,
+            int(candidates[position]),
+            float(base[position]),
+            _share(shares, position),
+        )
         if choice is None:
             continue
         if best_choice is None or choice.score > best_choice.score:
@@ -57,6 +77,114 @@ def pick_node(
         if tried >= GPU_CANDIDATES:
             break
     return best_choice
+
+
+def _share(shares: BoolArray | None, position: int) -> BoolArray | None:
+    return shares[position] if shares is not None else None
+
+
+def _first(
+    snapshot: Snapshot, pod: PodRequest, candidates: IntArray, base: npt.NDArray[np.float64]
+) -> int:
+    """The position of the best candidate: the highest score, the first in tie-break order."""
+    top = np.flatnonzero(base == base.max())
+    if top.size == 1 or snapshot.config.scoring.tie_break.order is TieBreakOrder.NAME:
+        return int(top[0])  # candidates are in node index order, which is name order
+    return int(top[np.argmin(_tie_keys(snapshot, pod, candidates[top]))])
+
+
+def _order(
+    snapshot: Snapshot, pod: PodRequest, candidates: IntArray, base: npt.NDArray[np.float64]
+) -> IntArray:
+    """Positions of ``candidates`` best score first, equal scores in tie-break order."""
+    if snapshot.config.scoring.tie_break.order is TieBreakOrder.NAME:
+        by_name: IntArray = np.argsort(-base, kind="stable")
+        return by_name
+    by_key: IntArray = np.lexsort((_tie_keys(snapshot, pod, candidates), -base))
+    return by_key
+
+
+def _tie_keys(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> npt.NDArray[np.uint64]:
+    """Per node, its place in the tie-break order (lower first); not for ``name`` order."""
+    tie_break = snapshot.config.scoring.tie_break
+    if tie_break.order is TieBreakOrder.INTERLEAVED:
+        return _ranks(snapshot, INTERLEAVED)[nodes]
+    keys = _ranks(snapshot, tie_break.seed)[nodes]
+    if tie_break.order is TieBreakOrder.RANDOM:
+        keys = _mix(keys ^ _pod_key(pod.key, tie_break.seed))
+    return keys
+
+
+INTERLEAVED = -1
+"""`_ranks`' seed for the interleaved order (seeds are >= 0)."""
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""GPU feature discovery's GPU model label: part of a node's shape for the interleaved order."""
+
+_RANKS: weakref.WeakKeyDictionary[Snapshot, dict[int, npt.NDArray[np.uint64]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _ranks(snapshot: Snapshot, seed: int) -> npt.NDArray[np.uint64]:
+    """Per node, its rank in a static order (memoised per snapshot): `INTERLEAVED`, or a
+    seeded shuffle of the node names."""
+    per_seed = _RANKS.setdefault(snapshot, {})
+    ranks = per_seed.get(seed)
+    if ranks is None:
+        if seed == INTERLEAVED:
+            order = _interleaved(snapshot)
+        else:
+            hashes = [int(_pod_key(info.name, seed)) for info in snapshot.nodes]
+            order = sorted(range(len(hashes)), key=lambda n: (hashes[n], n))
+        ranks = np.zeros(len(order), dtype=np.uint64)
+        ranks[order] = np.arange(len(order), dtype=np.uint64)
+        per_seed[seed] = ranks
+    return ranks
+
+
+def _interleaved(snapshot: Snapshot) -> list[int]:
+    """Node indices in name order within each shape (GPU model, GPU count, allocatable), the
+    shapes interleaved: the node at position i of a shape of n nodes sorts at (i + ½) / n, then
+    by name. One shape: plain name order."""
+    shapes: dict[tuple[object, ...], list[int]] = {}
+    for node, info in enumerate(snapshot.nodes):
+        resources = tuple(int(v) for v in snapshot.allocatable[node])
+        shape = (info.gpu_count, info.labels.get(PRODUCT_LABEL, ""), resources)
+        shapes.setdefault(shape, []).append(node)
+    placed = [
+        ((position + 0.5) / len(members), node)
+        for members in shapes.values()
+        for position, node in enumerate(members)
+    ]
+    return [node for _, node in sorted(placed)]
+
+
+def _pod_key(name: str, seed: int) -> np.uint64:
+    digest = hashlib.blake2b(name.encode(), digest_size=8, salt=seed.to_bytes(16, "little"))
+    return np.uint64(int.from_bytes(digest.digest(), "little"))
+
+
+def _mix(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finaliser: every input bit moves about half the output bits, so one pod's
+    order of the nodes tells nothing about the next pod's."""
+    keys = (keys ^ (keys >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    keys = (keys ^ (keys >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    mixed: npt.NDArray[np.uint64] = keys ^ (keys >> np.uint64(31))
+    return mixed
+
+
+def _fragmentation_shares(
+    snapshot: Snapshot, pod: PodRequest, candidates: IntArray
+) -> BoolArray | None:
+    """With the fragmentation score on, a share may only take a GPU of the best fragmentation
+    score on its node (FGD's choice), so the node's score and its GPU agree: per candidate and
+    GPU, whether it may; ``None`` when the score is off."""
+    scoring = snapshot.config.scoring
+    if scoring.fragmentation_share_gpu is not ShareGpu.LEAST_FRAGMENTATION:
+        return None
+    if not (pod.gpu_milli and scoring.fragmentation_weight and snapshot.workload):
+        return None
+    return fragmentation.best_share_gpus(snapshot, pod, candidates, snapshot.workload)
 
 
 def _most_gpu_bonus(snapshot: Snapshot, pod: PodRequest) -> float:
@@ -72,10 +200,19 @@ def _most_gpu_bonus(snapshot: Snapshot, pod: PodRequest) -> float:
     return scoring.topology_weight * scores.MAX_NODE_SCORE + scoring.gpu_weight * dimensions
 
 
-def _with_gpus(snapshot: Snapshot, pod: PodRequest, node: int, base: float) -> NodeChoice | None:
+def _gpu_scores_vary(snapshot: Snapshot, pod: PodRequest) -> bool:
+    """Whether the GPU-level scores can differ between nodes for ``pod``: topology only for
+    two GPUs or more (one GPU always scores 100), the GPU dimensions whenever weighted."""
+    scoring = snapshot.config.scoring
+    return bool(scoring.gpu_weight or (scoring.topology_weight and pod.gpus > 1))
+
+
+def _with_gpus(
+    snapshot: Snapshot, pod: PodRequest, node: int, base: float, among: BoolArray | None = None
+) -> NodeChoice | None:
     scoring = snapshot.config.scoring
     if pod.gpu_milli:
-        gpu = choose_share(snapshot, pod, node)
+        gpu = choose_share(snapshot, pod, node, among)
         if gpu is None:
             return None
         gpus: tuple[int, ...] = (gpu,)
@@ -109,15 +246,19 @@ def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice |
     )
 
 
-def choose_share(snapshot: Snapshot, pod: PodRequest, node: int) -> int | None:
+def choose_share(
+    snapshot: Snapshot, pod: PodRequest, node: int, among: BoolArray | None = None
+) -> int | None:
     """The GPU for a GPU-sharing pod: best fit (least milli-GPU left over), then a GPU already
     running the same ``app``, then the lowest index. Whole free GPUs are kept for whole-GPU pods
-    by best fit itself."""
+    by best fit itself. ``among`` (per GPU of the node) limits the choice when given."""
     best: tuple[int, int, int] | None = None
     base = int(snapshot.gpu_offset[node])
     for gid in snapshot.node_gpus(node):
         free = int(snapshot.gpu_free[gid])
         if not snapshot.gpu_usable[gid] or free < pod.gpu_milli:
+            continue
+        if among is not None and not among[gid - base]:
             continue
         same_app = pod.app is not None and pod.app in snapshot.gpu_apps.get(gid, {})
         key = (free - pod.gpu_milli, 0 if same_app else 1, gid - base)

@@ -7,6 +7,7 @@ Ranges (before the weights of `ScoringConfig`):
 - `gpu_dimensions`: the seed's three GPU dimensions, [0, 40 + 30 + 50] with the defaults.
 - `fragmentation.score`: FGD's sigmoid of the fragmentation growth, (0, 100).
 - `topology`: [0, 100]; 100 when the pod's GPUs are all NVLink-connected, 0 when unknown.
+- `best_fit`, `dot_product`, `packing`: the FGD paper's baselines, [0, 100] each.
 """
 
 from __future__ import annotations
@@ -80,6 +81,80 @@ def least_allocated(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> Flo
     return np.clip(scores / 2, 0.0, 1.0) * MAX_NODE_SCORE
 
 
+def best_fit(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
+    """Best fit as the FGD paper's baseline scores it: 100 × (1 − ½·cpu left ÷ largest node
+    cpu − ½·milli-GPU left ÷ largest node milli-GPU) after placing, floored to an integer (the
+    floor is part of the published policy: nodes within one point tie). Range [0, 100]."""
+    cpu_max, gpu_max = _largest_node(snapshot)
+    cpu = snapshot.columns["cpu"]
+    cpu_left = snapshot.allocatable[nodes, cpu] - snapshot.used[nodes, cpu]
+    cpu_left = cpu_left - pod.resources.get("cpu", 0)
+    gpu_left = _gpu_capacity(snapshot, nodes) - snapshot.gpu_allocated[nodes]
+    gpu_left = gpu_left - pod.gpu_demand_milli
+    left = cpu_left / cpu_max * 0.5 + gpu_left / gpu_max * 0.5
+    scored: FloatArray = np.floor((1.0 - left) * MAX_NODE_SCORE)
+    return np.clip(scored, 0.0, MAX_NODE_SCORE)
+
+
+def _largest_node(snapshot: Snapshot) -> tuple[float, float]:
+    """The largest cpu (milli) and milli-GPU of any node: best fit's normalisers (never 0)."""
+    cpu = int(snapshot.allocatable[:, snapshot.columns["cpu"]].max(initial=0))
+    counts = np.diff(snapshot.gpu_offset)
+    gpu = int(counts.max(initial=0)) * WHOLE_GPU_MILLI
+    return float(max(cpu, 1)), float(max(gpu, 1))
+
+
+def _gpu_capacity(snapshot: Snapshot, nodes: IntArray) -> IntArray:
+    counts = snapshot.gpu_offset[nodes + 1] - snapshot.gpu_offset[nodes]
+    capacity: IntArray = counts * WHOLE_GPU_MILLI
+    return capacity
+
+
+def dot_product(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
+    """Tetris's alignment of the pod's request with what the node has free, over cpu and GPU:
+    100 × ½ Σ_d (request_d ÷ capacity_d) × (free_d ÷ capacity_d). Higher when a big request
+    meets a node with much of that resource free. Range [0, 100]."""
+    cpu = snapshot.columns["cpu"]
+    cpu_capacity = snapshot.allocatable[nodes, cpu]
+    cpu_safe = np.where(cpu_capacity > 0, cpu_capacity, 1)
+    cpu_free = cpu_capacity - snapshot.used[nodes, cpu]
+    total = pod.resources.get("cpu", 0) / cpu_safe * (cpu_free / cpu_safe)
+    gpu_capacity = _gpu_capacity(snapshot, nodes)
+    gpu_safe = np.where(gpu_capacity > 0, gpu_capacity, 1)
+    gpu_free = gpu_capacity - snapshot.gpu_allocated[nodes]
+    total = total + pod.gpu_demand_milli / gpu_safe * (gpu_free / gpu_safe)
+    aligned: FloatArray = np.clip(total / 2, 0.0, 1.0) * MAX_NODE_SCORE
+    return aligned
+
+
+PACKING_SHARED = 50.0
+PACKING_USED_NODE = 100.0 / 3
+
+
+def packing(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
+    """GPU packing in three tiers, best first. A share that fits an already used GPU:
+    [50, 100], 100 − (free % of the fullest such GPU) ÷ 10. A pod that must take free GPUs of a
+    partly used node: [33, 50], 50 − GPUs taken. An idle node: [0, 33], 33 − its GPU count.
+    Pods without GPUs score 0 everywhere. Range [0, 100]."""
+    if not pod.wants_gpu:
+        return np.zeros(nodes.size)
+    free = fragmentation.free_matrix(snapshot, nodes)
+    counts = snapshot.gpu_offset[nodes + 1] - snapshot.gpu_offset[nodes]
+    idle = snapshot.gpu_allocated[nodes] == 0
+    taken = pod.gpus or 1
+    scored: FloatArray = np.where(
+        idle,
+        np.maximum(np.floor(PACKING_USED_NODE) - counts, counts),
+        np.maximum(PACKING_SHARED - taken, np.floor(PACKING_USED_NODE)),
+    ).astype(np.float64)
+    if pod.gpu_milli:
+        used = (free >= pod.gpu_milli) & (free < WHOLE_GPU_MILLI)
+        fullest = np.where(used, free, WHOLE_GPU_MILLI).min(axis=1)
+        shared = np.maximum(MAX_NODE_SCORE - (fullest * 100 // WHOLE_GPU_MILLI) // 10, 50)
+        scored = np.where(used.any(axis=1), shared, scored)
+    return scored
+
+
 def node_scores(
     snapshot: Snapshot,
     pod: PodRequest,
@@ -94,8 +169,14 @@ def node_scores(
         total += binpack(snapshot, pod, nodes)
     if scoring.least_allocated_weight:
         total += scoring.least_allocated_weight * least_allocated(snapshot, pod, nodes)
-    if scoring.fragmentation_weight and workload and pod.wants_gpu:
+    if scoring.fragmentation_weight and workload:
         total += scoring.fragmentation_weight * fragmentation.score(snapshot, pod, nodes, workload)
+    if scoring.best_fit_weight:
+        total += scoring.best_fit_weight * best_fit(snapshot, pod, nodes)
+    if scoring.dot_product_weight:
+        total += scoring.dot_product_weight * dot_product(snapshot, pod, nodes)
+    if scoring.packing_weight:
+        total += scoring.packing_weight * packing(snapshot, pod, nodes)
     return total
 
 
