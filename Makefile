@@ -1,7 +1,7 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench e2e simulate chart crds image
+.PHONY: help setup test lint bench bench-openb e2e simulate chart crds image
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,6 +23,10 @@ bench: ## run the engine, operator and telemetry benchmarks and print their tabl
 	$(PYTHON) bench/operator.py
 	$(PYTHON) bench/telemetry.py
 	$(PYTHON) bench/quality.py
+	$(PYTHON) bench/openb.py --quick
+
+bench-openb: ## openb placement quality vs published FGD: 17 traces x 9 policies x 10 seeds (~30 min, 2 cores)
+	$(PYTHON) bench/openb.py --jobs 2 --plot bench/results/openb.png --json bench/results/openb.json
 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
