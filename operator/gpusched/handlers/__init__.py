@@ -203,7 +203,10 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     body = event["object"]
     if event["type"] == "DELETED":
         metadata = body["metadata"]
-        scheduler.state.delete_pod(f"{metadata.get('namespace', 'default')}/{metadata['name']}")
+        scheduler.state.delete_pod(
+            f"{metadata.get('namespace', 'default')}/{metadata['name']}",
+            str(metadata.get("uid") or "") or None,
+        )
         scheduler.recorder.forget(str(metadata.get("uid", "")))
     else:
         scheduler.state.upsert_pod(body)

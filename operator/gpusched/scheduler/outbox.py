@@ -18,6 +18,8 @@ from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
 
 logger = logging.getLogger(__name__)
 
+UNKNOWN = ""
+"""The signature of a status whose patch failed: matches no status, so the next is sent."""
 RETRY_SECONDS = 2.0
 """Delay before a failed status patch is retried (the next offer usually supersedes it)."""
 
@@ -49,6 +51,9 @@ class StatusOutbox:
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
+        self._trust_current = True
+        """Whether an object's watched status may stand for what it shows now. Not after a
+        leadership change: our watch may lag behind what the other leader wrote."""
 
     def offer(self, ref: ObjectRef, status: dict[str, Any], current: Mapping[str, Any]) -> None:
         """Queues ``status`` for ``ref`` unless the object (or our last patch) already says it."""
@@ -58,7 +63,7 @@ class StatusOutbox:
         now = self.clock()
         sent = self._sent.get(key)
         if sent is None:
-            if signature(current) == sig:
+            if self._trust_current and signature(current) == sig:
                 self._sent[key] = (sig, now)
                 return
         elif sent[0] == sig and now - sent[1] < self.refresh_seconds:
@@ -76,6 +81,15 @@ class StatusOutbox:
         self._offered.pop(key, None)
         self._sent.pop(key, None)
         self._pending.pop(key, None)
+
+    def reset(self) -> None:
+        """Forgets what was offered and sent, and drops what waits: while this replica does
+        not lead, another one writes these statuses, so our memory of them says nothing
+        about what the objects show when we lead again."""
+        self._offered.clear()
+        self._sent.clear()
+        self._pending.clear()
+        self._trust_current = False
 
     @property
     def idle(self) -> bool:
@@ -104,7 +118,9 @@ class StatusOutbox:
                     self._sent.pop(key, None)
                     return
                 logger.warning("cannot patch status of %s %s: %s", ref.kind, ref.key, error)
-                self._sent.pop(key, None)
+                # Unknown now (a patch without an answer may have landed), and the watch may
+                # still show an older status: send the next offer whatever they say.
+                self._sent[key] = (UNKNOWN, float("-inf"))
                 asyncio.get_running_loop().call_later(
                     RETRY_SECONDS, self._retry, key, ref, status, sig
                 )

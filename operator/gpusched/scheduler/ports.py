@@ -54,3 +54,6 @@ class ClusterApi(Protocol):
 
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         """Creates one of our custom objects (ApiError 409 when it exists)."""
+
+    async def list_pods(self) -> list[dict[str, Any]]:
+        """Every pod of the cluster (a new leader's first step, and the periodic resync)."""

@@ -73,6 +73,10 @@ created again (a 409 then says it exists after all)."""
 QUALITY_SECONDS = 5.0
 """The placement-quality gauges are refreshed at most this often, and at least this often
 while this replica leads (one measurement takes about 6 ms at 5,000 nodes)."""
+RESYNC_SECONDS = 300.0
+"""How often the leader lists every pod to drop those the API server no longer has (see
+`Scheduler._resync`). Five minutes: a list of 10,000 pods is a few MB, and a ghost pod only
+wastes room, it never makes a GPU double-booked."""
 VERIFY_ATTEMPTS = 5
 """How often an uncertain bind (no answer, or 409) is checked with a GET before giving up
 for now; the reservation is kept until the pod's real state is known."""
@@ -121,6 +125,8 @@ class Scheduler:
         self._attempts: dict[str, Attempt] = {}
         self._binding: dict[str, set[str]] = defaultdict(set)
         """Root key → pods whose bind is in flight (for the gang latency metric)."""
+        self._unverified: dict[str, tuple[ObjectRef, Reservation]] = {}
+        """Reservations of uncertain binds whose pods could not be read back yet."""
         self._creating: dict[str, float] = {}
         """Groups created for a Workload, by when: not created again until the watch shows
         them (or, should it never, for ``CREATE_GRACE_SECONDS``)."""
@@ -134,6 +140,8 @@ class Scheduler:
         self._quality_at = float("-inf")
         self._placed: list[Binding] = []
         """Bindings reserved since the last quality measurement (counted by link tier)."""
+        self.resync_seconds = RESYNC_SECONDS
+        self._resynced_at = clock()
         self.cycles = 0
 
     # ----- running -----------------------------------------------------------------------------
@@ -174,6 +182,21 @@ class Scheduler:
         upcoming = [b.next_try for b in self._backoff.values()]
         return min(upcoming, default=self._quality_at + QUALITY_SECONDS)
 
+    async def _resync(self) -> None:
+        """Drops pods the API server no longer has. After an expired watch (410) Kopf lists
+        afresh and reports what it finds, but never what was deleted while the watch was
+        down: such a pod would hold its GPUs, and count in its group's status, forever."""
+        known = {key: record.uid for key, record in self.state.pods.items()}
+        try:
+            bodies = await self.api.list_pods()
+        except ApiError as error:
+            logger.warning("cannot list pods to find deleted ones: %s", error)
+            return
+        gone = self.state.forget_missing(known, bodies)
+        if gone:
+            logger.info("pods deleted while a watch was down: %s", ", ".join(gone))
+            self.wake()
+
     async def settle(self) -> None:
         """Waits for the binds (and their follow-ups) in flight now."""
         while self._tasks:
@@ -188,14 +211,22 @@ class Scheduler:
 
     def lost_leadership(self) -> None:
         self._synced = False
+        self.outbox.reset()
         quality_metrics.default().clear()
 
     async def take_leadership(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
         """Before its first bind, a new leader replaces what it watched with a fresh list of
         every pod: the watch of a replica that was not acting may lag, and the old leader's
         last binds must be counted."""
-        self.state.resync_pods(await pods)
+        known = {key: record.uid for key, record in self.state.pods.items()}
+        bodies = await pods
+        for body in bodies:
+            self.state.upsert_pod(body)
+        # Only pods known before the list was asked for can be missing from it for being
+        # deleted: one the watch showed meanwhile may be newer than the list.
+        self.state.forget_missing(known, bodies)
         self._synced = True
+        self._resynced_at = self.clock()
         self.wake()
 
     async def cycle(self) -> None:
@@ -203,6 +234,13 @@ class Scheduler:
             return
         self.cycles += 1
         now = self.clock()
+        for key, (ref, reservation) in list(self._unverified.items()):
+            del self._unverified[key]
+            if self.state.reservations.get(key) is reservation:
+                self.spawn(self._verify(key, ref, reservation))
+        if now - self._resynced_at >= self.resync_seconds:
+            self._resynced_at = now
+            self.spawn(self._resync())
         wall = datetime.now(UTC)
         self._materialize()
         ready, roots = self._queue(now)
@@ -427,6 +465,9 @@ class Scheduler:
                 self.state.release(key, reservation)
             return
         logger.warning("state of %s unknown after a failed bind; keeping its reservation", key)
+        # Checked again next cycle: kept unchecked, it would hold the GPUs (and keep the pod
+        # from being scheduled) until some watch event about the pod happened to come.
+        self._unverified[key] = (ref, reservation)
 
     def _gang_done(self, root: str) -> None:
         pods = self.state.pods_of(self.state.descendants(root))

@@ -12,6 +12,7 @@ atomic with respect to the others: the ledger needs no lock of its own.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,10 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 
 logger = logging.getLogger(__name__)
+
+MAX_GONE_UIDS = 10_000
+"""How many uids of deleted pods are remembered (see `ClusterState.gone`): far more than the
+events a lagging watch can hold back."""
 
 Group = PodGroup | CompositePodGroup
 
@@ -104,6 +109,10 @@ class ClusterState:
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     workloads: dict[str, WorkloadRecord] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
+    gone: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """Uids of pods known to be deleted, oldest first. A uid never comes back, so a watch event
+    about one is older than what we know (a fresh list showed the name's new pod before the
+    lagging watch told the old one's deletion) and must not replace the new pod."""
     generation: int = 0
     """Bumped by every change that could alter a scheduling decision."""
     groups_generation: int = 0
@@ -139,11 +148,25 @@ class ClusterState:
 
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
         key = f"{_namespace(body)}/{_name(body)}"
+        if str(_metadata(body).get("uid") or "") in self.gone:
+            return  # an older pod of this name: its deletion is known already
         record = self._pod_record(key, body)
         if record is None:
             self.delete_pod(key)
             return
         before = self.pods.get(key)
+        if (
+            before is not None
+            and before.node is not None
+            and record.node is None
+            and before.uid == record.uid
+        ):
+            # A pod's nodeName never goes back to empty: this version is older than the bind
+            # we already know of (a lagging watch, or a list read before our bind landed).
+            # Taking it would free the pod's GPUs for another pod while it holds them.
+            return
+        if before is not None and before.uid and before.uid != record.uid:
+            self._bury(before.uid)  # a name holds one pod at a time: the old one is gone
         self.pods[key] = record
         reservation = self.reservations.get(key)
         if reservation is not None and (record.node is not None or reservation.uid != record.uid):
@@ -153,21 +176,36 @@ class ClusterState:
         freed = before is not None and _holds(before) and not _holds(record)
         self._changed(capacity=freed)
 
-    def delete_pod(self, key: str) -> None:
+    def delete_pod(self, key: str, uid: str | None = None) -> None:
+        """Forgets the pod ``key``; with ``uid``, only if that is the pod we have (a deletion
+        of an older pod of the same name, told late, leaves the new one alone)."""
+        if uid:
+            self._bury(uid)
+            current = self.pods.get(key)
+            if current is not None and current.uid != uid:
+                return
         before = self.pods.pop(key, None)
         reserved = self.reservations.pop(key, None)
         if before is not None or reserved is not None:
             self._changed(capacity=True)
 
+    def _bury(self, uid: str) -> None:
+        self.gone[uid] = None
+        self.gone.move_to_end(uid)
+        while len(self.gone) > MAX_GONE_UIDS:
+            self.gone.popitem(last=False)
+
     def _pod_record(self, key: str, body: Mapping[str, Any]) -> PodRecord | None:
-        uid = str(body.get("metadata", {}).get("uid") or "")
+        uid = str(_metadata(body).get("uid") or "")
         try:
             pod = parse_pod(body)
         except InvalidObjectError as error:
-            spec = body.get("spec") or {}
+            spec = _mapping(body.get("spec"))
             if spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName"):
                 # Ours and pending: keep a stub so the pod gets an Event naming the field.
-                return _invalid_pod(key, body, uid, str(error))
+                stub = _invalid_pod(key, uid, self.scheduler_name, str(error))
+                if stub is not None:
+                    return stub
             logger.warning("ignoring pod %s: %s", key, error)
             return None
         try:
@@ -196,6 +234,24 @@ class ClusterState:
             seen.add(f"{_namespace(body)}/{_name(body)}")
         for key in [k for k in self.pods if k not in seen]:
             self.delete_pod(key)
+
+    def forget_missing(
+        self, known: Mapping[str, str], bodies: Iterable[Mapping[str, Any]]
+    ) -> list[str]:
+        """Deletes the pods of ``known`` (key → uid, taken before ``bodies`` was listed) that
+        the list no longer has, and returns their keys. A pod that appeared after ``known``
+        was taken may be missing from an older list, so only those are candidates."""
+        listed = {
+            (f"{_namespace(b)}/{_name(b)}", str(_metadata(b).get("uid") or "")) for b in bodies
+        }
+        gone = [
+            key
+            for key, uid in known.items()
+            if (key, uid) not in listed and key in self.pods and self.pods[key].uid == uid
+        ]
+        for key in gone:
+            self.delete_pod(key, known[key])
+        return gone
 
     def pending(self) -> list[PodRecord]:
         """Our pods waiting for a node: not bound, not reserved, not finished or deleting."""
@@ -268,10 +324,10 @@ class ClusterState:
     def upsert_group(self, kind: GroupKind, body: Mapping[str, Any]) -> bool:
         """Returns whether the spec changed (status-only updates do not wake the scheduler)."""
         key = f"{_namespace(body)}/{_name(body)}"
-        metadata = body.get("metadata", {})
-        generation = int(metadata.get("generation") or 0)
+        metadata = _metadata(body)
+        generation = _generation(metadata)
         before = self.groups.get(key)
-        status = body.get("status") or {}
+        status = _mapping(body.get("status"))
         if before is not None and before.generation == generation and generation:
             before.raw_status = status
             return False
@@ -308,9 +364,9 @@ class ClusterState:
 
     def upsert_workload(self, body: Mapping[str, Any]) -> WorkloadRecord:
         key = f"{_namespace(body)}/{_name(body)}"
-        metadata = body.get("metadata", {})
-        generation = int(metadata.get("generation") or 0)
-        status = body.get("status") or {}
+        metadata = _metadata(body)
+        generation = _generation(metadata)
+        status = _mapping(body.get("status"))
         before = self.workloads.get(key)
         if before is not None and before.generation == generation and generation:
             before.raw_status = status
@@ -378,20 +434,42 @@ def _holds(record: PodRecord) -> bool:
     return record.node is not None and not record.pod.is_terminal
 
 
+def _mapping(value: object) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else empty: a malformed body must never raise here."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _metadata(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(body.get("metadata"))
+
+
+def _generation(metadata: Mapping[str, Any]) -> int:
+    try:
+        return int(metadata.get("generation") or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 def _name(body: Mapping[str, Any]) -> str:
-    return str(body.get("metadata", {}).get("name") or "")
+    return str(_metadata(body).get("name") or "")
 
 
 def _namespace(body: Mapping[str, Any]) -> str:
-    return str(body.get("metadata", {}).get("namespace") or "default")
+    return str(_metadata(body).get("namespace") or "default")
 
 
-def _invalid_pod(key: str, body: Mapping[str, Any], uid: str, error: str) -> PodRecord:
+def _invalid_pod(key: str, uid: str, scheduler: str, error: str) -> PodRecord | None:
+    """A stand-in for one of our pending pods that failed to parse, carrying the error (None
+    when even its name is unusable). It needs a container to be a valid pod: without one,
+    every invalid pod of ours made the watch handler raise instead of getting its Event."""
     namespace, name = key.split("/", 1)
-    stub = parse_pod(
-        {
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "spec": {"schedulerName": (body.get("spec") or {}).get("schedulerName")},
-        }
-    )
+    try:
+        stub = parse_pod(
+            {
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "spec": {"schedulerName": scheduler, "containers": [{"name": "invalid"}]},
+            }
+        )
+    except InvalidObjectError:
+        return None
     return PodRecord(stub, uid, None, None, error)

@@ -1,0 +1,449 @@
+"""An API server in memory, watches that lag, faults on demand, and operator replicas on top.
+
+`World` is the truth: nodes, pods (``spec.nodeName`` and the ``gpusched.io/gpus`` annotation
+set by a bind, atomically, as the real server does) and groups with their status. Every change
+is published to each replica's `Watch`, which delivers it some driver steps later, in order,
+as Kopf would: a dropped watch loses what was queued and relists every object as an upsert
+(Kopf synthesises no deletions on a relist). `ChaosApi` is one replica's `ClusterApi` on the
+world; `Faults` says which call fails how. A replica is the real `ClusterState` and
+`Scheduler`, fed like `gpusched.handlers` feeds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpusched.api.config import SchedulerConfig
+from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.engine.groups import GroupKind
+from gpusched.scheduler.ports import ApiError, ObjectRef
+from gpusched.scheduler.service import Scheduler, Telemetry
+from gpusched.scheduler.state import ClusterState
+
+Body = dict[str, Any]
+RESYNC_SECONDS = 15.0
+"""The scheduler's periodic pod resync, shortened to fit a run's few minutes of fake time."""
+KINDS = {"PodGroup": GroupKind.POD_GROUP, "CompositePodGroup": GroupKind.COMPOSITE}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the API server applies ``application/merge-patch+json``."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+@dataclass
+class World:
+    """The API server's objects. Keys: node name; ``namespace/name`` for the rest."""
+
+    nodes: dict[str, Body] = field(default_factory=dict)
+    pods: dict[str, Body] = field(default_factory=dict)
+    groups: dict[str, Body] = field(default_factory=dict)
+    watches: list[Watch] = field(default_factory=list)
+    version: int = 0
+    uids: int = 0
+    binds: int = 0
+    satisfied: set[str] = field(default_factory=set)
+    """Gangs (PodGroup keys) that had ``minCount`` pods bound at some moment."""
+
+    def publish(self, kind: str, type_: str | None, body: Body) -> None:
+        self.version += 1
+        body.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        for watch in self.watches:
+            watch.push(kind, type_, copy.deepcopy(body))
+
+    def new_uid(self) -> str:
+        self.uids += 1
+        return f"uid-{self.uids}"
+
+    # ----- writes ----------------------------------------------------------------------------
+
+    def put_node(self, body: Body) -> None:
+        name = body["metadata"]["name"]
+        self.nodes[name] = body
+        self.publish("Node", "ADDED", body)
+
+    def delete_node(self, name: str) -> None:
+        body = self.nodes.pop(name, None)
+        if body is not None:
+            self.publish("Node", "DELETED", body)
+
+    def create_pod(self, body: Body) -> None:
+        body["metadata"]["uid"] = self.new_uid()
+        key = _key(body)
+        assert key not in self.pods, key
+        self.pods[key] = body
+        self.publish("Pod", "ADDED", body)
+        self._note_gang(body)
+
+    def modify_pod(self, key: str, change: Callable[[Body], None]) -> None:
+        body = self.pods.get(key)
+        if body is not None:
+            change(body)
+            self.publish("Pod", "MODIFIED", body)
+
+    def delete_pod(self, key: str) -> None:
+        body = self.pods.pop(key, None)
+        if body is not None:
+            self.publish("Pod", "DELETED", body)
+
+    def bind(self, ref: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
+        body = self.pods.get(ref.key)
+        if body is None:
+            raise ApiError(404, f'pods "{ref.name}" not found')
+        if ref.uid and body["metadata"]["uid"] != ref.uid:
+            raise ApiError(409, "Precondition failed: UID in precondition does not match")
+        if body["spec"].get("nodeName"):
+            raise ApiError(409, f"pod {ref.name} is already assigned to a node")
+        body["spec"]["nodeName"] = node
+        body["metadata"].setdefault("annotations", {}).update(annotations)
+        self.binds += 1
+        self.publish("Pod", "MODIFIED", body)
+        self._note_gang(body)
+
+    def put_group(self, body: Body) -> None:
+        body["metadata"]["uid"] = self.new_uid()
+        body["metadata"]["generation"] = 1
+        self.groups[_key(body)] = body
+        self.publish(body["kind"], "ADDED", body)
+
+    def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
+        body = self.groups.get(ref.key)
+        if body is None or body["kind"] != ref.kind:
+            raise ApiError(404, f"{ref.kind} {ref.key} not found")
+        body["status"] = merge_patch(body.get("status") or {}, status)
+        self.publish(body["kind"], "MODIFIED", body)
+
+    # ----- reads -----------------------------------------------------------------------------
+
+    def live_pods(self) -> list[Body]:
+        return [p for p in self.pods.values() if not _finished(p)]
+
+    def members(self, group: str) -> list[Body]:
+        namespace, name = group.split("/", 1)
+        return [
+            p
+            for p in self.pods.values()
+            if p["metadata"]["namespace"] == namespace
+            and (p["metadata"].get("labels") or {}).get(GROUP_LABEL) == name
+        ]
+
+    def _note_gang(self, pod: Body) -> None:
+        group = (pod["metadata"].get("labels") or {}).get(GROUP_LABEL)
+        if not group:
+            return
+        key = f"{pod['metadata']['namespace']}/{group}"
+        body = self.groups.get(key)
+        if body is None or body["kind"] != "PodGroup":
+            return
+        minimum = body["spec"]["schedulingPolicy"].get("gang", {}).get("minCount", 1)
+        bound = [p for p in self.members(key) if p["spec"].get("nodeName")]
+        if len(bound) >= minimum:
+            self.satisfied.add(key)
+
+
+GROUP_LABEL = "scheduling.gpusched.io/pod-group"
+
+
+def _key(body: Mapping[str, Any]) -> str:
+    return f"{body['metadata'].get('namespace', 'default')}/{body['metadata']['name']}"
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+# ----- watches ---------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Watch:
+    """One replica's watch of everything: events in order, each due some steps later."""
+
+    world: World
+    max_lag: int
+    rng: random.Random
+    queue: deque[tuple[int, str, str | None, Body]] = field(default_factory=deque)
+    step: int = 0
+    lost_node_deletions: int = 0
+    """Nodes deleted while this watch was cut, never told (see `relist`)."""
+
+    def push(self, kind: str, type_: str | None, body: Body) -> None:
+        due = self.step + self.rng.randint(0, self.max_lag)
+        if self.queue:
+            due = max(due, self.queue[-1][0])  # in order: nothing overtakes
+        self.queue.append((due, kind, type_, body))
+
+    def due(self, everything: bool = False) -> list[tuple[str, str | None, Body]]:
+        out = []
+        while self.queue and (everything or self.queue[0][0] <= self.step):
+            _, kind, type_, body = self.queue.popleft()
+            out.append((kind, type_, body))
+        return out
+
+    def relist(self) -> None:
+        """The watch was cut and its resourceVersion expired (410): what was queued is lost,
+        and a fresh list arrives as upserts (Kopf's ``type: None``), deletions unseen."""
+        lost = [kind for _, kind, t, _ in self.queue if t == "DELETED"]
+        self.lost_node_deletions += lost.count("Node")
+        self.queue.clear()
+        for node in self.world.nodes.values():
+            self.push("Node", None, copy.deepcopy(node))
+        for pod in self.world.pods.values():
+            self.push("Pod", None, copy.deepcopy(pod))
+        for group in self.world.groups.values():
+            self.push(group["kind"], None, copy.deepcopy(group))
+
+
+# ----- faults ----------------------------------------------------------------------------------
+
+BIND_FAULTS = ("bind-409", "bind-500", "bind-410", "bind-0-lost", "bind-0-applied")
+STATUS_FAULTS = ("status-500", "status-0-applied", "status-0-lost")
+
+
+@dataclass
+class Faults:
+    """How likely each call fails, and what was injected (by kind)."""
+
+    rng: random.Random
+    bind_rate: float = 0.0
+    status_rate: float = 0.0
+    other_rate: float = 0.0
+    max_latency: int = 0
+    """A call yields to the event loop up to this many times (other tasks run meanwhile)."""
+    injected: Counter[str] = field(default_factory=Counter)
+
+    def pick(self, kinds: tuple[str, ...], rate: float) -> str | None:
+        if rate and self.rng.random() < rate:
+            kind = self.rng.choice(kinds)
+            self.injected[kind] += 1
+            return kind
+        return None
+
+    async def latency(self) -> None:
+        if self.max_latency:
+            turns = self.rng.randint(0, self.max_latency)
+            if turns:
+                self.injected["latency"] += 1
+            for _ in range(turns):
+                await _yield()
+
+    def calm(self) -> None:
+        self.bind_rate = self.status_rate = self.other_rate = 0.0
+        self.max_latency = 0
+
+
+_real_sleep = asyncio.sleep
+
+
+async def _yield() -> None:
+    await _real_sleep(0)
+
+
+async def fast_sleep(delay: float, result: Any = None) -> Any:
+    """Stands in for `asyncio.sleep` during a run: the scheduler's retry pauses (verify
+    backoff) pass in one turn of the loop, so runs take milliseconds."""
+    await _real_sleep(0)
+    return result
+
+
+async def inline_to_thread(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Stands in for `asyncio.to_thread` during a run: the engine runs on the loop's thread,
+    so that how far other tasks get meanwhile depends on the seed alone, not on a thread's
+    timing — a seed always replays the same run."""
+    await _real_sleep(0)
+    return func(*args, **kwargs)
+
+
+def _status_error(kind: str) -> ApiError:
+    status = int(kind.rsplit("-", 1)[-1]) if kind[-1].isdigit() else 0
+    messages = {409: "Operation cannot be fulfilled", 500: "etcdserver: request timed out"}
+    messages[410] = "the resource version is too old"
+    return ApiError(status, messages.get(status, "connection reset by peer"))
+
+
+@dataclass(eq=False)
+class ChaosApi:
+    """One replica's `ClusterApi` on the world."""
+
+    world: World
+    faults: Faults
+    alive: bool = True
+    events: int = 0
+
+    def _check(self) -> None:
+        if not self.alive:
+            raise asyncio.CancelledError  # the process is gone; nothing it sends arrives
+
+    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
+        await self.faults.latency()
+        self._check()
+        fault = self.faults.pick(BIND_FAULTS, self.faults.bind_rate)
+        if fault in ("bind-409", "bind-500", "bind-410", "bind-0-lost"):
+            raise _status_error(fault.replace("-lost", ""))
+        self.world.bind(pod, node, annotations)
+        await self.faults.latency()
+        if fault == "bind-0-applied":
+            raise ApiError(0, "connection reset by peer (after the bind was applied)")
+
+    async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
+        await self.faults.latency()
+        self._check()
+        if self.faults.pick(("get-0",), self.faults.other_rate):
+            raise ApiError(0, "timeout")
+        body = self.world.pods.get(pod.key)
+        return copy.deepcopy(body) if body is not None else None
+
+    async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
+        await self.faults.latency()
+        self._check()
+        fault = self.faults.pick(STATUS_FAULTS, self.faults.status_rate)
+        if fault in ("status-500", "status-0-lost"):
+            raise _status_error(fault.replace("-lost", ""))
+        self.world.patch_status(obj, status)
+        if fault == "status-0-applied":
+            raise ApiError(0, "connection reset by peer (after the patch was applied)")
+
+    async def create_event(self, body: Mapping[str, Any]) -> str:
+        await self.faults.latency()
+        self._check()
+        if self.faults.pick(("event-500",), self.faults.other_rate):
+            raise ApiError(500, "etcdserver: leader changed")
+        self.events += 1
+        return f"event-{self.events}"
+
+    async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._check()
+
+    async def list_pods(self) -> list[dict[str, Any]]:
+        await self.faults.latency()
+        self._check()
+        if self.faults.pick(("list-0",), self.faults.other_rate):
+            raise ApiError(0, "timeout")
+        return fresh_pod_list(self.world)
+
+    async def create_custom(self, body: Mapping[str, Any]) -> None:
+        self._check()
+        if _key(body) in self.world.groups:
+            raise ApiError(409, "already exists")
+        self.world.put_group(copy.deepcopy(dict(body)))
+
+
+# ----- replicas --------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Replica:
+    """One operator process: its watch, its state, its scheduler, its view of the Lease."""
+
+    name: str
+    world: World
+    watch: Watch
+    api: ChaosApi
+    state: ClusterState
+    scheduler: Scheduler
+    leader: bool = False
+
+    @staticmethod
+    def start(
+        name: str,
+        world: World,
+        faults: Faults,
+        config: SchedulerConfig,
+        clock: Callable[[], float],
+        telemetry: Telemetry,
+        rng: random.Random,
+        max_lag: int,
+    ) -> Replica:
+        """A fresh process: its watches start with a full list of every object."""
+        watch = Watch(world, max_lag, rng)
+        world.watches.append(watch)
+        api = ChaosApi(world, faults)
+        state = ClusterState()
+        holder: list[Replica] = []
+        scheduler = Scheduler(
+            config, state, api, telemetry, clock, leading=lambda: holder[0].leading()
+        )
+        scheduler.resync_seconds = RESYNC_SECONDS
+        replica = Replica(name, world, watch, api, state, scheduler)
+        holder.append(replica)
+        for kind, type_, body in _listing(world):
+            replica.feed(kind, type_, body)
+        return replica
+
+    def leading(self) -> bool:
+        return self.leader and self.api.alive
+
+    def feed(self, kind: str, type_: str | None, body: Body) -> None:
+        """What `gpusched.handlers` does with one watch event."""
+        state, scheduler = self.state, self.scheduler
+        if kind == "Node":
+            if type_ == "DELETED":
+                state.delete_node(body["metadata"]["name"])
+            else:
+                state.upsert_node(body)
+        elif kind == "Pod":
+            if type_ == "DELETED":
+                state.delete_pod(_key(body), str(body["metadata"].get("uid") or "") or None)
+                scheduler.recorder.forget(str(body["metadata"].get("uid", "")))
+            else:
+                state.upsert_pod(body)
+        elif type_ == "DELETED":
+            scheduler.forget_group(_key(body))
+        else:
+            state.upsert_group(KINDS[kind], body)
+
+    def deliver(self, everything: bool = False) -> None:
+        for kind, type_, body in self.watch.due(everything):
+            self.feed(kind, type_, body)
+
+    def crash(self) -> None:
+        """The process dies: in-flight requests stop where they are; its watch ends."""
+        self.api.alive = False
+        self.leader = False
+        for task in list(self.scheduler._tasks):
+            task.cancel()
+        if self.watch in self.world.watches:
+            self.world.watches.remove(self.watch)
+
+
+def _listing(world: World) -> list[tuple[str, str | None, Body]]:
+    return [
+        *(("Node", None, copy.deepcopy(b)) for b in world.nodes.values()),
+        *(("Pod", None, copy.deepcopy(b)) for b in world.pods.values()),
+        *((b["kind"], None, copy.deepcopy(b)) for b in world.groups.values()),
+    ]
+
+
+def fresh_pod_list(world: World) -> list[Body]:
+    return [copy.deepcopy(b) for b in world.pods.values()]
+
+
+__all__ = [
+    "BIND_FAULTS",
+    "GPUS_ANNOTATION",
+    "GROUP_LABEL",
+    "STATUS_FAULTS",
+    "ChaosApi",
+    "Faults",
+    "Replica",
+    "Watch",
+    "World",
+    "fast_sleep",
+    "fresh_pod_list",
+    "inline_to_thread",
+    "merge_patch",
+]

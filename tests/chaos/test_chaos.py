@@ -1,0 +1,33 @@
+"""The chaos suite: seeded runs of the real scheduler on the simulated API server
+(tests/chaos/runner.py). Every violation names its seed and the command that replays it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from tests.chaos.runner import run_many, run_one
+
+SHORT_RUNS = 60
+"""Runs in the default suite (about 10 s on two busy cores)."""
+SHORT_BUDGET_SECONDS = 20.0
+"""The default suite stops early rather than run past this (the runs done are reported)."""
+
+
+def test_seeded_chaos_runs_keep_every_invariant() -> None:
+    runs = int(os.environ.get("GPUSCHED_CHAOS_RUNS", SHORT_RUNS))
+    first = int(os.environ.get("GPUSCHED_CHAOS_FIRST", 0))
+    long_form = "GPUSCHED_CHAOS_RUNS" in os.environ
+    started = time.monotonic()
+    deadline = None if long_form else started + SHORT_BUDGET_SECONDS
+    totals = run_many(range(first, first + runs), deadline=deadline)
+    print(totals.report())
+    print(f"  took {time.monotonic() - started:.1f} s")
+    assert totals.runs >= min(runs, 20), totals.report()
+    assert totals.faults["bind-0-applied"] + totals.faults["bind-500"] > 0
+    assert not totals.violations, totals.report()
+
+
+def test_a_seed_replays_the_same_run() -> None:
+    first, again = run_one(75), run_one(75)
+    assert (first.binds, first.faults, first.actions) == (again.binds, again.faults, again.actions)
