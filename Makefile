@@ -1,7 +1,7 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench bench-openb e2e simulate chart crds image
+.PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,3 +44,7 @@ crds: ## copy crds/ into the chart (the copy must stay identical; a test checks)
 
 image: ## build the container image gpusched:dev (needs a Docker engine)
 	docker build -t gpusched:dev .
+
+chaos: ## long chaos run (10,000 seeded runs, ~22 min) and the fuzz tests at 2x (~15,000 cases)
+	GPUSCHED_CHAOS_RUNS=10000 $(PYTHON) -m pytest -q -s tests/chaos/test_chaos.py
+	GPUSCHED_FUZZ_SCALE=2 $(PYTHON) -m pytest -q tests/unit/test_fuzz_objects.py tests/unit/test_fuzz_telemetry.py
