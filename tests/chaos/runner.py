@@ -71,8 +71,8 @@ class Totals:
     overcommitted_nodes: int = 0
     relist_ghosts: list[tuple[int, str]] = field(default_factory=list)
     """Findings of runs where a watch was relisted after missing a node's deletion: Kopf does
-    not tell a relist's missing objects and only pods are resynced, so the cache keeps the
-    node (a known gap, reported apart; GPU double-booking is never put here)."""
+    not tell a relist's missing objects, so the cache keeps the node until the leader's next
+    resync of pods and nodes (reported apart; GPU double-booking is never put here)."""
 
     def add(self, other: Totals) -> None:
         self.runs += other.runs

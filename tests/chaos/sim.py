@@ -335,6 +335,13 @@ class ChaosApi:
             raise ApiError(0, "timeout")
         return fresh_pod_list(self.world)
 
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        await self.faults.latency()
+        self._check()
+        if self.faults.pick(("list-0",), self.faults.other_rate):
+            raise ApiError(0, "timeout")
+        return [copy.deepcopy(b) for b in self.world.nodes.values()]
+
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         self._check()
         if _key(body) in self.world.groups:

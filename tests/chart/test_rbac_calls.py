@@ -58,6 +58,7 @@ CALLS: dict[str, list[_Call]] = {
     "create_lease": [lambda api: api.create_lease("gpusched-system", {})],
     "replace_lease": [lambda api: api.replace_lease("gpusched-system", "gpusched", {})],
     "list_pods": [lambda api: api.list_pods()],
+    "list_nodes": [lambda api: api.list_nodes()],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
 NOT_REQUESTS = {"close"}

@@ -474,3 +474,30 @@ async def test_a_finished_pod_frees_its_gpus_at_once() -> None:
     clock.now += 1.0
     await run_cycle(scheduler)
     assert api.binds == [("default/next", "a", {"gpusched.io/gpus": "0,1"})]
+
+
+@pytest.mark.asyncio
+async def test_the_periodic_resync_drops_pods_and_nodes_deleted_while_a_watch_was_down() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    for name in ("a", "b"):
+        scheduler.state.upsert_node(node(name, gpus=2))
+    scheduler.state.upsert_pod(
+        pod("ghost", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    )
+    scheduler.state.upsert_pod(pod("p", 2))
+
+    async def list_pods() -> list[dict[str, Any]]:
+        return [pod("p", 2)]
+
+    async def list_nodes() -> list[dict[str, Any]]:
+        return [node("a", gpus=2)]  # b was deleted; the watch never said so
+
+    api.list_pods = list_pods  # type: ignore[attr-defined]
+    api.list_nodes = list_nodes  # type: ignore[attr-defined]
+    clock.now += 301  # past the resync period
+    await run_cycle(scheduler)
+    await run_cycle(scheduler)
+    assert sorted(scheduler.state.nodes) == ["a"]
+    assert "default/ghost" not in scheduler.state.pods
+    assert bound_to(api) == {"default/p": "a"}

@@ -152,6 +152,12 @@ class KubeClusterApi:
         path = f"{LEASES}/namespaces/{namespace}/leases/{name}"
         await self._request("PUT", path, dict(body))
 
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """Every Node of the cluster, for the leader's periodic resync."""
+        document = await self._request("GET", "/api/v1/nodes")
+        items: list[dict[str, Any]] = document.get("items") or []
+        return items
+
     async def list_pods(self) -> list[dict[str, Any]]:
         """Every pod of the cluster, for a new leader's resync."""
         document = await self._request("GET", "/api/v1/pods")

@@ -57,3 +57,6 @@ class ClusterApi(Protocol):
 
     async def list_pods(self) -> list[dict[str, Any]]:
         """Every pod of the cluster (a new leader's first step, and the periodic resync)."""
+
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """Every Node of the cluster (the periodic resync)."""

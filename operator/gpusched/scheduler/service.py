@@ -183,18 +183,22 @@ class Scheduler:
         return min(upcoming, default=self._quality_at + QUALITY_SECONDS)
 
     async def _resync(self) -> None:
-        """Drops pods the API server no longer has. After an expired watch (410) Kopf lists
-        afresh and reports what it finds, but never what was deleted while the watch was
-        down: such a pod would hold its GPUs, and count in its group's status, forever."""
+        """Drops pods and nodes the API server no longer has. After an expired watch (410)
+        Kopf lists afresh and reports what it finds, but never what was deleted while the
+        watch was down: such a pod would hold its GPUs, and count in its group's status,
+        forever; such a node would keep being offered to pods."""
         known = {key: record.uid for key, record in self.state.pods.items()}
+        known_nodes = set(self.state.nodes)
         try:
             bodies = await self.api.list_pods()
+            node_bodies = await self.api.list_nodes()
         except ApiError as error:
-            logger.warning("cannot list pods to find deleted ones: %s", error)
+            logger.warning("cannot list pods and nodes to find deleted ones: %s", error)
             return
         gone = self.state.forget_missing(known, bodies)
+        gone += self.state.forget_missing_nodes(known_nodes, node_bodies)
         if gone:
-            logger.info("pods deleted while a watch was down: %s", ", ".join(gone))
+            logger.info("deleted while a watch was down: %s", ", ".join(gone))
             self.wake()
 
     async def settle(self) -> None:

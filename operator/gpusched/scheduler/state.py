@@ -253,6 +253,17 @@ class ClusterState:
             self.delete_pod(key, known[key])
         return gone
 
+    def forget_missing_nodes(
+        self, known: Iterable[str], bodies: Iterable[Mapping[str, Any]]
+    ) -> list[str]:
+        """Deletes the nodes of ``known`` (names taken before ``bodies`` was listed) that the
+        list no longer has, and returns their names."""
+        listed = {_name(b) for b in bodies}
+        gone = sorted(n for n in known if n not in listed and n in self.nodes)
+        for name in gone:
+            self.delete_node(name)
+        return gone
+
     def pending(self) -> list[PodRecord]:
         """Our pods waiting for a node: not bound, not reserved, not finished or deleting."""
         return [
