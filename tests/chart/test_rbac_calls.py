@@ -76,7 +76,12 @@ class _Recorder(KubeClusterApi):
         self.calls: list[tuple[str, str]] = []
 
     async def _request(
-        self, method: str, path: str, body: object = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        content_type: str = "application/json",
+        timeout: float = 0.0,
     ) -> dict[str, Any]:
         self.calls.append((method, path))
         return {}

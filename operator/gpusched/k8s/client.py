@@ -28,6 +28,10 @@ PLURALS = {
 }
 LEASES = "/apis/coordination.k8s.io/v1"
 REQUEST_TIMEOUT_SECONDS = 30.0
+BIND_TIMEOUT_SECONDS = 4.0
+"""A bind gets less: it is sent only while this replica holds the Lease, and must be answered
+(or given up) before another replica could take the Lease — leaseDuration − renewDeadline
+after the last renewal, 5 s with the defaults. An unanswered bind is read back, not lost."""
 """No single API request may take longer; the caller decides whether to retry."""
 
 
@@ -68,7 +72,12 @@ class KubeClusterApi:
         await self.api_client.close()
 
     async def _request(
-        self, method: str, path: str, body: object = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        content_type: str = "application/json",
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
     ) -> dict[str, Any]:
         try:
             response = await self.api_client.call_api(
@@ -78,7 +87,7 @@ class KubeClusterApi:
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+                _request_timeout=timeout,
             )
             async with response:
                 data = await response.read()
@@ -106,9 +115,8 @@ class KubeClusterApi:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._request(
-            "POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body
-        )
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        await self._request("POST", path, body, timeout=BIND_TIMEOUT_SECONDS)
 
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         try:
