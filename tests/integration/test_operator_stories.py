@@ -194,9 +194,10 @@ def test_a_recreated_gang_pod_returns_to_its_rack_or_waits_there(
         api.delete("pods", "w-1", "default")
         wait_for(lambda: "default/w-1" not in pods(api))
         api.create(gpu_pod("intruder", 4, scheduler="default-scheduler", node=node))
-        api.create(gpu_pod("w-1", 4, group="w"))
+        uid = api.create(gpu_pod("w-1", 4, group="w"))["metadata"]["uid"]
         failure = wait_for(
-            lambda: _failures(api, "w-1"), message=lambda: dump(group_status(api, "w"))
+            lambda: [e for e in _failures(api, "w-1") if e["involvedObject"]["uid"] == uid],
+            message=lambda: dump(group_status(api, "w")),
         )
         assert rack in failure[0]["message"], failure[0]["message"]
         assert placement_of(pods(api)["default/w-1"]) is None

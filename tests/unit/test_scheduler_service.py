@@ -61,6 +61,9 @@ class FakeApi:
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         self.created.append(dict(body))
 
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        return []
+
     def last_status(self, key: str) -> dict[str, Any]:
         return next(s for _, k, s in reversed(self.statuses) if k == key)
 

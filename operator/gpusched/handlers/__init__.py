@@ -31,6 +31,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.k8s.client import KubeClusterApi, load_configuration
 from gpusched.scheduler import metrics
 from gpusched.scheduler.leader import LeaderElector
+from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from gpusched.telemetry.cache import TelemetryCache
@@ -122,22 +123,37 @@ def _elector(
 ) -> LeaderElector | None:
     """The Lease elector gating ``scheduler`` (None when leader election is off)."""
     election = config.operator.leader_election
+    scheduler.lost_leadership()  # no decision before a full list of pods and nodes
     if not election.enabled:
         metrics.LEADER.set(1)  # the only replica: dashboards read the leader's gauges
+        scheduler.spawn(_take_leadership(scheduler, api))
         return None
     namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE", "default")
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
     def changed(leading: bool) -> None:
         if leading:
-            scheduler.spawn(scheduler.take_leadership(api.list_pods()))
+            scheduler.spawn(_take_leadership(scheduler, api))
         else:
             scheduler.lost_leadership()
 
     elector = LeaderElector(api, election, namespace, identity, changed)
     scheduler.leading = lambda: elector.leading
-    scheduler.lost_leadership()
     return elector
+
+
+async def _take_leadership(scheduler: Scheduler, api: KubeClusterApi) -> None:
+    """Lists pods and nodes until it works: the watches start at the same time, and a
+    decision made before both lists are in could see free GPUs that bound pods hold."""
+    delay = 0.5
+    while True:
+        try:
+            await scheduler.take_leadership(api.list_pods())
+            return
+        except ApiError as error:
+            logger.warning("cannot list the cluster yet (%s); retrying in %.1f s", error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 @kopf.on.login(registry=registry)

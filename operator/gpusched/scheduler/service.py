@@ -224,6 +224,12 @@ class Scheduler:
         last binds must be counted."""
         known = {key: record.uid for key, record in self.state.pods.items()}
         bodies = await pods
+        try:
+            for node in await self.api.list_nodes():
+                self.state.upsert_node(node)  # deletions are left to the periodic resync
+        except ApiError as error:
+            # Missing nodes only make pods wait; missing pods could double-book GPUs.
+            logger.warning("cannot list nodes; relying on the watch: %s", error)
         for body in bodies:
             self.state.upsert_pod(body)
         # Only pods known before the list was asked for can be missing from it for being
