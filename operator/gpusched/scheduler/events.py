@@ -59,6 +59,8 @@ class EventRecorder:
         self.clock = clock
         self.instance = instance
         self._series: OrderedDict[tuple[str, str, str, str], _Series] = OrderedDict()
+        self._by_object: dict[str, set[tuple[str, str, str, str]]] = {}
+        """Series keys per object, so that forgetting a deleted pod does not scan them all."""
         self._queue: asyncio.Queue[_Outgoing] = asyncio.Queue(MAX_QUEUED)
 
     def record(self, obj: ObjectRef, type_: str, reason: str, message: str) -> None:
@@ -74,8 +76,10 @@ class EventRecorder:
                 return
         else:
             self._series[key] = _Series(None, 1, datetime.now(UTC), now, 0)
+            self._by_object.setdefault(key[0], set()).add(key)
             while len(self._series) > MAX_SERIES:
-                self._series.popitem(last=False)
+                oldest, _ = self._series.popitem(last=False)
+                self._unindex(oldest)
         self._series[key].sent_at = now
         try:
             self._queue.put_nowait(_Outgoing(key, obj, type_, reason, message))
@@ -84,8 +88,15 @@ class EventRecorder:
 
     def forget(self, uid: str) -> None:
         """Drops the series of a deleted object."""
-        for key in [k for k in self._series if k[0] == uid]:
-            del self._series[key]
+        for key in self._by_object.pop(uid, ()):
+            self._series.pop(key, None)
+
+    def _unindex(self, key: tuple[str, str, str, str]) -> None:
+        keys = self._by_object.get(key[0])
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_object[key[0]]
 
     async def run(self) -> None:
         while True:
