@@ -35,7 +35,6 @@ from gpusched.api.crds import (
     CompositePodGroup,
     GroupStatus,
     PodGroup,
-    materialize,
 )
 from gpusched.api.k8s import GPUS_ANNOTATION
 from gpusched.engine.groups import GroupKind
@@ -494,7 +493,7 @@ class Scheduler:
         for record in self.state.workloads.values():
             if record.workload is None:
                 continue
-            for group in materialize(record.workload):
+            for group in record.groups:
                 if group.key in self.state.groups:
                     self._creating.pop(group.key, None)
                     continue
@@ -603,7 +602,7 @@ class Scheduler:
             missing: list[str] = []
             error = str(record.error) if record.error is not None else None
             if record.workload is not None:
-                for group in materialize(record.workload):
+                for group in record.groups:
                     status = statuses.get(group.key)
                     if status is None:
                         missing.append(group.metadata.name)

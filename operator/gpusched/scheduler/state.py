@@ -21,6 +21,7 @@ from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
     Workload,
+    materialize,
     parse_composite_pod_group,
     parse_pod_group,
     parse_workload,
@@ -96,6 +97,8 @@ class WorkloadRecord:
     workload: Workload | None
     error: InvalidObjectError | None
     raw_status: Mapping[str, Any]
+    groups: tuple[Group, ...] = ()
+    """What its templates materialise to, computed once per spec generation."""
 
 
 @dataclass(slots=True)
@@ -117,6 +120,7 @@ class ClusterState:
     """Bumped by every change that could alter a scheduling decision."""
     groups_generation: int = 0
     """Bumped when a group's spec appears, changes or goes."""
+    _children_index: tuple[int, dict[str, list[str]]] | None = None
     capacity_generation: int = 0
     """Bumped by every change that could make room: a pod gone or finished, a node added or
     changed, a reservation released. Groups backing off retry at once when it moves."""
@@ -388,8 +392,9 @@ class ClusterState:
             workload = parse_workload(body)
         except InvalidObjectError as err:
             error = err
+        groups = tuple(materialize(workload)) if workload is not None else ()
         record = WorkloadRecord(
-            key, str(metadata.get("uid") or ""), generation, workload, error, status
+            key, str(metadata.get("uid") or ""), generation, workload, error, status, groups
         )
         self.workloads[key] = record
         return record
@@ -408,12 +413,21 @@ class ClusterState:
             and f"{record.pod.metadata.namespace}/{record.request.group}" in wanted
         ]
 
-    def descendants(self, key: str) -> list[str]:
-        """``key`` and every group under it, parents before children."""
+    def _children(self) -> dict[str, list[str]]:
+        """Group key → its child groups' keys, rebuilt only when a group spec changed."""
+        cached = self._children_index
+        if cached is not None and cached[0] == self.groups_generation:
+            return cached[1]
         children: dict[str, list[str]] = {}
         for record in self.groups.values():
             if record.spec.parent is not None:
                 children.setdefault(record.spec.parent, []).append(record.spec.key)
+        self._children_index = (self.groups_generation, children)
+        return children
+
+    def descendants(self, key: str) -> list[str]:
+        """``key`` and every group under it, parents before children."""
+        children = self._children()
         found, stack = [], [key]
         while stack:
             current = stack.pop()
