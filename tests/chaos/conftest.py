@@ -2,8 +2,9 @@
 ``GPUSCHED_CHAOS_RUNS=10000 pytest tests/chaos``; ``GPUSCHED_CHAOS_FIRST`` picks the first seed,
 ``GPUSCHED_CHAOS_HTTP_RUNS`` the number of runs against the real operator.
 
-The API emulator fixtures are the integration tests' (tests/integration/conftest.py)."""
+The API server fixtures are the integration tests' (tests/integration/conftest.py): the runs
+against the real operator go to the real control plane, through the fault proxy."""
 
-from tests.integration.conftest import api, apiserver, crds, kubeconfig
+from tests.integration.conftest import api, apiserver, crds, kubeconfig, real_cluster
 
-__all__ = ["api", "apiserver", "crds", "kubeconfig"]
+__all__ = ["api", "apiserver", "crds", "kubeconfig", "real_cluster"]

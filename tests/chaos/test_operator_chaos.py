@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.controlplane import OPERATOR_NAMESPACE
 from tests.integration.apiserver import ApiClient, ApiServer, wait_for
 from tests.integration.harness import (
     FAST,
@@ -39,7 +40,7 @@ RESTART_EVERY = 6
 LEASE = {
     "operator": {
         **FAST["operator"],
-        "leaderElection": {"leaseNamespace": "default", "retryPeriodSeconds": 0.2},
+        "leaderElection": {"leaseNamespace": OPERATOR_NAMESPACE, "retryPeriodSeconds": 0.2},
     }
 }
 """Each start takes the Lease (the previous holder gave it up on exit) and lists every pod

@@ -54,13 +54,29 @@ def default_config() -> SchedulerConfig:
 
 
 def apply_yaml(api: ApiClient, *paths: Path) -> list[dict[str, Any]]:
-    """``kubectl apply`` of YAML files (multi-document), in order."""
-    created = []
-    for path in paths:
-        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if document:
-                created.append(api.create(document))
-    return created
+    """``kubectl apply`` of YAML files (multi-document), in order, after creating the
+    namespaces they name (a real API server refuses objects in a namespace that is missing)."""
+    documents = [
+        document
+        for path in paths
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+        if document
+    ]
+    for namespace in sorted({d["metadata"].get("namespace") or "default" for d in documents}):
+        ensure_namespace(api, namespace)
+    return [api.create(document) for document in documents]
+
+
+def ensure_namespace(api: ApiClient, name: str) -> None:
+    """Create namespace `name` if missing, and wait for its ``default`` ServiceAccount where
+    the server has them (its admission refuses pods until the controller made it)."""
+    if api.get_or_none("namespaces", name) is None:
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    if any(spec.plural == "serviceaccounts" for spec in api.specs):
+        wait_for(
+            lambda: api.get_or_none("serviceaccounts", "default", name),
+            message=f"the default ServiceAccount of namespace {name}",
+        )
 
 
 def gpu_node(

@@ -23,6 +23,8 @@ from tests.integration.apiserver import (
     wait_for,
 )
 
+pytestmark = pytest.mark.emulator  # the emulator's own behaviour
+
 GROUP = "scheduling.gpusched.io"
 API_VERSION = f"{GROUP}/v1alpha1"
 

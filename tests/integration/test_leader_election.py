@@ -1,4 +1,5 @@
-"""Leader election over HTTP: two electors, one Lease on the API emulator."""
+"""Leader election over HTTP: two electors, one Lease on the real API server, each with the
+operator's identity (the chart's Role allows the one Lease in the release namespace only)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kubernetes_asyncio import client
 from gpusched.api.config import LeaderElectionConfig
 from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.leader import LeaderElector
+from tests.cluster.controlplane import OPERATOR_NAMESPACE
 from tests.integration.apiserver import ApiServer
 
 
@@ -30,8 +32,8 @@ async def test_two_replicas_one_lease(
     api_a = KubeClusterApi(client.ApiClient(await kube_configuration()))
     api_b = KubeClusterApi(client.ApiClient(await kube_configuration()))
     clock_a, clock_b = Clock(), Clock()
-    a = LeaderElector(api_a, config, "default", "replica-a", clock=clock_a)
-    b = LeaderElector(api_b, config, "default", "replica-b", clock=clock_b)
+    a = LeaderElector(api_a, config, OPERATOR_NAMESPACE, "replica-a", clock=clock_a)
+    b = LeaderElector(api_b, config, OPERATOR_NAMESPACE, "replica-b", clock=clock_b)
     try:
         assert await a.attempt()
         assert not await b.attempt()
@@ -41,7 +43,7 @@ async def test_two_replicas_one_lease(
         clock_b.now += 15.5  # and b may take over only after the lease duration
         apiserver.faults.clear()
         assert await b.attempt()
-        lease = await api_a.get_lease("default", "gpusched")
+        lease = await api_a.get_lease(OPERATOR_NAMESPACE, "gpusched")
         assert lease is not None
         assert lease["spec"]["holderIdentity"] == "replica-b"
         assert lease["spec"]["leaseTransitions"] == 1

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.integration.apiserver import ApiClient, ApiServer, wait_for
+import pytest
+
+from tests.integration.apiserver import ApiClient, ApiServer, ApiStatusError, wait_for
 from tests.integration.harness import (
     EXAMPLES,
     RACK,
@@ -231,10 +233,17 @@ def test_bad_objects_are_reported_and_everything_else_is_scheduled(
     broken = gpu_node("broken", "zone-a", "rack-1")
     broken["metadata"]["annotations"]["gpusched.io/gpu-topology"] = "{not json"
     api.create(broken)
-    with running_operator(kubeconfig):
-        invalid = gang("invalid", 2)
-        invalid["spec"]["schedulingPolicy"]["basic"] = {}
+    # What the CRD's schema and CEL rules can judge, the API server refuses itself, naming
+    # the field, before the operator ever sees it.
+    invalid = gang("invalid", 2)
+    invalid["spec"]["schedulingPolicy"]["basic"] = {}
+    with pytest.raises(ApiStatusError) as refused:
         api.create(invalid)
+    assert refused.value.status == 422
+    assert "spec.schedulingPolicy" in str(refused.value), refused.value
+    with running_operator(kubeconfig):
+        # What they cannot (a generated name over 253 characters) the operator reports.
+        api.create(_workload_with_a_name_too_long())
         api.create(gpu_pod("lost-0", 1, group="invalid"))
         odd = gpu_pod("odd-share", 0)
         odd["metadata"]["annotations"] = {"gpusched.io/gpu-milli": "lots"}
@@ -243,11 +252,29 @@ def test_bad_objects_are_reported_and_everything_else_is_scheduled(
         for i in range(2):
             api.create(gpu_pod(f"fine-{i}", 4, group="fine"))
         wait_for(lambda: all(placement_of(pods(api)[f"default/fine-{i}"]) for i in range(2)))
-        status = wait_for(lambda: (s := group_status(api, "invalid")).get("conditions") and s)
-        assert condition(status)["reason"] == "Invalid"
-        assert "spec.schedulingPolicy" in condition(status)["message"], dump(status)
-        wait_for(lambda: [e for e in events_for(api, "invalid") if e["reason"] == "Invalid"])
+        status = wait_for(
+            lambda: (s := group_status(api, LONG_NAME, plural="workloads")).get("conditions") and s
+        )
+        materialized = condition(status, "Materialized")
+        assert materialized["reason"] == "Invalid", dump(status)
+        assert "spec.podGroupTemplates[0].name" in materialized["message"], dump(status)
+        wait_for(lambda: [e for e in events_for(api, LONG_NAME) if e["reason"] == "Invalid"])
         share = wait_for(lambda: _failures(api, "odd-share"))
         assert "gpusched.io/gpu-milli" in share[0]["message"], share[0]["message"]
         assert placement_of(pods(api)["default/lost-0"]) is None
         assert placement_of(pods(api)["default/odd-share"]) is None
+
+
+LONG_NAME = "w" * 200
+
+
+def _workload_with_a_name_too_long() -> dict[str, Any]:
+    """Valid on its own; `<workload>-<template>` is 261 characters, over the 253 allowed."""
+    return {
+        "apiVersion": "scheduling.gpusched.io/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": LONG_NAME, "namespace": "default"},
+        "spec": {
+            "podGroupTemplates": [{"name": "t" * 60, "schedulingPolicy": {"gang": {"minCount": 1}}}]
+        },
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -73,10 +74,21 @@ class ApiClient:
     """create/get/list/patch/delete/bind over HTTP. Resources are named by plural
     (`"pods"`, `"podgroups"`); pass `group=` to disambiguate (`events`: core by default)."""
 
-    def __init__(self, url: str, *, timeout: float = 10.0, token: str = "emulator-token") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        token: str = "emulator-token",
+        verify: str | bool = True,
+    ) -> None:
+        """`verify`: the CA file of an HTTPS server (the real control plane's)."""
         self.url = url
         self.http = httpx.Client(
-            base_url=url, timeout=timeout, headers={"Authorization": f"Bearer {token}"}
+            base_url=url,
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {token}"},
+            verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify,
         )
         self.specs: list[ResourceSpec] = [*BUILTIN_RESOURCES, *OUR_CRDS]
 

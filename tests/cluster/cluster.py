@@ -1,0 +1,214 @@
+"""The real control plane as the integration tests use it: one per test session, reset between
+tests, with the operator's identity and RBAC exactly as the chart grants them, a fault proxy
+in front of the API server for the operator, and the fake kubelet.
+
+`RealCluster` offers the hooks the tests used on the API emulator (`faults`, `drop_watches`,
+`expire_watches`, `request_count`, `requests`, `write_kubeconfig`), so one story reads the
+same on either; only what a real server cannot do (faults inside one request, virtual time)
+stays on the emulator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.cluster.controlplane import (
+    OPERATOR_NAMESPACE,
+    ROOT,
+    ControlPlane,
+    UnavailableError,
+    find_binaries,
+)
+from tests.cluster.kubelet import Kubelet
+from tests.cluster.proxy import FaultProxy, ProxyFaults, Request
+from tests.integration.apiserver import ApiClient, ApiStatusError, ResourceSpec
+
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+OUR_GROUP = "scheduling.gpusched.io"
+NAMESPACED_RESETS = (
+    ("workloads", OUR_GROUP),
+    ("compositepodgroups", OUR_GROUP),
+    ("podgroups", OUR_GROUP),
+    ("pods", ""),
+    ("events", ""),
+)
+KEEP_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease"}
+MORE_RESOURCES = (
+    ResourceSpec("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True),
+    ResourceSpec("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
+    ResourceSpec("scheduling.k8s.io", "v1beta1", "workloads", "Workload", namespaced=True),
+    ResourceSpec("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", namespaced=True,
+                 status_subresource=True),
+    ResourceSpec("scheduling.k8s.io", "v1alpha3", "compositepodgroups", "CompositePodGroup",
+                 namespaced=True, status_subresource=True),
+    ResourceSpec("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
+    ResourceSpec("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False),
+    ResourceSpec("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True,
+                 status_subresource=True),
+    ResourceSpec("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate",
+                 namespaced=True),
+)  # fmt: skip
+"""Resources the emulator does not serve that tests of the real server name."""
+
+
+def chart_rbac(namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
+    """The chart's ServiceAccount, (Cluster)Roles and bindings, rendered by a real helm."""
+    from tests.chart.helm import find_helm
+
+    helm = find_helm()
+    if helm is None:
+        raise UnavailableError("the chart's RBAC is rendered by helm: run bash .ci/install-helm.sh")
+    rendered = subprocess.run(
+        [helm, "template", "gpusched", str(ROOT / "charts" / "gpusched"), "--namespace", namespace],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    return [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in RBAC_KINDS]
+
+
+class RealCluster:
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.proxy = FaultProxy(plane.url, plane.ca).start()
+        self.kubelet = Kubelet(plane.url, plane.token("admin"), str(plane.ca)).start()
+        self.admin = self.client()
+        self._apply_rbac()
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, workdir: Path) -> Iterator[RealCluster]:
+        plane = ControlPlane.start(find_binaries(), workdir)
+        cluster: RealCluster | None = None
+        try:
+            cluster = cls(plane)
+            yield cluster
+        finally:
+            if cluster is not None:
+                cluster.close()
+            plane.stop()
+
+    def close(self) -> None:
+        self.kubelet.stop()
+        self.proxy.stop()
+        self.admin.close()
+
+    # -- what tests use ------------------------------------------------------------------------
+
+    def client(self, identity: str = "admin") -> ApiClient:
+        """A client straight to the API server (no proxy, no faults), as `identity`."""
+        client = ApiClient(
+            self.plane.url, token=self.plane.token(identity), verify=str(self.plane.ca)
+        )
+        client.specs.extend(MORE_RESOURCES)
+        return client
+
+    @property
+    def url(self) -> str:
+        return self.plane.url
+
+    @property
+    def faults(self) -> ProxyFaults:
+        return self.proxy.faults
+
+    @property
+    def request_count(self) -> int:
+        return self.proxy.request_count
+
+    def requests(self) -> list[Request]:
+        return self.proxy.requests()
+
+    @property
+    def failures(self) -> list[BaseException]:
+        try:
+            self.plane.check()
+        except RuntimeError as error:
+            return [error, *self.kubelet.errors]
+        return list(self.kubelet.errors)
+
+    def drop_watches(self, *, abort: bool = False) -> int:
+        return self.proxy.drop_watches(abort=abort)
+
+    def expire_watches(self, *, drop: bool = True) -> None:
+        """Every watch resuming from a resourceVersion older than now gets 410 Gone."""
+        version = int(self.admin.list_raw("namespaces")["metadata"]["resourceVersion"])
+        self.proxy.expire_watches(version + 1, drop=drop)
+
+    def install_crds(self) -> list[dict[str, Any]]:
+        """The CRDs are applied (server-side, by kubectl) when the control plane starts."""
+        return []
+
+    def write_kubeconfig(
+        self, path: str | Path, namespace: str = "default", identity: str = "operator"
+    ) -> Path:
+        """A kubeconfig for the operator: its service account's identity, through the proxy."""
+        path = Path(path)
+        config = self.plane.kubeconfig(identity, server=self.proxy.url)
+        config["contexts"][0]["context"]["namespace"] = namespace  # type: ignore[index]
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # -- set-up and reset ----------------------------------------------------------------------
+
+    def _apply_rbac(self) -> None:
+        self.ensure_namespace(OPERATOR_NAMESPACE)
+        documents = chart_rbac()
+        self.plane.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(documents))
+
+    def ensure_namespace(self, name: str) -> None:
+        with contextlib.suppress(ApiStatusError):
+            self.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        deadline = time.monotonic() + 30
+        while self.admin.get_or_none("serviceaccounts", "default", name) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no default ServiceAccount in namespace {name}")
+            time.sleep(0.1)
+
+    def reset(self, timeout: float = 60) -> None:
+        """Back to an empty cluster: no pods, groups, Events, Leases or Nodes; no faults."""
+        self.proxy.faults.clear()
+        self.proxy.expire_watches(0, drop=False)
+        namespaces = [
+            n["metadata"]["name"]
+            for n in self.admin.list("namespaces")
+            if n["metadata"]["name"] not in KEEP_NAMESPACES
+        ]
+        for namespace in namespaces:
+            for plural, group in NAMESPACED_RESETS:
+                self._delete_collection(plural, group, namespace)
+            self._delete_collection("leases", "coordination.k8s.io", namespace)
+        self._delete_collection("nodes", "", None)
+        deadline = time.monotonic() + timeout
+        while self._leftovers(namespaces):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reset left objects behind: {self._leftovers(namespaces)}")
+            time.sleep(0.1)
+
+    def _delete_collection(self, plural: str, group: str, namespace: str | None) -> None:
+        path = self.admin.path(plural, namespace, group=group or None)
+        response = self.admin.http.request("DELETE", path, json={"gracePeriodSeconds": 0})
+        if response.status_code >= 400 and response.status_code != 404:
+            raise RuntimeError(f"DELETE {path}: {response.status_code} {response.text[:300]}")
+
+    def _leftovers(self, namespaces: list[str]) -> list[str]:
+        left = [f"node/{n['metadata']['name']}" for n in self.admin.list("nodes")]
+        for plural, group in NAMESPACED_RESETS[:-1]:
+            for item in self.admin.list(plural, group=group or None):
+                if item["metadata"]["namespace"] in namespaces:
+                    left.append(
+                        f"{plural}/{item['metadata']['namespace']}/{item['metadata']['name']}"
+                    )
+        return left
+
+
+def env_for_operator() -> dict[str, str]:
+    """The operator's environment as the chart's Deployment sets it."""
+    return {**os.environ, "POD_NAMESPACE": OPERATOR_NAMESPACE}
