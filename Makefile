@@ -1,7 +1,7 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image
+.PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image controlplane cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -30,6 +30,13 @@ bench-openb: ## openb placement quality vs published FGD: 17 traces x 9 policies
 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
+
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 (Go; cached)
+	bash tests/cluster/build-controlplane.sh
+
+cluster: ## a real control plane on 127.0.0.1 with the sample nodes, until Ctrl-C (prints kubeconfigs)
+	bash .ci/install-helm.sh
+	PATH="$(CURDIR)/.ci/bin:$$PATH" $(PYTHON) -m tests.cluster
 
 e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
 	$(PYTHON) -m pytest -q tests/e2e

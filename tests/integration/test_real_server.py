@@ -160,3 +160,27 @@ def test_a_gpusched_run_killed_between_a_gangs_binds_completes_it_after_a_restar
         second.wait(20)
     assert_no_gpu_shared(api)
     assert len(domains(api, members, RACK)) == 1
+
+
+def test_a_bind_the_server_applied_but_whose_answer_was_lost_keeps_its_gpus(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path
+) -> None:
+    """The connection is cut after the server bound the pod: the operator cannot know, so the
+    GPUs stay held until it reads the pod back, and the next pod never gets them."""
+    api.create(gpu_node("only", "zone-a", "rack-1"))
+    lost = apiserver.faults.lose(method="POST", path=r"/pods/first/binding$")
+    with running_operator(kubeconfig):
+        api.create(gpu_pod("first", 8))
+        wait_for(lambda: placement_of(pods(api)["default/first"]), message="first bound")
+        api.create(gpu_pod("second", 8))
+        wait_for(
+            lambda: [
+                e
+                for e in api.list("events", "default")
+                if e["involvedObject"]["name"] == "second" and e["reason"] == "FailedScheduling"
+            ],
+            message="second judged unschedulable",
+        )
+        assert placement_of(pods(api)["default/second"]) is None
+        assert_no_gpu_shared(api)
+    assert lost.hits == 1, "the bind's answer was never cut: the test proved nothing"
