@@ -29,7 +29,7 @@ from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
-from gpusched.engine.snapshot import Holding, IntArray, Snapshot
+from gpusched.engine.snapshot import BoolArray, Holding, IntArray, Snapshot
 
 Line = Callable[[], str]
 """A report line, rendered only if the group fails: explaining a rejected domain walks its
@@ -106,21 +106,41 @@ class Planner:
             domains = [parent]
         else:
             domains = subdomains(self.snapshot, parent, group.topology_key)
-            bound = self._bound_nodes(group)
-            if bound:
-                # A gang with bound pods is pinned to their domain (its full path): a
-                # re-created pod lands beside the others or stays pending.
-                domains = [d for d in domains if any(d.mask[node] for node in bound)]
-                if not domains:
-                    names = ", ".join(sorted({self.snapshot.nodes[n].name for n in bound}))
-                    line = f"pinned by bound pods on {names}, outside {parent.name}"
-                    return _Candidates([], [_text(line)])
             if not domains:
                 line = f"{parent.name}: no node has label {group.topology_key}"
                 return _Candidates([], [_text(line)])
+            pinned = self._pin(group, parent, domains)
+            if isinstance(pinned, str):
+                return _Candidates([], [_text(pinned)])
+            domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
         return self._order_composite_domains(group, domains)
+
+    def _pin(self, group: GroupSpec, parent: Domain, domains: list[Domain]) -> list[Domain] | str:
+        """The domains a group may still use, given its (and its descendants') bound pods; a
+        string says why none. A group with bound pods is pinned to their domain (its full
+        path): a re-created pod lands beside the others or stays pending. Bound pods in two
+        domains already break the constraint, so nothing more is placed: adding a pod to one
+        side would report the group placed in a placement that is not one."""
+        bound = self._bound_nodes(group)
+        if not bound:
+            return domains
+        touched = [d for d in domains if any(d.mask[node] for node in bound)]
+        if len(touched) > 1:
+            spans = "; ".join(f"{d.name} ({self._node_names(d.mask, bound)})" for d in touched)
+            return (
+                f"bound pods already span {len(touched)} {group.topology_key} domains, "
+                f"which its constraint forbids: {spans}"
+            )
+        if not touched:
+            names = self._node_names(None, bound)
+            return f"pinned by bound pods on {names}, outside {parent.name}"
+        return touched
+
+    def _node_names(self, mask: BoolArray | None, nodes: list[int]) -> str:
+        inside = {n for n in nodes if mask is None or mask[n]}
+        return ", ".join(sorted(self.snapshot.nodes[n].name for n in inside))
 
     def needed(self, group: GroupSpec) -> int:
         """Pods that must be placed for a PodGroup to count as placed."""

@@ -1,0 +1,194 @@
+"""Placements that were wrong, each a class of inputs (issue 13, items 1-3 and 6).
+
+Every story compares the whole result: pod → (node, GPUs), group → (phase, domain, reason),
+pending pod → reason, and, where the story is about a reason, the messages too. Nodes are DGX
+A100s (8 GPUs, 252 CPUs) unless drawn otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gpusched.engine.groups import GroupSpec
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import ScheduleResult
+from gpusched.engine.schedule import schedule
+from gpusched.engine.snapshot import BoundPod, Snapshot
+from tests.builders import (
+    RACK,
+    ZONE,
+    bound,
+    cluster,
+    composite,
+    gang,
+    members,
+    outcomes,
+    pending,
+    placements,
+    pod,
+)
+
+ALL = tuple(range(8))
+SCHEDULED = ("Scheduled", "Scheduled")
+UNSCHEDULABLE = ("Unschedulable", "Unschedulable")
+
+
+def g(phase_reason: tuple[str, str], domain: str = "") -> tuple[str, str, str]:
+    """A want_groups entry: (phase, domain, reason)."""
+    return (phase_reason[0], domain, phase_reason[1])
+
+
+def held(name: str, node_name: str, group: str | None = None, gpus: int = 8) -> BoundPod:
+    """A pod already bound to ``node_name``, holding its first ``gpus`` GPUs."""
+    return bound(pod(name, gpus=gpus, group=group), node_name, tuple(range(gpus)))
+
+
+@dataclass(frozen=True)
+class Story:
+    id: str
+    snapshot: Snapshot
+    pods: Sequence[PodRequest]
+    groups: Sequence[GroupSpec]
+    want_bindings: Mapping[str, tuple[str, tuple[int, ...]]]
+    want_groups: Mapping[str, tuple[str, str, str]]
+    """group → (phase, domain path, reason)."""
+    want_pending: Mapping[str, str] = field(default_factory=dict)
+    """pod → reason."""
+    want_messages: Mapping[str, str] = field(default_factory=dict)
+    """group or pending pod → its message, for the names given."""
+
+
+def whole(result: ScheduleResult, story: Story) -> dict[str, Any]:
+    said = {d.name.removeprefix("default/"): d.message for d in result.groups}
+    said |= {u.pod.removeprefix("default/"): u.message for u in result.unschedulable}
+    return {
+        "bindings": placements(result),
+        "groups": outcomes(result),
+        "pending": pending(result),
+        "messages": {name: said.get(name) for name in story.want_messages},
+    }
+
+
+def check(story: Story) -> None:
+    result = schedule(story.snapshot, story.pods, story.groups)
+    want = {
+        "bindings": dict(story.want_bindings),
+        "groups": dict(story.want_groups),
+        "pending": dict(story.want_pending),
+        "messages": dict(story.want_messages),
+    }
+    assert whole(result, story) == want, [(d.name, d.message, d.attempts) for d in result.groups]
+
+
+def two_racks(*bound_pods: BoundPod, per_rack: int = 2) -> Snapshot:
+    #        z1
+    #      /    \
+    #  rack-1   rack-2
+    #  a   b    c   d
+    return cluster(
+        zones={"z1": {"rack-1": ["a100x8"] * per_rack, "rack-2": ["a100x8"] * per_rack}},
+        bound=bound_pods,
+    )
+
+
+# ----- item 1: bound members in two domains are never extended --------------------------------
+
+SPREAD_MESSAGE = (
+    "no placement in any domain: bound pods already span 2 topology.example.com/rack domains, "
+    "which its constraint forbids: z1/rack-1 (node-a); z1/rack-2 (node-c)"
+)
+
+PINNED_STORIES = [
+    # train-0 on a (rack-1), train-1 on c (rack-2): the gang already breaks its constraint
+    Story(
+        "a gang whose bound pods sit in two racks is not extended into either",
+        two_racks(held("train-0", "node-a", "train"), held("train-1", "node-c", "train")),
+        [pod("train-2", gpus=8, group="train")],
+        [gang("train", 3, topology=RACK)],
+        want_bindings={},
+        want_groups={"train": g(UNSCHEDULABLE)},
+        want_pending={"train-2": "Unschedulable"},
+        want_messages={"train": SPREAD_MESSAGE},
+    ),
+    # job (rack) ├── lead (bound on a, rack-1)  ├── ps (bound on c, rack-2)  └── workers
+    Story(
+        "a CompositePodGroup whose children sit in two racks does not place its third child",
+        two_racks(held("lead-0", "node-a", "lead"), held("ps-0", "node-c", "ps")),
+        [pod("workers-0", gpus=8, group="workers")],
+        [
+            composite("job", 3, topology=RACK),
+            gang("lead", 1, parent="job"),
+            gang("ps", 1, parent="job"),
+            gang("workers", 1, parent="job"),
+        ],
+        want_bindings={},
+        want_groups={
+            "job": g(UNSCHEDULABLE),
+            "lead": g(UNSCHEDULABLE),
+            "ps": g(UNSCHEDULABLE),
+            "workers": g(UNSCHEDULABLE),
+        },
+        want_pending={"workers-0": "Unschedulable"},
+        want_messages={"job": SPREAD_MESSAGE},
+    ),
+    #      z1          z2
+    #      |           |
+    #    rack-1      rack-2
+    #    a   b       c   d
+    Story(
+        "children of a zone-wide job bound in two zones: the job is not extended, though each "
+        "child keeps to one rack",
+        cluster(
+            zones={"z1": {"rack-1": ["a100x8"] * 2}, "z2": {"rack-2": ["a100x8"] * 2}},
+            bound=[held("lead-0", "node-a", "lead"), held("ps-0", "node-c", "ps")],
+        ),
+        [pod("workers-0", gpus=8, group="workers")],
+        [
+            composite("job", 3, topology=ZONE),
+            gang("lead", 1, topology=RACK, parent="job"),
+            gang("ps", 1, topology=RACK, parent="job"),
+            gang("workers", 1, topology=RACK, parent="job"),
+        ],
+        want_bindings={},
+        want_groups={
+            "job": g(UNSCHEDULABLE),
+            "lead": g(UNSCHEDULABLE),
+            "ps": g(UNSCHEDULABLE),
+            "workers": g(UNSCHEDULABLE),
+        },
+        want_pending={"workers-0": "Unschedulable"},
+        want_messages={
+            "job": "no placement in any domain: bound pods already span 2 "
+            "topology.kubernetes.io/zone domains, which its constraint forbids: "
+            "z1 (node-a); z2 (node-c)"
+        },
+    ),
+    Story(
+        "bound pods in one rack still pin the gang there, though the other rack is emptier",
+        two_racks(held("train-0", "node-c", "train"), held("other", "node-a")),
+        [pod("train-1", gpus=8, group="train")],
+        [gang("train", 2, topology=RACK)],
+        want_bindings={"train-1": ("node-d", ALL)},
+        want_groups={"train": g(SCHEDULED, "z1/rack-2")},
+    ),
+    Story(
+        "a gang without a topology key may have bound pods anywhere and still grows",
+        two_racks(held("train-0", "node-a", "train"), held("train-1", "node-c", "train")),
+        [pod("train-2", gpus=8, group="train")],
+        [gang("train", 3)],
+        want_bindings={"train-2": ("node-b", ALL)},
+        want_groups={"train": g(SCHEDULED)},
+    ),
+]
+
+
+@pytest.mark.parametrize("story", PINNED_STORIES, ids=lambda s: s.id)
+def test_bound_members_pin_their_group(story: Story) -> None:
+    check(story)
+
+
+_ = members  # used by later sections
