@@ -26,6 +26,7 @@ from tests.builders import (
     composite,
     gang,
     members,
+    node,
     outcomes,
     pending,
     placements,
@@ -191,4 +192,72 @@ def test_bound_members_pin_their_group(story: Story) -> None:
     check(story)
 
 
-_ = members  # used by later sections
+# ----- item 3: "tightest fit first" for CompositePodGroups counts every resource -------------
+#
+#        z1
+#      /    \
+#  rack-1   rack-2
+#    a        b          both 8 free GPUs; b has less CPU (or memory) than a
+#
+# small (older) needs one 4-GPU pod with 100 CPUs (and 100 GiB); big needs two of them. Only a
+# holds two, so small must take the tighter rack-2. Counting free GPUs only, the racks tie and
+# rack-1 wins on its name, and big finds no rack.
+
+GIB = 2**30
+
+
+def cpu_or_memory_racks(allocatable: Mapping[str, str]) -> Snapshot:
+    return cluster(
+        nodes=[
+            node_in("node-a", "rack-1"),
+            node_in("node-b", "rack-2", allocatable=allocatable),
+        ]
+    )
+
+
+def node_in(name: str, rack: str, allocatable: Mapping[str, str] | None = None) -> Any:
+    return node(name, "a100x8", labels={ZONE: "z1", RACK: rack}, allocatable=allocatable)
+
+
+def job(name: str, pods: int, created: float) -> tuple[list[GroupSpec], list[PodRequest]]:
+    groups = [
+        composite(name, 1, topology=RACK, created=created),
+        gang(f"{name}-w", pods, parent=name, created=created),
+    ]
+    return groups, members(
+        f"{name}-w", pods, gpus=4, cpu=100_000, memory=100 * GIB, group=f"{name}-w", created=created
+    )
+
+
+def two_jobs() -> tuple[list[GroupSpec], list[PodRequest]]:
+    small_groups, small_pods = job("small", 1, created=1.0)
+    big_groups, big_pods = job("big", 2, created=2.0)
+    return [*small_groups, *big_groups], [*small_pods, *big_pods]
+
+
+TIGHTEST_STORIES = [
+    Story(
+        f"the rack with less {what} is the tighter fit, so the small job leaves rack-1 to the "
+        "big one",
+        cpu_or_memory_racks(allocatable),
+        two_jobs()[1],
+        two_jobs()[0],
+        want_bindings={
+            "small-w-0": ("node-b", (0, 1, 2, 3)),
+            "big-w-0": ("node-a", (0, 1, 2, 3)),
+            "big-w-1": ("node-a", (4, 5, 6, 7)),
+        },
+        want_groups={
+            "small": g(SCHEDULED, "z1/rack-2"),
+            "small-w": g(SCHEDULED, "z1/rack-2"),
+            "big": g(SCHEDULED, "z1/rack-1"),
+            "big-w": g(SCHEDULED, "z1/rack-1"),
+        },
+    )
+    for what, allocatable in (("CPU", {"cpu": "150"}), ("memory", {"memory": "150Gi"}))
+]
+
+
+@pytest.mark.parametrize("story", TIGHTEST_STORIES, ids=lambda s: s.id)
+def test_composite_domains_tightest_fit_first_by_every_resource(story: Story) -> None:
+    check(story)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpusched.engine.domains import Domain, copies, free_gpu_milli, subdomains
+from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.fit import explain
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
@@ -152,26 +152,16 @@ class Planner:
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         pods = self.pods.get(group.key, [])
         needed = self.needed(group)
-        shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
-        for pod in pods:
-            shapes[pod.shape_key].append(pod)
-        per_shape = [
-            (len(members), copies(self.snapshot, members[0])) for members in shapes.values()
-        ]
+        room = _Room(self.snapshot, pods)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Line] = []
         biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key)) if pods else None
         for domain in domains:
-            estimate = sum(min(n, int(c[domain.mask].sum())) for n, c in per_shape)
+            estimate = room.estimate(domain)
             if estimate < needed and biggest is not None:
                 lines.append(self._rejected(domain, estimate, needed, biggest))
                 continue
-            # Tightest first among domains that take every pod: the least room left over,
-            # measured uncapped, so big domains stay free for big gangs.
-            room = sum(int(c[domain.mask].sum()) for _, c in per_shape)
-            full = estimate >= len(pods)
-            key = (0, room, domain.name) if full else (1, -estimate, domain.name)
-            ranked.append((key, domain))
+            ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
         return _Candidates([d for _, d in ranked], lines)
 
@@ -184,8 +174,9 @@ class Planner:
         return render
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
-        demand = self._demand(group)
-        per_node = free_gpu_milli(self.snapshot)
+        # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
+        # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
+        room = _Room(self.snapshot, self._pending_pods(group))
         bounds = _ChildBounds(self, self.children.get(group.key, []))
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Line] = []
@@ -198,10 +189,7 @@ class Planner:
                 )
                 lines.append(_text(line))
                 continue
-            available = int(per_node[domain.mask].sum())
-            enough = available >= demand
-            key = (0, available, domain.name) if enough else (1, -available, domain.name)
-            ranked.append((key, domain))
+            ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
         return _Candidates([d for _, d in ranked], lines)
 
@@ -402,6 +390,33 @@ class Planner:
             attempts=tuple(attempts or ()),
             explored=self.explored,
         )
+
+
+class _Room:
+    """How much of a set of pods a domain holds, by every resource they request: per pod
+    shape, the copies that fit on its nodes now (`copies`: CPU, memory, GPUs, extended
+    resources and the node's constraints at once)."""
+
+    def __init__(self, snapshot: Snapshot, pods: Sequence[PodRequest]) -> None:
+        shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
+        for pod in pods:
+            shapes[pod.shape_key].append(pod)
+        self.total = len(pods)
+        self.per_shape = [(len(same), copies(snapshot, same[0])) for same in shapes.values()]
+
+    def estimate(self, domain: Domain) -> int:
+        """An optimistic count of the pods that fit in ``domain`` at once."""
+        return sum(min(n, int(c[domain.mask].sum())) for n, c in self.per_shape)
+
+    def tightest_first(self, domain: Domain) -> tuple[int, int, str]:
+        """Sort key: domains that take every pod first, the least room left over first (so
+        big domains stay free for big gangs), measured uncapped; then the domains that take
+        the most; the name last."""
+        estimate = self.estimate(domain)
+        if estimate < self.total:
+            return (1, -estimate, domain.name)
+        room = sum(int(c[domain.mask].sum()) for _, c in self.per_shape)
+        return (0, room, domain.name)
 
 
 class _ChildKind(NamedTuple):
