@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gpusched.api.config import SchedulerConfig
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
@@ -215,8 +216,14 @@ def cpu_or_memory_racks(allocatable: Mapping[str, str]) -> Snapshot:
     )
 
 
-def node_in(name: str, rack: str, allocatable: Mapping[str, str] | None = None) -> Any:
-    return node(name, "a100x8", labels={ZONE: "z1", RACK: rack}, allocatable=allocatable)
+def node_in(
+    name: str,
+    rack: str,
+    allocatable: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Any:
+    everything = {ZONE: "z1", RACK: rack, **(labels or {})}
+    return node(name, "a100x8", labels=everything, allocatable=allocatable)
 
 
 def job(name: str, pods: int, created: float) -> tuple[list[GroupSpec], list[PodRequest]]:
@@ -261,3 +268,127 @@ TIGHTEST_STORIES = [
 @pytest.mark.parametrize("story", TIGHTEST_STORIES, ids=lambda s: s.id)
 def test_composite_domains_tightest_fit_first_by_every_resource(story: Story) -> None:
     check(story)
+
+
+# ----- item 2: siblings inside one domain are re-tried in other orders -------------------------
+#
+#        z1
+#         |
+#       rack-1
+#     a       b          a: 252 CPUs, b: 64 CPUs (both 8 GPUs)
+#
+# job (CompositePodGroup, rack, minGroupCount 2) with two children and no topology key of
+# their own, so the rack is their only domain: only the order they are placed in can change.
+
+
+POOL = {"example.com/pool": "special"}
+"""node-a's label, which a pod's nodeSelector may ask for."""
+
+
+def leader_rack(budget: int = 64) -> Snapshot:
+    return cluster(
+        nodes=[
+            node_in("node-a", "rack-1", labels=POOL),
+            node_in("node-b", "rack-1", {"cpu": "64"}),
+        ],
+        config=SchedulerConfig.model_validate({"backtrackingBudget": budget}),
+    )
+
+
+def two_children(first: str, second: str) -> list[GroupSpec]:
+    return [
+        composite("job", 2, topology=RACK),
+        gang(first, 1, parent="job"),
+        gang(second, 1, parent="job"),
+    ]
+
+
+@dataclass(frozen=True)
+class SiblingStory:
+    story: Story
+    want_explored: int
+    """Trials of (group, domain) for the job: the job's rack, then each child's per order."""
+
+
+def sibling_story(
+    id: str,
+    snapshot: Snapshot,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec],
+    want_bindings: Mapping[str, tuple[str, tuple[int, ...]]],
+    want_explored: int,
+) -> SiblingStory:
+    names = [grp.key.removeprefix("default/") for grp in groups]
+    placed = bool(want_bindings)
+    want_groups = {n: g(SCHEDULED, "z1/rack-1") if placed else g(UNSCHEDULABLE) for n in names}
+    want_pending = {} if placed else {p.key.removeprefix("default/"): "Unschedulable" for p in pods}
+    story = Story(id, snapshot, pods, groups, want_bindings, want_groups, want_pending)
+    return SiblingStory(story, want_explored)
+
+
+SIBLING_STORIES = [
+    # greedy: workers (8 GPUs) first take a, whose CPUs the leader (250 CPUs) needs; the
+    # leader asks for 79 % of the rack's CPUs, the workers for 50 % of its GPUs: tighter first
+    # puts the leader on a and the workers on b.
+    sibling_story(
+        "GPU workers placed first take the only node the CPU-heavy leader fits: the tighter "
+        "leader goes first on the retry",
+        leader_rack(),
+        [
+            pod("workers-0", gpus=8, cpu=8_000, group="workers"),
+            pod("leader-0", cpu=250_000, group="leader"),
+        ],
+        two_children("leader", "workers"),
+        {"leader-0": ("node-a", ()), "workers-0": ("node-b", ALL)},
+        # job; workers (greedy; the leader then fits nowhere, rejected before a trial);
+        # leader, workers (tighter first)
+        want_explored=4,
+    ),
+    # Neither child asks for GPUs, so greedy orders them by name alone.
+    *(
+        sibling_story(
+            f"a small CPU-only leader named {name!r} and CPU-only workers that fit only a: "
+            "placed whatever the names",
+            leader_rack(),
+            [
+                pod(f"{name}-0", cpu=8_000, group=name),
+                pod("workers-0", cpu=250_000, group="workers"),
+            ],
+            two_children(name, "workers"),
+            {f"{name}-0": ("node-b", ()), "workers-0": ("node-a", ())},
+            want_explored=explored,
+        )
+        for name, explored in (("lead", 4), ("zz-lead", 3))
+    ),
+    # p and q both take a whole node and are alike by every resource, so the tighter order
+    # is the greedy one again; q may only go to a, which p (first by name) took.
+    sibling_story(
+        "two alike siblings, the second pinned to the node the first took: the failing one "
+        "first, within the budget",
+        leader_rack(),
+        [
+            pod("p-0", gpus=8, group="p"),
+            pod("q-0", gpus=8, group="q", selector=POOL),
+        ],
+        two_children("p", "q"),
+        {"q-0": ("node-a", ALL), "p-0": ("node-b", ALL)},
+        want_explored=4,  # job; p (greedy = tighter; q then rejected); q, p (q failed, first)
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SIBLING_STORIES, ids=lambda c: c.story.id)
+def test_siblings_are_retried_in_other_orders_inside_their_domain(case: SiblingStory) -> None:
+    check(case.story)
+    result = schedule(case.story.snapshot, case.story.pods, case.story.groups)
+    (job_decision,) = [d for d in result.groups if d.name == "default/job"]
+    assert job_decision.explored == case.want_explored, job_decision
+
+
+def test_with_no_budget_the_failing_sibling_is_not_moved_first() -> None:
+    pods = [pod("p-0", gpus=8, group="p"), pod("q-0", gpus=8, group="q", selector=POOL)]
+    result = schedule(leader_rack(budget=0), pods, two_children("p", "q"))
+    assert (placements(result), pending(result)) == (
+        {},
+        {"p-0": "Unschedulable", "q-0": "Unschedulable"},
+    )

@@ -10,14 +10,17 @@ Phases for one root group (a PodGroup or CompositePodGroup with no parent):
    checkpoint when the group's minimum is not met and try the next candidate.
 3. Backtracking across siblings: when a CompositePodGroup's children do not all fit, earlier
    siblings are moved to their next candidate domains, within a budget of extra choices
-   (``backtrackingBudget``); the best complete-enough plan found is kept.
+   (``backtrackingBudget``); the best complete-enough plan found is kept. When that still
+   misses the group's minimum, the siblings are placed again in other orders inside the same
+   domain (`Planner._sibling_orders`): the nodes an early sibling takes are what a later one
+   lacked, which no choice of domains can undo.
 The result for each group is a placement or none: nothing of a failed group stays assumed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -27,7 +30,7 @@ from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.fit import explain
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
-from gpusched.engine.request import PodRequest
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
 from gpusched.engine.snapshot import BoolArray, Holding, IntArray, Snapshot
 
@@ -49,6 +52,8 @@ class _Candidates:
 @dataclass(slots=True)
 class _Best:
     placed: int = -1
+    missing: tuple[str, ...] = ()
+    """The children the best plan left out, in the order they were tried."""
     journal: list[tuple[bool, Holding]] = field(default_factory=list)
     decisions: dict[str, GroupDecision] = field(default_factory=dict)
 
@@ -263,11 +268,11 @@ class Planner:
 
     def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
         snapshot = self.snapshot
-        children = sorted(self.children.get(group.key, []), key=lambda c: (-self._demand(c), c.key))
         start = snapshot.checkpoint()
         best = _Best()
-        self._search(children, 0, 0, domain, start, best)
-        snapshot.rollback(start)
+        for children in self._sibling_orders(group, domain, best):
+            self._search(children, 0, 0, domain, start, best, ())
+            snapshot.rollback(start)
         if best.placed < group.minimum:
             failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
             detail = "; ".join(f"{d.name}: {d.message}" for d in failed[:3])
@@ -284,9 +289,70 @@ class Planner:
             else:
                 snapshot.forget(holding.pod.key)
         self.decisions.update(best.decisions)
+        children = self.children.get(group.key, [])
         message = f"{best.placed} of {len(children)} child groups placed in {domain.name}"
         self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
         return True, f"{domain.name}: fits"
+
+    def _sibling_orders(
+        self, group: GroupSpec, domain: Domain, best: _Best
+    ) -> Iterator[list[GroupSpec]]:
+        """The orders in which the children are placed inside ``domain``, each tried only
+        while the group's minimum is not met. Greedy takes the nodes in the order it places,
+        so an early sibling can take the one node a later one needed:
+        1. the most GPUs first (then the name): big pieces first, the usual greedy;
+        2. the tightest first, by every resource (`_tightness`): a CPU-heavy leader before
+           GPU workers that would fill its only node;
+        3. within the backtracking budget, one more order per unit: the last one with the
+           sibling that did not fit moved to the front.
+        An order already tried is not tried again."""
+        children = self.children.get(group.key, [])
+        # Keys, not lists: the tighter order is only worked out when greedy failed.
+        keys: list[Callable[[GroupSpec], tuple[float, ...]]] = [
+            lambda c: (-self._demand(c),),
+            lambda c: self._tightness(c, domain),
+        ]
+        tried: set[tuple[str, ...]] = set()
+        last = children
+        for key in keys:
+            if best.placed >= group.minimum:
+                return
+            last = sorted(children, key=lambda c: (*key(c), c.key))
+            if tuple(c.key for c in last) not in tried:
+                tried.add(tuple(c.key for c in last))
+                yield last
+        while best.placed < group.minimum:
+            # A child still waiting for its pods fails in any order: never worth a trial.
+            ready = [c for c in children if c.key in best.missing and self._waiting(c) is None]
+            if not ready:
+                return
+            failing = min(ready, key=lambda c: best.missing.index(c.key))
+            order = [failing, *(c for c in last if c is not failing)]
+            if tuple(c.key for c in order) in tried or not self._spend():
+                return
+            tried.add(tuple(c.key for c in order))
+            last = order
+            yield order
+
+    def _tightness(self, group: GroupSpec, domain: Domain) -> tuple[float, float]:
+        """Sort key, tightest first: minus the largest share of the domain's capacity that
+        the group's pending pods request of any one resource (GPUs, CPU, memory, pods,
+        extended resources), then minus the sum of those shares."""
+        pods = self._pending_pods(group)
+        shares = [self._demand(group) / max(1, WHOLE_GPU_MILLI * self._gpus_in(domain))]
+        totals: dict[str, int] = defaultdict(int)
+        for pod in pods:
+            for name, amount in pod.resources.items():
+                totals[name] += amount
+        for name, total in sorted(totals.items()):
+            column = self.snapshot.columns.get(name)
+            capacity = 0 if column is None else self.snapshot.allocatable[domain.mask, column].sum()
+            shares.append(total / max(1, int(capacity)))
+        return (-max(shares), -sum(shares))
+
+    def _gpus_in(self, domain: Domain) -> int:
+        counts = np.diff(self.snapshot.gpu_offset)
+        return int(counts[domain.mask].sum())
 
     def _search(
         self,
@@ -296,13 +362,16 @@ class Planner:
         domain: Domain,
         start: int,
         best: _Best,
+        missing: tuple[str, ...],
     ) -> bool:
         """Depth-first over children and their candidate domains; True once all are placed.
         The first choice at each level is free; every further choice costs one unit of the
-        backtracking budget, so the search stays bounded."""
+        backtracking budget, so the search stays bounded. ``missing``: the children this
+        path left out so far."""
         if index == len(children):
             if placed > best.placed:
                 best.placed = placed
+                best.missing = missing
                 best.journal = self.snapshot.journal_since(start)
                 best.decisions = {
                     g.key: self.decisions[g.key]
@@ -322,7 +391,7 @@ class Planner:
             ok, _ = self.place_in(child, option)
             if ok:
                 any_placed = True
-                if self._search(children, index + 1, placed + 1, domain, start, best):
+                if self._search(children, index + 1, placed + 1, domain, start, best, missing):
                     return True
             self.snapshot.rollback(checkpoint)
         if any_placed:
@@ -331,7 +400,7 @@ class Planner:
             message = f"did not fit beside its sibling groups in {domain.name}"
             self._decide(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
             self._inherit(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
-        return self._search(children, index + 1, placed, domain, start, best)
+        return self._search(children, index + 1, placed, domain, start, best, (*missing, child.key))
 
     def _child_options(self, child: GroupSpec, domain: Domain) -> list[Domain]:
         waiting = self._waiting(child)
