@@ -340,9 +340,9 @@ SIBLING_STORIES = [
         ],
         two_children("leader", "workers"),
         {"leader-0": ("node-a", ()), "workers-0": ("node-b", ALL)},
-        # job; workers (greedy; the leader then fits nowhere, rejected before a trial);
-        # leader, workers (tighter first)
-        want_explored=4,
+        # job; workers, then the leader refused by the rack (greedy); leader, workers
+        # (tighter first)
+        want_explored=5,
     ),
     # Neither child asks for GPUs, so greedy orders them by name alone.
     *(
@@ -358,7 +358,7 @@ SIBLING_STORIES = [
             {f"{name}-0": ("node-b", ()), "workers-0": ("node-a", ())},
             want_explored=explored,
         )
-        for name, explored in (("lead", 4), ("zz-lead", 3))
+        for name, explored in (("lead", 5), ("zz-lead", 3))
     ),
     # p and q both take a whole node and are alike by every resource, so the tighter order
     # is the greedy one again; q may only go to a, which p (first by name) took.
@@ -372,7 +372,7 @@ SIBLING_STORIES = [
         ],
         two_children("p", "q"),
         {"q-0": ("node-a", ALL), "p-0": ("node-b", ALL)},
-        want_explored=4,  # job; p (greedy = tighter; q then rejected); q, p (q failed, first)
+        want_explored=5,  # job; p, q refused (greedy = tighter); q, p (q failed, so q first)
     ),
 ]
 
@@ -392,3 +392,133 @@ def test_with_no_budget_the_failing_sibling_is_not_moved_first() -> None:
         {},
         {"p-0": "Unschedulable", "q-0": "Unschedulable"},
     )
+
+
+# ----- item 6: every reason says the real cause -----------------------------------------------
+
+MISSING_LABEL = {"example.com/pool": "none-such"}
+"""A nodeSelector no node matches."""
+
+REASON_STORIES = [
+    # job (zone, minGroupCount 1) ├── a: a gang of 2, fits   └── sub (minGroupCount 2) └── b
+    Story(
+        "a pod under a sub-group that lacks child groups waits, and says for what",
+        two_racks(),
+        [*members("a", 2, gpus=8, group="a"), pod("b-0", gpus=8, group="b")],
+        [
+            composite("job", 1, topology=ZONE),
+            gang("a", 2, parent="job"),
+            composite("sub", 2, parent="job"),
+            gang("b", 1, parent="sub"),
+        ],
+        want_bindings={"a-0": ("node-a", ALL), "a-1": ("node-b", ALL)},
+        want_groups={
+            "job": g(SCHEDULED, "z1"),
+            "a": g(SCHEDULED, "z1"),
+            "sub": ("Pending", "", "WaitingForPods"),
+            "b": ("Pending", "", "WaitingForPods"),
+        },
+        want_pending={"b-0": "WaitingForPods"},
+        want_messages={
+            "b-0": "CompositePodGroup default/sub: 1 of 2 child groups exist (minGroupCount)"
+        },
+    ),
+    Story(
+        "a pod under a sub-group short of pods for its minCount waits, and says so",
+        two_racks(),
+        [*members("a", 2, gpus=8, group="a"), pod("b-0", gpus=8, group="b")],
+        [
+            composite("job", 1, topology=RACK),
+            gang("a", 2, parent="job"),
+            gang("b", 2, parent="job"),
+        ],
+        want_bindings={"a-0": ("node-a", ALL), "a-1": ("node-b", ALL)},
+        want_groups={
+            "job": g(SCHEDULED, "z1/rack-1"),
+            "a": g(SCHEDULED, "z1/rack-1"),
+            "b": ("Pending", "", "WaitingForPods"),
+        },
+        want_pending={"b-0": "WaitingForPods"},
+        want_messages={"b-0": "1 of 2 valid pods exist (minCount 2)"},
+    ),
+    Story(
+        "a basic group's pod whose nodeSelector matches no node says so, not that it did not fit",
+        two_racks(),
+        [
+            pod("web-0", gpus=8, group="web"),
+            pod("web-1", gpus=8, group="web", selector=MISSING_LABEL),
+        ],
+        [gang("web", 0, basic=True)],
+        want_bindings={"web-0": ("node-a", ALL)},
+        want_groups={"web": g(SCHEDULED)},
+        want_pending={"web-1": "Unschedulable"},
+        want_messages={
+            "web-1": "0/4 nodes available beside its group's other pods: 4 × nodeSelector "
+            "example.com/pool=none-such does not match: node-a, node-b, …"
+        },
+    ),
+    Story(
+        "a gang's pod beyond minCount that fits no node of the gang's rack says why",
+        two_racks(),
+        [
+            pod("train-0", gpus=8, group="train"),
+            pod("train-1", gpus=8, group="train", selector=MISSING_LABEL),
+        ],
+        [gang("train", 1, topology=RACK)],
+        want_bindings={"train-0": ("node-a", ALL)},
+        want_groups={"train": g(SCHEDULED, "z1/rack-1")},
+        want_pending={"train-1": "Unschedulable"},
+        want_messages={
+            "train-1": "0/2 nodes of z1/rack-1 available beside its group's other pods: "
+            "2 × nodeSelector example.com/pool=none-such does not match: node-a, node-b"
+        },
+    ),
+    #        z1
+    #   /   |    |   \
+    # r-0  r-1  r-2  r-3      one node each: no rack holds two 8-GPU pods
+    Story(
+        "the summary names every rack tried, not the first one only",
+        cluster(zones={"z1": {f"r-{i}": ["a100x8"] for i in range(4)}}),
+        members("train", 2, gpus=8, group="train"),
+        [gang("train", 2, topology=RACK)],
+        want_bindings={},
+        want_groups={"train": g(UNSCHEDULABLE)},
+        want_pending={"train-0": "Unschedulable", "train-1": "Unschedulable"},
+        want_messages={
+            "train": "no placement in any domain: z1/r-0: at most 1 of 2 pods fit; "
+            "z1/r-1: at most 1 of 2 pods fit; z1/r-2: at most 1 of 2 pods fit; "
+            "z1/r-3: at most 1 of 2 pods fit",
+        },
+    ),
+    # job (rack) └── w: one 8-GPU pod and one 4-GPU pod: every rack has room for one only
+    Story(
+        "a child that fits no rack of its job carries the job's reason naming every rack, not "
+        "the last rack's",
+        cluster(zones={"z1": {f"r-{i}": ["a100x8"] for i in range(2)}}),
+        [pod("w-0", gpus=8, group="w"), pod("w-1", gpus=4, group="w")],
+        [composite("job", 1, topology=RACK), gang("w", 2, parent="job")],
+        want_bindings={},
+        want_groups={"job": g(UNSCHEDULABLE), "w": g(UNSCHEDULABLE)},
+        want_pending={"w-0": "Unschedulable", "w-1": "Unschedulable"},
+        want_messages={
+            "w-1": "CompositePodGroup default/job: no placement in any domain: "
+            "z1/r-0: 0 of 1 child groups fit (default/w: no placement in z1/r-0: 1 of 2 pods "
+            "fit: 1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)); "
+            "z1/r-1: 0 of 1 child groups fit (default/w: no placement in z1/r-1: 1 of 2 pods "
+            "fit: 1 × insufficient nvidia.com/gpu: node-b (0 free usable GPUs, needs 4))",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("story", REASON_STORIES, ids=lambda s: s.id)
+def test_every_reason_says_the_real_cause(story: Story) -> None:
+    check(story)
+
+
+def test_explored_counts_the_domains_refused_before_a_trial() -> None:
+    # Four racks of one node, two 8-GPU pods: each rack is refused by its count alone.
+    story = REASON_STORIES[4]
+    result = schedule(story.snapshot, story.pods, story.groups)
+    (train,) = result.groups
+    assert (train.explored, len(train.attempts)) == (4, 4), train

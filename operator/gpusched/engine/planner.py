@@ -34,13 +34,35 @@ from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
 from gpusched.engine.snapshot import BoolArray, Holding, IntArray, Snapshot
 
-Line = Callable[[], str]
-"""A report line, rendered only if the group fails: explaining a rejected domain walks its
-nodes, which a successful placement should not pay for."""
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """Why one domain did not take a group: ``domain: summary[: detail]``. The detail is
+    rendered only if the group fails: explaining a rejected domain walks its nodes, which a
+    successful placement should not pay for. The group's summary names every domain tried
+    with its summary; its attempts carry the details."""
+
+    domain: str | None
+    """None for a reason that is not about one domain (the bound pods pin the group)."""
+    summary: str
+    detail: Callable[[], str] | None = None
+
+    def short(self) -> str:
+        return self.summary if self.domain is None else f"{self.domain}: {self.summary}"
+
+    def full(self) -> str:
+        return self.short() if self.detail is None else f"{self.short()}: {self.detail()}"
+
+    def about(self, parent: Domain, full: bool) -> str:
+        """The line inside a message that already says "in ``parent``"."""
+        text = self.full() if full else self.short()
+        if parent.labels and self.domain == parent.name:
+            return text.removeprefix(f"{self.domain}: ")
+        return text
 
 
-def _text(line: str) -> Line:
-    return lambda: line
+def _fixed(text: str) -> Callable[[], str]:
+    return lambda: text
 
 
 @dataclass(slots=True)
@@ -112,11 +134,11 @@ class Planner:
         else:
             domains = subdomains(self.snapshot, parent, group.topology_key)
             if not domains:
-                line = f"{parent.name}: no node has label {group.topology_key}"
-                return _Candidates([], [_text(line)])
+                line = Line(parent.name, f"no node has label {group.topology_key}")
+                return _Candidates([], [line])
             pinned = self._pin(group, parent, domains)
             if isinstance(pinned, str):
-                return _Candidates([], [_text(pinned)])
+                return _Candidates([], [Line(None, pinned)])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
@@ -164,6 +186,7 @@ class Planner:
         for domain in domains:
             estimate = room.estimate(domain)
             if estimate < needed and biggest is not None:
+                self.explored += 1  # looked at and refused: a domain tried, without a trial
                 lines.append(self._rejected(domain, estimate, needed, biggest))
                 continue
             ranked.append((room.tightest_first(domain), domain))
@@ -173,10 +196,9 @@ class Planner:
     def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> Line:
         def render() -> str:
             capacity = copies(self.snapshot, pod)
-            why = explain(self.snapshot, pod, domain.nodes(), capacity=capacity)
-            return f"{domain.name}: at most {estimate} of {needed} pods fit: {why}"
+            return explain(self.snapshot, pod, domain.nodes(), capacity=capacity)
 
-        return render
+        return Line(domain.name, f"at most {estimate} of {needed} pods fit", render)
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
@@ -188,11 +210,9 @@ class Planner:
         for domain in domains:
             most = bounds.at_most(domain)
             if most < group.minimum:
-                line = (
-                    f"{domain.name}: at most {most} of {group.minimum} child groups could fit "
-                    f"({bounds.describe(domain)})"
-                )
-                lines.append(_text(line))
+                self.explored += 1  # looked at and refused: a domain tried, without a trial
+                summary = f"at most {most} of {group.minimum} child groups could fit"
+                lines.append(Line(domain.name, f"{summary} ({bounds.describe(domain)})"))
                 continue
             ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
@@ -216,8 +236,8 @@ class Planner:
             ok, line = self.place_in(group, domain)
             if ok:
                 return True
-            lines.append(_text(line))
-        self._fail(group, parent, lines)
+            lines.append(line)
+        self._fail(group, parent, lines, final=True)
         return False
 
     def _waiting(self, group: GroupSpec) -> str | None:
@@ -236,14 +256,14 @@ class Planner:
             return "no valid pods exist"
         return None
 
-    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
         """One trial of ``group`` in ``domain``: (placed, line for the report)."""
         self.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
         return self._composite_in(group, domain)
 
-    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
         snapshot = self.snapshot
         checkpoint = snapshot.checkpoint()
         pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
@@ -258,15 +278,30 @@ class Planner:
             placed += 1
         if placed >= needed and (placed or not pods):
             message = f"{placed} of {len(pods)} pending pods placed in {domain.name}"
-            self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-            return True, f"{domain.name}: fits"
+            left_out = self._left_out(failed, domain)
+            self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
+            return True, Line(domain.name, "fits")
         why = explain(snapshot, failed[0], domain.nodes()) if failed else "no pods"
         snapshot.rollback(checkpoint)
-        return False, f"{domain.name}: {placed} of {needed} pods fit: {why}"
+        return False, Line(domain.name, f"{placed} of {needed} pods fit", _fixed(why))
+
+    def _left_out(self, failed: list[PodRequest], domain: Domain) -> dict[str, str]:
+        """Why each pod a placed group leaves pending did not fit (a basic group's extra
+        pods, a gang's pods beyond minCount), explained once per pod shape."""
+        where = f" of {domain.name}" if domain.labels else ""
+        total = int(domain.mask.sum())
+        said: dict[tuple[object, ...], str] = {}
+        for pod in failed:
+            if pod.shape_key not in said:
+                why = explain(self.snapshot, pod, domain.nodes())
+                said[pod.shape_key] = (
+                    f"0/{total} nodes{where} available beside its group's other pods: {why}"
+                )
+        return {pod.key: said[pod.shape_key] for pod in failed}
 
     # ----- phase 3: composite groups with backtracking --------------------------------------
 
-    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
         snapshot = self.snapshot
         start = snapshot.checkpoint()
         best = _Best()
@@ -277,10 +312,9 @@ class Planner:
             failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
             detail = "; ".join(f"{d.name}: {d.message}" for d in failed[:3])
             self.decisions.update(best.decisions)
-            line = f"{domain.name}: {max(best.placed, 0)} of {group.minimum} child groups fit" + (
-                f" ({detail})" if detail else ""
-            )
-            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, line)
+            summary = f"{max(best.placed, 0)} of {group.minimum} child groups fit"
+            line = Line(domain.name, summary + (f" ({detail})" if detail else ""))
+            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, line.full())
             self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
             return False, line
         for added, holding in best.journal:
@@ -292,7 +326,7 @@ class Planner:
         children = self.children.get(group.key, [])
         message = f"{best.placed} of {len(children)} child groups placed in {domain.name}"
         self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-        return True, f"{domain.name}: fits"
+        return True, Line(domain.name, "fits")
 
     def _sibling_orders(
         self, group: GroupSpec, domain: Domain, best: _Best
@@ -384,15 +418,19 @@ class Planner:
             return False
         child = children[index]
         any_placed = False
-        for attempt, option in enumerate(self._child_options(child, domain)):
+        found = self._child_options(child, domain)
+        lines = list(found.lines)
+        for attempt, option in enumerate(found.domains):
             if attempt and not self._spend():
                 break
             checkpoint = self.snapshot.checkpoint()
-            ok, _ = self.place_in(child, option)
+            ok, line = self.place_in(child, option)
             if ok:
                 any_placed = True
                 if self._search(children, index + 1, placed + 1, domain, start, best, missing):
                     return True
+            else:
+                lines.append(line)
             self.snapshot.rollback(checkpoint)
         if any_placed:
             if not self._spend():
@@ -400,17 +438,22 @@ class Planner:
             message = f"did not fit beside its sibling groups in {domain.name}"
             self._decide(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
             self._inherit(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
+        elif found.domains:  # every trial failed: its own reasons, not a stale decision
+            self._fail(child, domain, lines)
         return self._search(children, index + 1, placed, domain, start, best, (*missing, child.key))
 
-    def _child_options(self, child: GroupSpec, domain: Domain) -> list[Domain]:
+    def _child_options(self, child: GroupSpec, domain: Domain) -> _Candidates:
         waiting = self._waiting(child)
         if waiting is not None:
+            # A sub-group short of pods (or of child groups) waits, and so does everything
+            # under it: its pods say what it waits for, not that they did not fit.
             self._decide(child, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
-            return []
+            self._inherit(child, Phase.PENDING, Reason.WAITING_FOR_PODS)
+            return _Candidates([])
         found = self.candidates(child, domain)
         if not found.domains:
             self._fail(child, domain, found.lines)
-        return found.domains
+        return found
 
     def _spend(self) -> bool:
         if self.budget <= 0:
@@ -420,23 +463,40 @@ class Planner:
 
     # ----- decisions -------------------------------------------------------------------------
 
-    def _fail(self, group: GroupSpec, parent: Domain, lines: list[Line]) -> None:
+    def _fail(
+        self, group: GroupSpec, parent: Domain, lines: list[Line], final: bool = False
+    ) -> None:
+        """The group was placed nowhere in ``parent``: its message names every domain tried
+        with why in short (up to ``maxDomainsReported``), or the one domain tried in full; its
+        attempts say each in full.
+        ``final``: the root's last word, which every group under it that did not fit takes
+        too (their own reasons were about one of the root's domains only; the root's name
+        them all)."""
         limit = self.snapshot.config.max_domains_reported
-        shown = [line() for line in lines[:limit]]
+        shown = [line.full() for line in lines[:limit]]
+        # A line about the parent itself (a child without a key of its own) names it once.
+        said = [line.about(parent, full=len(lines) == 1) for line in lines[:limit]]
+        summary = "; ".join(said)
         if len(lines) > limit:
-            shown.append(f"… {len(lines) - limit} more domains")
+            more = f"… {len(lines) - limit} more domains"
+            shown.append(more)
+            summary += f"; {more}"
         where = f"in {parent.name}" if parent.labels else "in any domain"
-        message = f"no placement {where}" + (f": {shown[0]}" if shown else "")
-        self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, None, shown)
-        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
+        message = f"no placement {where}" + (f": {summary}" if summary else "")
+        self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, attempts=shown)
+        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, replace=final)
 
-    def _inherit(self, group: GroupSpec, phase: Phase, reason: Reason) -> None:
+    def _inherit(
+        self, group: GroupSpec, phase: Phase, reason: Reason, replace: bool = False
+    ) -> None:
         """Descendants of a group that was not placed are not placed either: each one that
-        has no failure of its own gets its ancestor's, so its pods say why."""
+        has no failure of its own gets its ancestor's, so its pods say why. ``replace``: an
+        own Unschedulable is replaced too (a wait for pods never is: that is what to fix)."""
         decision = self.decisions[group.key]
         for member in self._descendants(group)[1:]:
             own = self.decisions.get(member.key)
-            if own is None or own.phase is Phase.SCHEDULED:
+            replaceable = replace and own is not None and own.phase is Phase.UNSCHEDULABLE
+            if own is None or own.phase is Phase.SCHEDULED or replaceable:
                 message = f"{group.kind.value} {group.key}: {decision.message}"
                 self._decide(member, phase, reason, message)
 
@@ -447,6 +507,7 @@ class Planner:
         reason: Reason,
         message: str,
         domain: Domain | None = None,
+        left_out: dict[str, str] | None = None,
         attempts: list[str] | None = None,
     ) -> None:
         self.decisions[group.key] = GroupDecision(
@@ -458,6 +519,7 @@ class Planner:
             placement=domain.placement if domain is not None else {},
             attempts=tuple(attempts or ()),
             explored=self.explored,
+            left_out=left_out or {},
         )
 
 

@@ -57,7 +57,11 @@ class GroupDecision:
     attempts: tuple[str, ...] = ()
     """One line per domain tried, saying why it did not fit (or that it did)."""
     explored: int = 0
-    """How many (group, domain) placements were tried, backtracking included."""
+    """How many (group, domain) pairs the search looked at, backtracking included: each
+    trial, and each domain refused before a trial because the pods cannot fit there."""
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Pods of a placed group left pending (a basic group's extras, a gang's pods beyond
+    minCount) → why each did not fit beside the others."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

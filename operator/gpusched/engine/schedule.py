@@ -231,18 +231,24 @@ def _collect(
         if decision is not None:
             result.groups.append(decision)
     result.groups.sort(key=lambda d: d.name)
-    failed_groups = {d.name: d for d in result.groups if d.phase is not Phase.SCHEDULED}
+    decided = {d.name: d for d in result.groups}
     reported = {u.pod for u in result.unschedulable}
     for pod in sorted(pods, key=lambda p: p.key):
         if pod.key in snapshot.holdings or pod.key in reported or pod.group is None:
             continue
-        decision = failed_groups.get(f"{pod.namespace}/{pod.group}")
-        if decision is not None:
-            result.unschedulable.append(PodFailure(pod.key, decision.reason, decision.message))
-        else:
-            message = "did not fit in its group's domain beside the group's other pods"
-            result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
+        result.unschedulable.append(_left_pending(pod, decided.get(f"{pod.namespace}/{pod.group}")))
     result.unschedulable.sort(key=lambda u: u.pod)
+
+
+def _left_pending(pod: PodRequest, decision: GroupDecision | None) -> PodFailure:
+    """Why a pod of a group stays pending: its group's reason, or, in a placed group, why
+    the pod itself did not fit beside the others."""
+    if decision is None:  # every group the planner reached has a decision; a guard only
+        return PodFailure(pod.key, Reason.UNSCHEDULABLE, "its group was not attempted")
+    if decision.phase is not Phase.SCHEDULED:
+        return PodFailure(pod.key, decision.reason, decision.message)
+    why = decision.left_out.get(pod.key, "not placed beside its group's other pods")
+    return PodFailure(pod.key, Reason.UNSCHEDULABLE, why)
 
 
 def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
