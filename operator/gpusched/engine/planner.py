@@ -20,7 +20,7 @@ The result for each group is a placement or none: nothing of a failed group stay
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -88,8 +88,12 @@ class Planner:
         snapshot: Snapshot,
         groups: Sequence[GroupSpec],
         pods_by_group: dict[str, list[PodRequest]],
+        gated: Mapping[str, int] | None = None,
     ) -> None:
+        """``gated``: per group, its pods held back by scheduling gates (neither placed nor
+        counted; named in what a gang waits for)."""
         self.snapshot = snapshot
+        self.gated = gated or {}
         self.groups = {g.key: g for g in groups}
         self.children: dict[str, list[GroupSpec]] = defaultdict(list)
         for group in sorted(groups, key=lambda g: g.key):
@@ -250,10 +254,13 @@ class Planner:
                 return f"{ready} of {group.minimum} child groups have their pods (minGroupCount)"
             return None
         present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
+        gated = self.gated.get(group.key, 0)
+        verb = "is" if gated == 1 else "are"
+        also = f"; {gated} more {verb} held back by scheduling gates" if gated else ""
         if group.gang and present < group.minimum:
-            return f"{present} of {group.minimum} valid pods exist (minCount {group.minimum})"
+            return f"{present} of {group.minimum} valid pods exist (minCount {group.minimum}){also}"
         if not present:
-            return "no valid pods exist"
+            return f"no valid pods exist{also}"
         return None
 
     def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:

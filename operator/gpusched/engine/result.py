@@ -15,6 +15,9 @@ class Reason(StrEnum):
     INVALID = "Invalid"
     WAITING_FOR_PODS = "WaitingForPods"
     """A gang has fewer pods (or a CompositePodGroup fewer child groups) than its minimum."""
+    SCHEDULING_GATED = "SchedulingGated"
+    """A pod with ``spec.schedulingGates`` left: not placed, not counted toward its gang, until
+    every gate is removed (Kubernetes' own reason for its ``PodScheduled=False`` condition)."""
 
 
 class Phase(StrEnum):

@@ -51,9 +51,10 @@ def schedule(
     if work.config.scoring.fragmentation_weight and not work.workload:
         work.workload = target_workload([*pods, *(h.pod for h in work.holdings.values())])
     result = ScheduleResult()
+    pods, gated = _gated(work, pods, result)
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)
-    planner = Planner(work, valid, pods_by_group)
+    planner = Planner(work, valid, pods_by_group, gated)
     for unit in _units(valid, pods_by_group, loose):
         if unit.group is not None:
             planner.place(unit.group, root_domain(work))
@@ -64,6 +65,33 @@ def schedule(
 
 
 # ----- screening bad input ---------------------------------------------------------------------
+
+
+def _gated(
+    snapshot: Snapshot, pods: Sequence[PodRequest], result: ScheduleResult
+) -> tuple[list[PodRequest], dict[str, int]]:
+    """Takes out the pods that still have scheduling gates, as Kubernetes does before any
+    scheduling: each is reported ``SchedulingGated``, naming its gates; the count per group
+    goes to the planner, so a gang says it waits for them (they count for nothing meanwhile).
+    As in `_screen`, a pod's first listing decides; a pod already held is left to `_screen`
+    (which drops it)."""
+    ready: list[PodRequest] = []
+    gated: dict[str, int] = defaultdict(int)
+    first: dict[str, bool] = {}
+    """Pod key → whether its first listing is held back here."""
+    for pod in pods:
+        if pod.key not in first:
+            first[pod.key] = pod.gated and pod.key not in snapshot.holdings
+        elif first[pod.key]:
+            continue  # a later listing of a gated pod: the first one was reported
+        if not first[pod.key]:
+            ready.append(pod)
+            continue
+        message = f"waiting for scheduling gates to be removed: {', '.join(pod.gates)}"
+        result.unschedulable.append(PodFailure(pod.key, Reason.SCHEDULING_GATED, message))
+        if pod.group is not None:
+            gated[f"{pod.namespace}/{pod.group}"] += 1
+    return ready, dict(gated)
 
 
 def _screen(
