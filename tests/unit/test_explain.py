@@ -92,6 +92,7 @@ def pod(
     namespace: str = "ml",
     selector: Mapping[str, str] | None = None,
     created: str = "2026-01-01T00:00:00Z",
+    gates: Sequence[str] = (),
 ) -> Doc:
     labels = {"scheduling.gpusched.io/pod-group": group} if group else {}
     annotations = {"gpusched.io/gpus": ",".join(map(str, at))} if at is not None else {}
@@ -106,6 +107,8 @@ def pod(
         spec["nodeName"] = on
     if selector:
         spec["nodeSelector"] = dict(selector)
+    if gates:
+        spec["schedulingGates"] = [{"name": gate} for gate in gates]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -229,6 +232,16 @@ STORIES = [
         "waiting-for-pods",
         lambda: [*racks(), pod_group("half", 4), *gang_pods("half", 2, 1)],
         "pg/half",
+    ),
+    Story(
+        "gated-pod-of-a-gang",
+        lambda: [
+            *racks(),
+            pod_group("tuned", 2),
+            pod("tuned-0", gpus=4, group="tuned"),
+            pod("tuned-1", gpus=4, group="tuned", gates=["example.com/quota"]),
+        ],
+        "pod/tuned-1",
     ),
     Story(
         "invalid-parent",

@@ -594,6 +594,12 @@ class Affinity(_K8sModel):
     node_affinity: NodeAffinity | None = Field(default=None, alias="nodeAffinity")
 
 
+class PodSchedulingGate(_K8sModel):
+    """One entry of ``spec.schedulingGates``: while any is left, no scheduler places the pod."""
+
+    name: str = Field(min_length=1)
+
+
 class PodSpec(_K8sModel):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] = Field(default_factory=list, alias="initContainers")
@@ -607,6 +613,7 @@ class PodSpec(_K8sModel):
     priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     scheduler_name: str = Field(default="default-scheduler", alias="schedulerName")
     node_name: str | None = Field(default=None, alias="nodeName")
+    scheduling_gates: list[PodSchedulingGate] = Field(default_factory=list, alias="schedulingGates")
 
 
 class PodStatus(_K8sModel):
@@ -660,6 +667,11 @@ class Pod(_K8sModel):
         ``app.kubernetes.io/name``."""
         labels = self.metadata.labels
         return labels.get("app") or labels.get("app.kubernetes.io/name")
+
+    @property
+    def scheduling_gates(self) -> tuple[str, ...]:
+        """Names of the pod's scheduling gates, in order; empty when it may be scheduled."""
+        return tuple(gate.name for gate in self.spec.scheduling_gates)
 
     @property
     def is_terminal(self) -> bool:
