@@ -20,7 +20,7 @@ lint: ## ruff, ruff format --check, mypy --strict, import-linter
 
 bench: ## run the engine, operator and telemetry benchmarks and print their tables
 	$(PYTHON) bench/engine.py
-	$(PYTHON) bench/operator.py
+	$(PYTHON) bench/operator_bench.py
 	$(PYTHON) bench/telemetry.py
 	$(PYTHON) bench/quality.py
 	$(PYTHON) bench/openb.py --quick
