@@ -4,7 +4,7 @@ PYTHON ?= python3
 .PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 setup: ## install gpusched with its development tools (editable)
 	$(PYTHON) -m pip install -e '.[dev]'
