@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,7 @@ def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except InputError as error:
         print(f"gpusched simulate: {error}", file=err)
         return EXIT_BAD_INPUT
-    document = simulation.result.to_dict()
+    document = simulation.to_dict()
     if telemetry is not None:
         document["telemetry"] = telemetry.status.to_dict()
     if args.output == "json":
@@ -103,11 +104,40 @@ def read_metrics(
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"{path}: cannot read: {error}") from None
+    check_exposition(text, path)
     known = {n.name for n in objects.nodes}
     data = parse_exposition(text, config.telemetry, known)
     now = data.newest_time() or 0.0
     status = describe_data(data, f"file {path}", now, config.telemetry.max_age_seconds)
     return Metrics(data.view(now), status)
+
+
+_SAMPLE_LINE = re.compile(
+    r"[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
+    r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+]?Inf|NaN)"
+    r"(?:[ \t]+-?\d+)?[ \t]*"
+)
+"""One sample of the Prometheus text format: ``name{labels} value [timestamp]``."""
+
+
+def check_exposition(text: str, path: Path) -> None:
+    """`InputError` unless ``text`` is a scrape in the Prometheus text format with at least one
+    dcgm-exporter series. A file of another kind (YAML, a Prometheus API answer in JSON)
+    would otherwise read as "no GPU data", hiding the mistake. A line cut short is allowed,
+    as a scrape saved while the exporter wrote may end with one."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    samples = [line for _, line in lines if _SAMPLE_LINE.fullmatch(line)]
+    if not samples:
+        first = next((f"line {n}: {line[:60]!r}" for n, line in lines), "the file is empty")
+        raise InputError(
+            f"{path}: not a /metrics scrape in the Prometheus text format "
+            f"(no line reads NAME{{LABELS}} VALUE; {first})"
+        )
+    if not any(line.startswith("DCGM_FI_DEV_") for line in samples):
+        raise InputError(
+            f"{path}: no dcgm-exporter series (DCGM_FI_DEV_*) among its {len(samples)} samples: "
+            "save the dcgm-exporter's /metrics (port 9400), not another exporter's"
+        )
 
 
 def read_config(path: Path | None) -> SchedulerConfig:
