@@ -177,6 +177,35 @@ def test_sample_story_pretrain_is_unschedulable_with_one_line_per_rack(
         assert f"ml/pretrain-{i}" not in by_pod(sample)
 
 
+SAMPLE_METRICS = SAMPLE_DIR / "clusters" / "sample" / "dcgm-exporter.metrics.txt"
+TEMPERATURE = re.compile(r'^DCGM_FI_DEV_GPU_TEMP\{gpu="(\d+)".*Hostname="([^"]+)"\} (\S+)$')
+
+
+def test_the_shipped_scrape_moves_pods_off_its_hot_gpu(
+    capsys: pytest.CaptureFixture[str], sample: dict[str, Any]
+) -> None:
+    """The README's --metrics example: the scrape makes one GPU too hot, read here with a
+    plain regex; the pod the sample put there goes elsewhere."""
+    hot = [
+        (m[2], int(m[1]))
+        for line in SAMPLE_METRICS.read_text().splitlines()
+        if (m := TEMPERATURE.match(line))
+        and float(m[3]) > SchedulerConfig().telemetry.temperature_limit_c
+    ]
+    assert len(hot) == 1, hot
+    (node, gpu) = hot[0]
+
+    def on_hot(document: Mapping[str, Any]) -> list[str]:
+        return [b["pod"] for b in document["bindings"] if b["node"] == node and gpu in b["gpus"]]
+
+    assert on_hot(sample), f"no pod of the sample uses {node} GPU {gpu}: the scrape shows nothing"
+    document = simulate_json(capsys, "--metrics", SAMPLE_METRICS)
+    assert document["telemetry"]["gpus"] == 64, document["telemetry"]
+    assert on_hot(document) == []
+    moved = on_hot(sample)[0]
+    assert moved in by_pod(document), f"{moved} is no longer placed at all"
+
+
 def test_yaml_output_is_the_json_document(
     capsys: pytest.CaptureFixture[str], sample: dict[str, Any]
 ) -> None:
