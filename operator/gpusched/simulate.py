@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gpusched.api.config import SchedulerConfig
+from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
@@ -225,6 +225,19 @@ def _add_group(reading: _Reading, kind: GroupKind, document: dict[str, Any]) -> 
 def _key(document: dict[str, Any]) -> str:
     metadata = document.get("metadata") or {}
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+def read_config(path: Path | None) -> SchedulerConfig:
+    """The SchedulerConfig in ``path``, or the defaults; `InputError` naming the file."""
+    if path is None:
+        return SchedulerConfig()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return load_config(raw, source=str(path))
+    except (OSError, yaml.YAMLError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    except InvalidObjectError as error:
+        raise InputError(str(error)) from None
 
 
 @dataclass(slots=True)

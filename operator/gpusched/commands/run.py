@@ -45,7 +45,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import kopf
 
     from gpusched import handlers
-    from gpusched.commands.simulate import read_config
+    from gpusched.simulate import read_config
 
     try:
         config = read_config(args.config)

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import yaml
-
-from gpusched.api.config import SchedulerConfig, load_config
-from gpusched.api.errors import InvalidObjectError
-from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
+from gpusched.api.config import SchedulerConfig
+from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK, add_output_option, write_output
 from gpusched.report import render_table
-from gpusched.simulate import SAMPLE_DIR, ClusterObjects, InputError, load, run
+from gpusched.simulate import SAMPLE_DIR, ClusterObjects, InputError, load, read_config, run
 
 if TYPE_CHECKING:
     from gpusched.engine.snapshot import GpuSample
@@ -45,7 +41,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "it as the operator judges them by Prometheus (as of the newest sample in the file)"
         ),
     )
-    simulate.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    add_output_option(simulate)
     simulate.add_argument(
         "--plot", type=Path, metavar="FILE.png", help="also draw the cluster after the placement"
     )
@@ -64,15 +60,10 @@ def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     document = simulation.to_dict()
     if telemetry is not None:
         document["telemetry"] = telemetry.status.to_dict()
-    if args.output == "json":
-        json.dump(document, out, indent=2)
-        out.write("\n")
-    elif args.output == "yaml":
-        yaml.safe_dump(document, out, sort_keys=False)
-    else:
-        if telemetry is not None:
-            out.write(f"Telemetry: {telemetry.status.summary()}\n")
-        out.write(render_table(simulation))
+    table = render_table(simulation)
+    if telemetry is not None:
+        table = f"Telemetry: {telemetry.status.summary()}\n{table}"
+    write_output(args.output, document, table, out)
     if args.plot is not None:
         from gpusched.plot import PlotError, plot_simulation
 
@@ -138,16 +129,3 @@ def check_exposition(text: str, path: Path) -> None:
             f"{path}: no dcgm-exporter series (DCGM_FI_DEV_*) among its {len(samples)} samples: "
             "save the dcgm-exporter's /metrics (port 9400), not another exporter's"
         )
-
-
-def read_config(path: Path | None) -> SchedulerConfig:
-    """The SchedulerConfig in ``path``, or the defaults; `InputError` naming the file."""
-    if path is None:
-        return SchedulerConfig()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return load_config(raw, source=str(path))
-    except (OSError, yaml.YAMLError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    except InvalidObjectError as error:
-        raise InputError(str(error)) from None
