@@ -837,3 +837,24 @@ def test_explain_reads_a_folder_and_a_file_inside_it_once(
     captured = capsys.readouterr()
     assert (code, captured.err) == (EXIT_OK, ""), captured.err
     assert "would be placed on n1 GPUs 1" in captured.out, captured.out
+
+
+def test_explain_from_files_reports_invalid_groups_and_workloads_as_the_operator_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = group_yaml(
+        "Workload",
+        "w",
+        {"podGroupTemplates": [{"name": "a", "schedulingPolicy": {"gang": {"minCount": 0}}}]},
+    )
+    invalid = group_yaml("PodGroup", "g", {"schedulingPolicy": {**GANG, "basic": {}}})
+    (tmp_path / "cluster.yaml").write_text(documents(node_yaml(), invalid, workload))
+    for target, want in (
+        ("pg/g", "spec.schedulingPolicy"),
+        ("wl/w", "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount"),
+    ):
+        code = main(["explain", target, "-n", "ml", "-f", str(tmp_path / "cluster.yaml")])
+        captured = capsys.readouterr()
+        assert (code, captured.err) == (EXIT_OK, ""), captured.err
+        assert "Invalid" in captured.out, captured.out
+        assert want in captured.out, captured.out
