@@ -4,7 +4,7 @@ PYTHON ?= python3
 .PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image controlplane cluster
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 setup: ## install gpusched with its development tools (editable)
 	$(PYTHON) -m pip install -e '.[dev]'
@@ -20,7 +20,7 @@ lint: ## ruff, ruff format --check, mypy --strict, import-linter
 
 bench: ## run the engine, operator and telemetry benchmarks and print their tables
 	$(PYTHON) bench/engine.py
-	$(PYTHON) bench/operator.py
+	$(PYTHON) bench/operator_bench.py
 	$(PYTHON) bench/telemetry.py
 	$(PYTHON) bench/quality.py
 	$(PYTHON) bench/openb.py --quick

@@ -45,7 +45,7 @@ from gpusched.engine.snapshot import (
     Snapshot,
     build_snapshot,
 )
-from gpusched.simulate import ClusterObjects
+from gpusched.simulate import ClusterObjects, first_attempt
 
 KINDS = {
     "pod": "Pod",
@@ -108,8 +108,8 @@ class Cluster:
 
 
 def from_objects(objects: ClusterObjects) -> Cluster:
-    """A cluster read by ``simulate``'s loader (which already refused invalid input)."""
-    cluster = Cluster(objects)
+    """A cluster read by ``simulate``'s loader (invalid groups kept with their errors)."""
+    cluster = Cluster(objects, invalid_groups={g.key: g for g in objects.invalid_groups})
     for group in objects.groups:
         ref = group.spec.workload_ref
         if ref is not None:
@@ -174,6 +174,8 @@ def _invalid(cluster: Cluster, document: Mapping[str, Any], error: str) -> None:
         cluster.invalid_groups[key] = GroupSpec(key, GroupKind.COMPOSITE, invalid=error)
     elif kind == "Pod":
         cluster.invalid_pods[key] = error
+    elif kind == "Workload":
+        cluster.objects.invalid_workloads[key] = error
 
 
 # ----- phase 2: the decision -----------------------------------------------------------------
@@ -216,7 +218,7 @@ def decide(
     snapshot = build_snapshot(cluster.objects.nodes, bound.values(), telemetry, config)
     specs = {g.key: _spec(g) for g in cluster.objects.groups}
     specs.update({k: v for k, v in cluster.invalid_groups.items() if k not in specs})
-    result = schedule(snapshot, list(pending.values()), list(specs.values()))
+    result = first_attempt(schedule(snapshot, list(pending.values()), list(specs.values())))
     return Run(
         snapshot=snapshot,
         pending=pending,
@@ -390,6 +392,9 @@ def explain(run: Run, cluster: Cluster, target: Target) -> Explanation:
     """The report about ``target``; `ExplainError` when there is no such object."""
     if target.kind == "Pod":
         return _explain_pod(run, cluster, target)
+    invalid = cluster.objects.invalid_workloads.get(target.key)
+    if target.kind == "Workload" and invalid is not None:
+        return Explanation(target, f"Workload {target.key}: Invalid", [invalid])
     keys = _target_groups(run, cluster, target)
     explanation = Explanation(target, _group_headline(run, target, keys))
     for key in keys:

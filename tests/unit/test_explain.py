@@ -462,6 +462,27 @@ def test_the_group_text_is_the_status_last_attempt(
     assert group["decision"]["attempts"] == list(decision.attempts)
 
 
+def test_explain_and_simulate_speak_one_output_vocabulary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    story = next(s for s in STORIES if s.name == "rack-too-small-for-the-gang")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump_all(story.documents(), sort_keys=False))
+    base = ["explain", "pg/big", "-n", "ml", "-f", str(tmp_path / "c.yaml")]
+    printed = {}
+    for output in ("table", "json", "yaml", "text"):
+        assert main([*base, "-o", output]) == EXIT_OK
+        printed[output] = capsys.readouterr().out
+    assert main(base) == EXIT_OK
+    assert capsys.readouterr().out == printed["table"] == printed["text"]
+    assert yaml.safe_load(printed["yaml"]) == json.loads(printed["json"])
+    assert main(["simulate", str(tmp_path / "c.yaml"), "-o", "table"]) == EXIT_OK
+    capsys.readouterr()
+    for command in ("explain", "simulate"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "-o {table,json,yaml}" in capsys.readouterr().out, command
+
+
 @pytest.mark.parametrize(
     ("target", "want"),
     [
