@@ -155,11 +155,24 @@ def test_a_gpusched_run_killed_between_a_gangs_binds_completes_it_after_a_restar
             message=f"the gang completed after the restart ({bound_at_kill} bound at the kill)",
         )
         wait_for(lambda: group_status(api, "big").get("scheduled") == 4, timeout=30)
+        assert_no_gpu_shared(api)
+        assert len(domains(api, members, RACK)) == 1
+        # No GPU is held for a pod that is gone: once the gang is deleted, a gang needing
+        # every GPU of the cluster binds whole.
+        for key in members:
+            api.delete("pods", key.split("/")[1], "default")
+        wait_for(lambda: not any(k in pods(api) for k in members), timeout=30)
+        api.create(gang("whole", 4, key=None))
+        for i in range(4):
+            api.create(gpu_pod(f"whole-{i}", 8, group="whole"))
+        wait_for(
+            lambda: all(placement_of(pods(api).get(f"default/whole-{i}", {})) for i in range(4)),
+            timeout=30,
+            message="a gang of every GPU bound after the first gang left",
+        )
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(20)
-    assert_no_gpu_shared(api)
-    assert len(domains(api, members, RACK)) == 1
 
 
 def test_a_bind_the_server_applied_but_whose_answer_was_lost_keeps_its_gpus(
