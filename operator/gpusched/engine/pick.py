@@ -11,7 +11,6 @@ name order by default, or a seeded shuffle (fixed, or fresh for every pod).
 from __future__ import annotations
 
 import hashlib
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,15 +119,11 @@ INTERLEAVED = -1
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 """GPU feature discovery's GPU model label: part of a node's shape for the interleaved order."""
 
-_RANKS: weakref.WeakKeyDictionary[Snapshot, dict[int, npt.NDArray[np.uint64]]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 def _ranks(snapshot: Snapshot, seed: int) -> npt.NDArray[np.uint64]:
-    """Per node, its rank in a static order (memoised per snapshot): `INTERLEAVED`, or a
-    seeded shuffle of the node names."""
-    per_seed = _RANKS.setdefault(snapshot, {})
+    """Per node, its rank in a static order (memoised with the snapshot's static facts, so
+    every copy shares it): `INTERLEAVED`, or a seeded shuffle of the node names."""
+    per_seed: dict[int, npt.NDArray[np.uint64]] = snapshot.derived.setdefault("tie ranks", {})
     ranks = per_seed.get(seed)
     if ranks is None:
         if seed == INTERLEAVED:

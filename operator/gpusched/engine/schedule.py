@@ -2,8 +2,9 @@
 
 Work is taken in one order — priority (highest first), then age (oldest first), then name —
 where a unit is a root group (with everything under it) or a pod without a group. Each unit
-is placed completely or not at all on a scratch copy of the snapshot, so the caller's snapshot
-is never changed and a unit that cannot fit holds nothing while later units are placed.
+is placed completely or not at all on the snapshot and everything is rolled back at the end
+(checkpoint and rollback on its journal), so the caller's snapshot is never changed and a unit
+that cannot fit holds nothing while later units are placed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
-from gpusched.engine.fragmentation import target_workload
+from gpusched.engine.fragmentation import cycle_workload
 from gpusched.engine.gpuset import choose_gpus, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
@@ -46,10 +47,23 @@ class _Unit:
 def schedule(
     snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec] = ()
 ) -> ScheduleResult:
-    """Places pending ``pods`` (and the ``groups`` they belong to) on a copy of ``snapshot``."""
-    work = snapshot.copy()
+    """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
+    every change: the caller's snapshot is as before (its journal rolled back to where it was,
+    under its lock), and copying it per call is not needed."""
+    with snapshot.lock:
+        checkpoint, workload = snapshot.checkpoint(), snapshot.workload
+        try:
+            return _schedule(snapshot, pods, groups)
+        finally:
+            snapshot.rollback(checkpoint)
+            snapshot.workload = workload
+
+
+def _schedule(
+    work: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec]
+) -> ScheduleResult:
     if work.config.scoring.fragmentation_weight and not work.workload:
-        work.workload = target_workload([*pods, *(h.pod for h in work.holdings.values())])
+        work.workload = cycle_workload(work, pods)
     result = ScheduleResult()
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)

@@ -10,9 +10,10 @@ rolled back to a checkpoint (Volcano's Statement, without copying the cluster).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,7 @@ from gpusched.api.k8s import Node, Taint
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
 from gpusched.engine.gpuset import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.workload import TaskCounts
 
 if TYPE_CHECKING:
     from gpusched.engine.fragmentation import TaskType
@@ -114,6 +116,16 @@ class _Statics:
     static_masks: dict[str, BoolArray] = field(default_factory=dict)
     static_reasons: dict[str, tuple[IntArray, list[str]]] = field(default_factory=dict)
     has_memory_telemetry: bool = False
+    derived: dict[str, Any] = field(default_factory=dict)
+    """Caches computed from the static facts and shared by every copy (the tie-break orders,
+    the fragmentation tables): a copy never pays for them again. A cache that also depends on
+    usage keys its rows by `Snapshot.stamp`, so copies that diverge never read each other's."""
+    clock: int = 0
+    """The last stamp handed out (see `Snapshot.stamp`)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held by `schedule` while it works on a snapshot in place (it rolls its changes back
+    before returning), and by `SnapshotCache.build`: one cluster, one writer at a time, even
+    when a cancelled caller's thread is still finishing."""
 
 
 class Snapshot:
@@ -137,9 +149,14 @@ class Snapshot:
         self.max_numa_free: IntArray = np.zeros(n, dtype=np.int64)
         self.max_share: IntArray = np.zeros(n, dtype=np.int64)
         self.gpu_allocated: IntArray = np.zeros(n, dtype=np.int64)
+        self.stamp: IntArray = np.zeros(n, dtype=np.int64)
+        """Per node, a number that changes with every assume or forget on the node and is never
+        handed out twice by this cluster's statics (copies included): equal stamps mean equal
+        usage, so caches of per-node results stay exact through copies and rollbacks."""
         self.holdings: dict[str, Holding] = {}
         self.gpu_apps: dict[int, dict[str, int]] = {}
         self._journal: list[tuple[bool, Holding]] = []
+        self._tasks: TaskCounts | None = None
         self.workload: tuple[TaskType, ...] = ()
         """Target workload of the fragmentation score (FGD); empty turns the score off."""
         for node in range(n):
@@ -150,6 +167,14 @@ class Snapshot:
     @property
     def nodes(self) -> tuple[NodeInfo, ...]:
         return self._s.nodes
+
+    @property
+    def derived(self) -> dict[str, Any]:
+        return self._s.derived
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._s.lock
 
     @property
     def index(self) -> Mapping[str, int]:
@@ -238,11 +263,13 @@ class Snapshot:
             "max_numa_free",
             "max_share",
             "gpu_allocated",
+            "stamp",
         ):
             setattr(clone, name, getattr(self, name).copy())
         clone.holdings = dict(self.holdings)
         clone.gpu_apps = {gid: dict(apps) for gid, apps in self.gpu_apps.items()}
         clone._journal = []
+        clone._tasks = self._tasks.copy() if self._tasks is not None else None
         clone.workload = self.workload
         return clone
 
@@ -289,15 +316,32 @@ class Snapshot:
             self._journal.append((False, holding))
         return holding
 
+    def task_counts(self) -> TaskCounts:
+        """How many held pods there are of each task key (see `workload.task_key`): counted
+        once, then kept up to date by every assume and forget, so the target workload of a
+        scheduling cycle costs the number of task types, not the number of pods."""
+        if self._tasks is None:
+            tasks = TaskCounts()
+            for holding in self.holdings.values():
+                tasks.add(holding.pod)
+            self._tasks = tasks
+        return self._tasks
+
     def _add(self, holding: Holding) -> None:
         self.holdings[holding.pod.key] = holding
+        if self._tasks is not None:
+            self._tasks.add(holding.pod)
         self._apply(holding, +1)
 
     def _remove(self, holding: Holding) -> None:
         del self.holdings[holding.pod.key]
+        if self._tasks is not None:
+            self._tasks.remove(holding.pod)
         self._apply(holding, -1)
 
     def _apply(self, holding: Holding, sign: int) -> None:
+        self._s.clock += 1
+        self.stamp[holding.node] = self._s.clock
         row = self.used[holding.node]
         for column, amount in holding.vector:
             row[column] += sign * amount
@@ -359,7 +403,8 @@ class SnapshotCache:
     signal: per-node facts of an unchanged Node are reused; the static part (with its cached
     node masks) is reused while no Node, the telemetry mapping or the config changed; and
     then only the pods that came, went or changed are assumed or forgotten. A snapshot built
-    through the cache belongs to it: callers must not change it (`schedule` works on a copy).
+    through the cache belongs to it: callers must not change it (`schedule` works on it in
+    place under `Snapshot.lock` and rolls its changes back before it returns).
     """
 
     def __init__(self) -> None:
@@ -384,6 +429,12 @@ class SnapshotCache:
             self._inputs = (nodes, telemetry, config)
             self._snapshot = snapshot
             self._held = {}
+        with snapshot.lock:
+            self._sync(snapshot, bound)
+        return snapshot
+
+    def _sync(self, snapshot: Snapshot, bound: Iterable[BoundPod]) -> None:
+        """Assumes the pods that came or changed, forgets those that went or changed."""
         current: dict[str, BoundPod] = {}
         for pod in bound:
             current.setdefault(pod.pod.key, pod)
@@ -397,7 +448,6 @@ class SnapshotCache:
                 _add_bound(snapshot, pod)
                 self._held[key] = pod
         snapshot._journal.clear()
-        return snapshot
 
     def _same(self, nodes: tuple[Node, ...], telemetry: object, config: SchedulerConfig) -> bool:
         if self._inputs is None:
