@@ -22,6 +22,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +75,9 @@ def workload_of(tasks: TaskCounts) -> tuple[TaskType, ...]:
     total = sum(tasks.counts.values())
     chosen: list[tuple[TaskKey, int]] = []
     covered = 0
-    for key, count in sorted(tasks.counts.items(), key=lambda item: (-item[1], item[0])):
+    ranked = sorted(tasks.counts.items())
+    ranked.sort(key=itemgetter(1), reverse=True)  # stable: equal counts stay in key order
+    for key, count in ranked:
         if covered >= COVERAGE * total:
             break
         chosen.append((key, count))
@@ -85,7 +89,7 @@ def workload_of(tasks: TaskCounts) -> tuple[TaskType, ...]:
 
 # ----- the measure ---------------------------------------------------------------------------
 
-Int32Array = npt.NDArray[np.int32]
+SavedArray = npt.NDArray[np.uint16] | npt.NDArray[np.int32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +120,8 @@ class _Tables:
 class _Weights:
     """A target workload's weights: ``gpu`` per GPU task in the workload's order; ``idle``
     the total weight of all tasks (every task first counts the node's idle milli-GPU; a GPU
-    task that fits then swaps that for its partial GPUs). ``order``: the columns of a cache's
-    tables in the workload's order of GPU tasks (``None``: the same order)."""
+    task that fits then swaps that for its partial GPUs). ``order``: per GPU task of the
+    workload, its column in the cache (``None``: the columns are the tasks, in order)."""
 
     tasks: tuple[TaskType, ...]
     gpu: FloatArray
@@ -143,24 +147,30 @@ def fragmentation(
 
 def _parts(
     free: IntArray, cpu: IntArray, tables: _Tables, allowed: BoolArray
-) -> tuple[FloatArray, Int32Array]:
+) -> tuple[FloatArray, SavedArray]:
     """The weight-free parts of the measure per node (row): its idle milli-GPU, and per GPU
     task (column, with per node permission ``allowed``) the milli-GPU it saves from the
     fragments when it fits: the milli-GPU on GPUs at or above its per-GPU need."""
     idle: FloatArray = free.sum(axis=1, dtype=np.float64)
     if tables.gpus.size == 0:
-        return idle, np.zeros((free.shape[0], 0), dtype=np.int32)
+        return idle, np.zeros((free.shape[0], 0), dtype=_saved_type(free.shape[1]))
     wide = free[:, :, None]
     enough = wide >= tables.thresholds
     usable = (wide * enough).sum(axis=1)[:, tables.column]
     fits = (enough.sum(axis=1)[:, tables.column] >= tables.gpus) & allowed
     fits &= cpu[:, None] >= tables.cpu
-    # At most 64 GPUs x 1000 milli a node: int32 holds it, and converts to float64 exactly.
-    saved: Int32Array = (fits * usable).astype(np.int32)
+    saved: SavedArray = (fits * usable).astype(_saved_type(free.shape[1]))
     return idle, saved
 
 
-def _weigh(idle: FloatArray, saved: Int32Array, weights: _Weights) -> FloatArray:
+def _saved_type(width: int) -> type[np.unsignedinteger[Any]] | type[np.signedinteger[Any]]:
+    """The narrowest exact type for milli-GPU saved on ``width`` GPUs a node: uint16 up to
+    65 GPUs (64 of them hold 64,000), which halves the cache; int32 beyond. Both convert to
+    float64 exactly, so the weighted sums are the same."""
+    return np.uint16 if width * WHOLE_GPU_MILLI <= np.iinfo(np.uint16).max else np.int32
+
+
+def _weigh(idle: FloatArray, saved: SavedArray, weights: _Weights) -> FloatArray:
     """The measure from its parts: total weight × idle − Σ_m w_m · saved_m (the last axis of
     ``saved`` is the task)."""
     if weights.gpu.size == 0:
@@ -188,11 +198,10 @@ def free_matrix(snapshot: Snapshot, nodes: IntArray) -> IntArray:
 
 # ----- the cache -----------------------------------------------------------------------------
 
-WORKLOAD_SETS = 4
-"""Caches kept per snapshot statics, one per set of GPU task types (the 95 % cut of the target
-workload can move a type in and out as pods come and go)."""
-POD_SHAPES = 64
-"""Pod shapes whose growth rows a cache keeps (least recently asked dropped first)."""
+CACHE_BYTES = 64 * 2**20
+"""What the pod shapes' rows may take together (least recently asked dropped first). At
+5,000 nodes and 50 task types a shape takes about 0.6 MB, so about a hundred shapes fit;
+openb's default trace has 81 GPU pod shapes (1,213 nodes)."""
 
 
 @dataclass(slots=True)
@@ -205,21 +214,26 @@ class _Rows:
 
     seen: IntArray
     idle: FloatArray
-    saved: Int32Array
+    saved: SavedArray
     valued: IntArray
     value: FloatArray
     weights: _Weights | None = None
 
     @staticmethod
-    def empty(shape: tuple[int, ...], tasks: int) -> _Rows:
+    def empty(shape: tuple[int, ...], tasks: int, width: int) -> _Rows:
         count = shape[0]
         return _Rows(
             seen=np.full(count, -1, dtype=np.int64),
             idle=np.zeros(shape),
-            saved=np.zeros((*shape, tasks), dtype=np.int32),
+            saved=np.zeros((*shape, tasks), dtype=_saved_type(width)),
             valued=np.full(count, -1, dtype=np.int64),
             value=np.zeros(shape),
         )
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.seen, self.idle, self.saved, self.valued, self.value)
+        return sum(a.nbytes for a in arrays)
 
     def stale_values(self, weights: _Weights, stamp: IntArray, nodes: IntArray) -> IntArray:
         """The nodes of ``nodes`` whose value is not for ``weights`` and their stamp."""
@@ -232,18 +246,24 @@ class _Rows:
 
 @dataclass(slots=True)
 class _Cache:
-    """The fragmentation cache of one set of GPU task types, in canonical order (see
-    `_canonical`): the free GPUs and CPU of every node when last seen, and the rows."""
+    """The fragmentation cache of a snapshot's statics, shared by its copies. Its columns are
+    every GPU task type any target workload asked for so far (the 95 % cut moves types in and
+    out as pods come and go; a type's column stays), so a workload is a choice of columns and
+    weights; the free GPUs and CPU of every node when last seen; and the rows."""
 
+    keys: dict[TaskKey, int]
+    """Column of each GPU task type."""
+    tasks: list[TaskType]
+    """The GPU task type of each column (its weight is not used)."""
     tables: _Tables
     allowed: BoolArray
-    keys: dict[TaskKey, int]
-    """Canonical column of each GPU task type."""
     gpus: IntArray
     cpu: IntArray
     base: _Rows
     growth: OrderedDict[tuple[int, int, int, bool], _Rows] = field(default_factory=OrderedDict)
     """Per pod shape (cpu, GPUs, share milli, per-GPU variants): its rows."""
+    last: tuple[tuple[TaskType, ...], _Weights] | None = None
+    """The workload asked for last and its weights (a cycle asks with one workload)."""
 
 
 def _gpu_key(task: TaskType) -> TaskKey:
@@ -252,55 +272,73 @@ def _gpu_key(task: TaskType) -> TaskKey:
 
 
 def _cache(snapshot: Snapshot, tasks: tuple[TaskType, ...]) -> tuple[_Cache, _Weights]:
-    """The cache for ``tasks``' GPU task types, its base rows brought up to date with the
-    snapshot's usage, and ``tasks``' weights in its column order."""
-    last = snapshot.derived.get("fragmentation last")
-    if last is not None and last[0] is tasks:
-        cache, weights = last[1], last[2]
-    else:
-        cache, weights = _find(snapshot, tasks)
-        snapshot.derived["fragmentation last"] = (tasks, cache, weights)
+    """The cache with a column for every GPU task of ``tasks``, its base rows brought up to
+    date with the snapshot's usage, and ``tasks``' weights with their columns."""
+    cache: _Cache | None = snapshot.derived.get("fragmentation")
+    if cache is None:
+        cache = _new_cache(snapshot)
+        snapshot.derived["fragmentation"] = cache
+    if cache.last is None or cache.last[0] is not tasks:
+        gpu_tasks = [t for t in tasks if t.gpus]
+        keys = [_gpu_key(t) for t in gpu_tasks]
+        new = {k: t for k, t in zip(keys, gpu_tasks, strict=True) if k not in cache.keys}
+        if new:
+            _add_columns(snapshot, cache, new)
+        columns = np.array([cache.keys[k] for k in keys], dtype=np.int64)
+        cache.last = (tasks, _Weights.of(tasks, columns))
     changed = np.flatnonzero(cache.base.seen != snapshot.stamp)
     if changed.size:
         _update(snapshot, cache, changed)
-    return cache, weights
+    return cache, cache.last[1]
 
 
-def _find(snapshot: Snapshot, tasks: tuple[TaskType, ...]) -> tuple[_Cache, _Weights]:
-    gpu_tasks = [t for t in tasks if t.gpus]
-    keys = [_gpu_key(t) for t in gpu_tasks]
-    canonical = tuple(sorted(set(keys)))
-    if len(canonical) != len(keys):  # not a target workload: a type given twice
-        return _new_cache(snapshot, gpu_tasks, {}), _Weights.of(tasks)
-    caches: OrderedDict[tuple[TaskKey, ...], _Cache] = snapshot.derived.setdefault(
-        "fragmentation", OrderedDict()
-    )
-    cache = caches.get(canonical)
-    if cache is None:
-        by_key = dict(zip(keys, gpu_tasks, strict=True))
-        positions = {k: i for i, k in enumerate(canonical)}
-        cache = _new_cache(snapshot, [by_key[k] for k in canonical], positions)
-        caches[canonical] = cache
-        while len(caches) > WORKLOAD_SETS:
-            caches.popitem(last=False)
-    else:
-        caches.move_to_end(canonical)
-    order = np.array([cache.keys[k] for k in keys], dtype=np.int64)
-    same = bool((order == np.arange(order.size)).all())
-    return cache, _Weights.of(tasks, None if same else order)
-
-
-def _new_cache(snapshot: Snapshot, gpu_tasks: list[TaskType], keys: dict[TaskKey, int]) -> _Cache:
+def _new_cache(snapshot: Snapshot) -> _Cache:
+    """A cache without columns; workloads add them."""
     count = len(snapshot.nodes)
     everyone = np.arange(count)
+    gpus = free_matrix(snapshot, everyone)
     return _Cache(
-        tables=_Tables.of(gpu_tasks),
-        allowed=_allowed(snapshot, gpu_tasks),
-        keys=keys,
-        gpus=free_matrix(snapshot, everyone),
+        keys={},
+        tasks=[],
+        tables=_Tables.of(()),
+        allowed=np.ones((count, 0), dtype=np.bool_),
+        gpus=gpus,
         cpu=_cpu_free(snapshot, everyone),
-        base=_Rows.empty((count,), len(gpu_tasks)),
+        base=_Rows.empty((count,), 0, gpus.shape[1]),
     )
+
+
+def _add_columns(snapshot: Snapshot, cache: _Cache, new: dict[TaskKey, TaskType]) -> None:
+    """Adds a column per task type of ``new``, computed at once for the base rows that are up
+    to date (the others are recomputed whole when next asked for); pod shapes' rows get
+    theirs when next asked for (`_extend`)."""
+    first = len(cache.tasks)
+    for key, task in new.items():
+        cache.keys[key] = len(cache.tasks)
+        cache.tasks.append(task)
+    added = list(new.values())
+    cache.tables = _Tables.of(cache.tasks)
+    cache.allowed = np.concatenate([cache.allowed, _allowed(snapshot, added)], axis=1)
+    base = cache.base
+    _, columns = _parts(cache.gpus, cache.cpu, _Tables.of(added), cache.allowed[:, first:])
+    base.saved = np.concatenate([base.saved, columns.astype(base.saved.dtype)], axis=-1)
+    base.weights = None
+
+
+def _extend(
+    snapshot: Snapshot, cache: _Cache, pod: PodRequest, entry: _Rows, per_gpu: bool
+) -> None:
+    """Gives a pod shape's rows the columns added since they were made: computed for the
+    nodes whose rows are up to date; the others are recomputed whole when asked for."""
+    first = entry.saved.shape[-1]
+    added = cache.tasks[first:]
+    fresh = np.flatnonzero(entry.seen == snapshot.stamp)
+    columns = np.zeros((*entry.saved.shape[:-1], len(added)), dtype=entry.saved.dtype)
+    if fresh.size:
+        tables, allowed = _Tables.of(added), cache.allowed[:, first:]
+        columns[fresh] = _after_parts(cache, pod, fresh, per_gpu, tables, allowed)[1]
+    entry.saved = np.concatenate([entry.saved, columns], axis=-1)
+    entry.weights = None
 
 
 def _update(snapshot: Snapshot, cache: _Cache, changed: IntArray) -> None:
@@ -366,11 +404,15 @@ def growth(
     cache, weights = _cache(snapshot, tasks)
     per_gpu = bool(pod.gpu_milli) and share_gpu is ShareGpu.LEAST_FRAGMENTATION
     entry = _shape_rows(cache, pod, per_gpu)
+    if entry.saved.shape[-1] < len(cache.tasks):
+        _extend(snapshot, cache, pod, entry, per_gpu)
     stale = entry.stale_values(weights, snapshot.stamp, nodes)
     if stale.size:
         unseen = stale[entry.seen[stale] != snapshot.stamp[stale]]
         if unseen.size:
-            entry.idle[unseen], entry.saved[unseen] = _after_parts(cache, pod, unseen, per_gpu)
+            entry.idle[unseen], entry.saved[unseen] = _after_parts(
+                cache, pod, unseen, per_gpu, cache.tables, cache.allowed
+            )
             entry.seen[unseen] = snapshot.stamp[unseen]
         after = _weigh(entry.idle[stale], entry.saved[stale], weights)
         before = _before(snapshot, cache, weights, stale)
@@ -391,23 +433,31 @@ def _shape_rows(cache: _Cache, pod: PodRequest, per_gpu: bool) -> _Rows:
     if entry is None:
         count, width = cache.gpus.shape
         shape = (count, width) if per_gpu else (count,)
-        entry = _Rows.empty(shape, cache.tables.gpus.size)
+        entry = _Rows.empty(shape, cache.tables.gpus.size, width)
         cache.growth[key] = entry
-        while len(cache.growth) > POD_SHAPES:
-            cache.growth.popitem(last=False)
+        held = sum(rows.nbytes for rows in cache.growth.values())
+        while held > CACHE_BYTES and len(cache.growth) > 1:
+            _, dropped = cache.growth.popitem(last=False)
+            held -= dropped.nbytes
     else:
         cache.growth.move_to_end(key)
     return entry
 
 
 def _after_parts(
-    cache: _Cache, pod: PodRequest, nodes: IntArray, per_gpu: bool
-) -> tuple[FloatArray, Int32Array]:
-    """The weight-free parts of ``nodes`` with ``pod`` on them: on its lowest free whole GPUs,
-    on its best-fitting GPU, or (``per_gpu``) on each GPU in turn, (nodes, GPUs)."""
+    cache: _Cache,
+    pod: PodRequest,
+    nodes: IntArray,
+    per_gpu: bool,
+    tables: _Tables,
+    allowed_all: BoolArray,
+) -> tuple[FloatArray, SavedArray]:
+    """The weight-free parts of ``nodes`` with ``pod`` on them, for the task ``tables`` (and
+    their per node permission ``allowed_all``): the pod on its lowest free whole GPUs, on its
+    best-fitting GPU, or (``per_gpu``) on each GPU in turn, (nodes, GPUs)."""
     free = cache.gpus[nodes]
     cpu_after = cache.cpu[nodes] - pod.resources.get("cpu", 0)
-    allowed = cache.allowed[nodes]
+    allowed = allowed_all[nodes]
     if per_gpu:
         count, width = free.shape
         variants = np.repeat(free[:, None, :], width, axis=1)
@@ -416,7 +466,7 @@ def _after_parts(
         idle, saved = _parts(
             variants.reshape(count * width, width),
             np.repeat(cpu_after, width),
-            cache.tables,
+            tables,
             np.repeat(allowed, width, axis=0),
         )
         return idle.reshape(count, width), saved.reshape(count, width, saved.shape[1])
@@ -428,7 +478,7 @@ def _after_parts(
         # The best fit: least left over, the lowest index among equals (as `choose_share`).
         slack = np.where(after >= pod.gpu_milli, after - pod.gpu_milli, np.iinfo(np.int64).max)
         after[np.arange(nodes.size), np.argmin(slack, axis=1)] -= pod.gpu_milli
-    return _parts(after, cpu_after, cache.tables, allowed)
+    return _parts(after, cpu_after, tables, allowed)
 
 
 def sigmoid_score(delta: FloatArray, step: float) -> FloatArray:

@@ -67,13 +67,14 @@ def _schedule(
     result = ScheduleResult()
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)
-    planner = Planner(work, valid, pods_by_group)
+    # Without groups there is nothing to plan (the planner indexes every holding by group).
+    planner = Planner(work, valid, pods_by_group) if valid else None
     for unit in _units(valid, pods_by_group, loose):
-        if unit.group is not None:
+        if unit.group is not None and planner is not None:
             planner.place(unit.group, root_domain(work))
         elif unit.pod is not None:
             _place_loose(work, unit.pod, result)
-    _collect(work, pods, valid, planner, result)
+    _collect(work, pods, valid, planner.decisions if planner is not None else {}, result)
     return result
 
 
@@ -233,7 +234,7 @@ def _collect(
     snapshot: Snapshot,
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec],
-    planner: Planner,
+    decisions: dict[str, GroupDecision],
     result: ScheduleResult,
 ) -> None:
     for pod in sorted(pods, key=lambda p: p.key):
@@ -241,7 +242,7 @@ def _collect(
         if holding is not None:
             result.bindings.append(_binding(snapshot, holding))
     for group in sorted(groups, key=lambda g: g.key):
-        decision = planner.decisions.get(group.key)
+        decision = decisions.get(group.key)
         if decision is not None:
             result.groups.append(decision)
     result.groups.sort(key=lambda d: d.name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -248,11 +248,23 @@ class Snapshot:
 
     # ----- copies and transactions --------------------------------------------------------
 
-    def copy(self) -> Snapshot:
-        """A scratch copy: statics shared, usage copied."""
+    def copy(self, cold: bool = False) -> Snapshot:
+        """A scratch copy: statics shared, usage copied. ``cold``: the copy shares no cache
+        and no lock with this one (its static facts are copied without the caches, its task
+        counts are counted again when asked), so it pays what a newly built snapshot pays:
+        what tests and benchmarks compare the caches against."""
         clone = Snapshot.__new__(Snapshot)
         clone.config = self.config
         clone._s = self._s
+        if cold:
+            clone._s = replace(
+                self._s,
+                label_codes={},
+                static_masks={},
+                static_reasons={},
+                derived={},
+                lock=threading.Lock(),
+            )
         clone.free_mask = list(self.free_mask)
         for name in (
             "used",
@@ -269,7 +281,8 @@ class Snapshot:
         clone.holdings = dict(self.holdings)
         clone.gpu_apps = {gid: dict(apps) for gid, apps in self.gpu_apps.items()}
         clone._journal = []
-        clone._tasks = self._tasks.copy() if self._tasks is not None else None
+        tasks = self._tasks
+        clone._tasks = tasks.copy() if tasks is not None and not cold else None
         clone.workload = self.workload
         return clone
 
