@@ -189,11 +189,11 @@ def free_matrix(snapshot: Snapshot, nodes: IntArray) -> IntArray:
     width = int(counts.max()) if counts.size else 0
     columns = np.arange(width)
     present = columns < counts[:, None]
-    index = np.where(present, start[:, None] + columns, 0)
-    usable_free = np.where(snapshot.gpu_usable, snapshot.gpu_free, 0)
-    if usable_free.size == 0:
+    if snapshot.gpu_free.size == 0:
         return np.zeros((nodes.size, width), dtype=np.int64)
-    return np.where(present, usable_free[index], 0)
+    index = np.where(present, start[:, None] + columns, 0)
+    usable_free = np.where(snapshot.gpu_usable[index], snapshot.gpu_free[index], 0)
+    return np.where(present, usable_free, 0)
 
 
 # ----- the cache -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from gpusched.api.config import ShareGpu, TieBreakOrder
 from gpusched.engine import fragmentation, scores
-from gpusched.engine.fit import feasible
+from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.gpuset import GpuChoice, choose_gpus
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
@@ -38,7 +38,7 @@ def pick_node(
     snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = None
 ) -> NodeChoice | None:
     """The best node (and GPUs) for ``pod`` among ``allowed`` nodes; ``None`` if none fits."""
-    candidates = np.flatnonzero(feasible(snapshot, pod, allowed))
+    candidates = feasible_nodes(snapshot, pod, allowed)
     if candidates.size == 0:
         return None
     base = scores.node_scores(snapshot, pod, candidates, snapshot.workload)

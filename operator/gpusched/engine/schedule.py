@@ -13,8 +13,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
@@ -145,11 +143,10 @@ def _impossible(snapshot: Snapshot, pod: PodRequest) -> str | None:
         return None
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
-        largest = int(snapshot.allocatable[:, column].max()) if column is not None else 0
+        largest = int(snapshot.largest[column]) if column is not None else 0
         if largest < amount:
             return f"requests {amount} {name}; the largest node has {largest}"
-    counts = np.diff(snapshot.gpu_offset)
-    most = int(counts.max()) if counts.size else 0
+    most = snapshot.most_gpus
     if pod.gpus > most:
         return f"requests {pod.gpus} {GPU_RESOURCE}; the largest node has {most}"
     if pod.gpu_milli and most == 0:

@@ -225,6 +225,24 @@ class Snapshot:
     def static_reasons(self) -> dict[str, tuple[IntArray, list[str]]]:
         return self._s.static_reasons
 
+    @property
+    def largest(self) -> IntArray:
+        """Per resource column, the most any node has allocatable (0 without nodes)."""
+        cached: IntArray | None = self._s.derived.get("largest")
+        if cached is None:
+            cached = self.allocatable.max(axis=0, initial=0)
+            self._s.derived["largest"] = cached
+        return cached
+
+    @property
+    def most_gpus(self) -> int:
+        """The most GPUs any node has."""
+        cached: int | None = self._s.derived.get("most gpus")
+        if cached is None:
+            cached = int(np.diff(self.gpu_offset).max(initial=0))
+            self._s.derived["most gpus"] = cached
+        return cached
+
     def domain_codes(self, key: str) -> tuple[IntArray, list[tuple[tuple[str, str], ...]]]:
         """Per node, a code for its domain of label ``key`` (-1: no such label), and each
         domain's full path as (key, value) pairs by code, in path order. The path runs through
@@ -378,22 +396,32 @@ class Snapshot:
                 del self.gpu_apps[gid]
 
     def _refresh_node(self, node: int) -> None:
-        """Recomputes the per-node GPU counters the filters read."""
+        """Recomputes the per-node GPU counters the filters read. Plain Python over the
+        node's few GPUs: it runs on every assume and forget, where numpy's per-call cost
+        on 8-element slices was most of the time."""
         start, stop = int(self.gpu_offset[node]), int(self.gpu_offset[node + 1])
-        free = self.gpu_free[start:stop]
-        usable = self.gpu_usable[start:stop]
-        whole = usable & (free >= WHOLE_GPU_MILLI)
-        mask = 0
-        for i in np.flatnonzero(whole):
-            mask |= 1 << int(i)
+        free = self.gpu_free[start:stop].tolist()
+        usable = self._s.gpu_usable[start:stop].tolist()
+        slots = self._s.gpu_slot[start:stop].tolist()
+        counts = [0] * self._s.numa_slots
+        mask = whole = 0
+        share: int | None = None
+        for i, milli in enumerate(free):
+            if not usable[i]:
+                continue
+            if share is None or milli > share:
+                share = milli
+            if milli >= WHOLE_GPU_MILLI:
+                mask |= 1 << i
+                whole += 1
+                counts[slots[i]] += 1
         self.free_mask[node] = mask
-        self.free_whole[node] = int(whole.sum())
-        self.max_share[node] = int(free[usable].max()) if usable.any() else 0
-        self.gpu_allocated[node] = int(WHOLE_GPU_MILLI * (stop - start) - free.sum())
-        slots = self._s.gpu_slot[start:stop]
-        counts = np.bincount(slots[whole], minlength=self._s.numa_slots)
-        self.numa_free[node] = counts
-        self.max_numa_free[node] = int(counts.max()) if counts.size else 0
+        self.free_whole[node] = whole
+        self.max_share[node] = share if share is not None else 0
+        self.gpu_allocated[node] = WHOLE_GPU_MILLI * (stop - start) - sum(free)
+        if counts:
+            self.numa_free[node] = counts
+        self.max_numa_free[node] = max(counts, default=0)
 
 
 def _path(
