@@ -9,6 +9,7 @@ rolled back to a checkpoint (Volcano's Statement, without copying the cluster).
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -347,6 +348,59 @@ class Snapshot:
             self._journal.append((False, holding))
         return holding
 
+    def load(self, bound: Iterable[BoundPod]) -> None:
+        """Assumes every pod of ``bound`` on its node, as `_add_bound` does one by one, but
+        over Python lists with each node's GPU counters refreshed once at the end: building a
+        snapshot of 100,000 bound pods costs a few microseconds a pod. Not journaled (a new
+        snapshot's journal is cleared anyway); pods on unknown nodes or held already are
+        skipped."""
+        index, columns, holdings = self.index, self.columns, self.holdings
+        offset = self.gpu_offset.tolist()
+        free = self.gpu_free.tolist()
+        pods_on = self.gpu_pods.tolist()
+        used = self.used.tolist()
+        touched: set[int] = set()
+        with_gpus: set[int] = set()
+        vectors: dict[tuple[tuple[str, int], ...], tuple[tuple[int, int], ...]] = {}
+        for bound_pod in bound:
+            pod = bound_pod.pod
+            node = index.get(bound_pod.node)
+            if node is None or pod.key in holdings:
+                continue
+            gpus = _bound_gpus(self, node, bound_pod, free)
+            requested = tuple(pod.resources.items())
+            vector = vectors.get(requested)
+            if vector is None:  # pods come in a few shapes: each vector is built once
+                vector = tuple((columns[n], a) for n, a in requested if n in columns and a)
+                vectors[requested] = vector
+            milli = pod.gpu_milli if pod.gpu_milli else WHOLE_GPU_MILLI
+            holding = Holding(pod, node, tuple(sorted(gpus)), milli, vector)
+            holdings[pod.key] = holding
+            if self._tasks is not None:
+                self._tasks.add(pod)
+            row = used[node]
+            for column, amount in vector:
+                row[column] += amount
+            base = offset[node]
+            for gpu in holding.gpus:
+                free[base + gpu] -= milli
+                pods_on[base + gpu] += 1
+                if pod.app is not None:
+                    self._count_app(base + gpu, pod.app, +1)
+            touched.add(node)
+            if holding.gpus:
+                with_gpus.add(node)
+        if not touched:
+            return
+        self.used[:] = np.array(used, dtype=np.int64).reshape(self.used.shape)
+        self.gpu_free[:] = free
+        self.gpu_pods[:] = pods_on
+        for node in sorted(with_gpus):
+            self._refresh_node(node)
+        nodes = np.array(sorted(touched), dtype=np.int64)
+        self.stamp[nodes] = np.arange(1, nodes.size + 1) + self._s.clock
+        self._s.clock += nodes.size
+
     def task_counts(self) -> TaskCounts:
         """How many held pods there are of each task key (see `workload.task_key`): counted
         once, then kept up to date by every assume and forget, so the target workload of a
@@ -484,6 +538,9 @@ class SnapshotCache:
             if now is None or (now is not before and now != before):
                 snapshot.forget(key)
                 del self._held[key]
+        if not self._held:  # a new snapshot: every pod at once
+            snapshot.load(current.values())
+            self._held = dict(current)
         for key, pod in current.items():
             if key not in self._held:
                 _add_bound(snapshot, pod)
@@ -530,10 +587,10 @@ def build_snapshot(
     ordered = sorted(nodes, key=lambda n: n.name)
     if cache is not None:
         return cache.build(ordered, bound, telemetry, config)
-    infos = [_node_info(node) for node in ordered]
-    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config))
-    for pod in bound:
-        _add_bound(snapshot, pod)
+    allocatables = [node.allocatable_resources() for node in ordered]
+    infos = [_node_info(node, a) for node, a in zip(ordered, allocatables, strict=True)]
+    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config, allocatables))
+    snapshot.load(bound)
     snapshot._journal.clear()
     return snapshot
 
@@ -543,8 +600,9 @@ def _build_statics(
     infos: list[NodeInfo],
     telemetry: Mapping[tuple[str, int], GpuSample] | None,
     config: SchedulerConfig,
+    parsed: list[dict[str, int]] | None = None,
 ) -> _Statics:
-    allocatables = [node.allocatable_resources() for node in ordered]
+    allocatables = parsed if parsed is not None else [n.allocatable_resources() for n in ordered]
     columns = _columns(allocatables)
     return _statics(config, infos, allocatables, columns, telemetry)
 
@@ -555,34 +613,52 @@ def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:
     return {name: i for i, name in enumerate(names + extra)}
 
 
-def _node_info(node: Node) -> NodeInfo:
-    count = node.allocatable_resources().get(GPU_RESOURCE, 0)
+@functools.lru_cache(maxsize=256)
+def _parsed_topology(raw: str) -> tuple[int, NodeShape, tuple[float | None, ...]]:
+    """A topology annotation's GPU count, shape and memory per GPU. Memoised on the text:
+    the nodes of a cluster carry a handful of distinct annotations (one per hardware model),
+    and parsing and checking one took most of building a 5,000-node snapshot. Raises
+    `InvalidObjectError` (not memoised) for an annotation that does not parse."""
+    topology = parse_topology_annotation("", raw)
+    memory = tuple(float(g.memory_mib) if g.memory_mib is not None else None for g in topology.gpus)
+    return len(topology.gpus), NodeShape.from_topology(topology), memory
+
+
+def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> NodeInfo:
+    """The static facts of ``node``; ``allocatable``: its parsed allocatable resources, when
+    the caller has them already (parsing quantities is not free)."""
+    resources = allocatable if allocatable is not None else node.allocatable_resources()
+    count = resources.get(GPU_RESOURCE, 0)
     raw = node.metadata.annotations.get(TOPOLOGY_ANNOTATION)
-    shape, known, error = NodeShape.unknown(count), False, None
+    shape: NodeShape | None = None
+    known, error = False, None
     memory: tuple[float | None, ...] = (None,) * count
     if raw is not None:
         try:
-            topology = parse_topology_annotation(node.name, raw)
-        except InvalidObjectError as err:
-            error = str(err)
+            parsed = _parsed_topology(raw)
+        except InvalidObjectError:
+            try:  # again, for a message that names this node
+                parse_topology_annotation(node.name, raw)
+            except InvalidObjectError as err:
+                error = str(err)
+            else:  # pragma: no cover - the annotation parses the same for any node name
+                raise
         else:
-            if len(topology.gpus) != count:
+            described, parsed_shape, parsed_memory = parsed
+            if described != count:
                 error = (
                     f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
-                    f"{len(topology.gpus)} GPUs but the node advertises {count} {GPU_RESOURCE}"
+                    f"{described} GPUs but the node advertises {count} {GPU_RESOURCE}"
                 )
             else:
-                shape, known = NodeShape.from_topology(topology), True
-                memory = tuple(
-                    float(g.memory_mib) if g.memory_mib is not None else None for g in topology.gpus
-                )
+                shape, known, memory = parsed_shape, True, parsed_memory
     return NodeInfo(
         name=node.name,
         labels=dict(node.labels),
         taints=tuple(node.spec.taints),
         unschedulable=node.spec.unschedulable,
         ready=node.ready,
-        shape=shape,
+        shape=shape if shape is not None else NodeShape.unknown(count),
         topology_known=known,
         topology_error=error,
         gpu_memory_mib=memory,
@@ -730,23 +806,25 @@ def _add_bound(snapshot: Snapshot, bound: BoundPod) -> None:
     node = snapshot.index.get(bound.node)
     if node is None or bound.pod.key in snapshot.holdings:
         return
-    gpus = _bound_gpus(snapshot, node, bound)
+    gpus = _bound_gpus(snapshot, node, bound, snapshot.gpu_free)
     snapshot.assume(bound.pod, node, gpus)
 
 
-def _bound_gpus(snapshot: Snapshot, node: int, bound: BoundPod) -> list[int]:
+def _bound_gpus(
+    snapshot: Snapshot, node: int, bound: BoundPod, gpu_free: Sequence[int] | IntArray
+) -> list[int]:
     """The GPUs a bound pod holds. Without a valid ``gpusched.io/gpus`` annotation we cannot
     know which ones the device plugin gave it, so we take the highest-indexed free ones (the
     opposite end from where we allocate) and say so on the node."""
     wanted = bound.pod.gpus or (1 if bound.pod.gpu_milli else 0)
-    count = snapshot.nodes[node].gpu_count
-    need = bound.pod.gpu_milli or WHOLE_GPU_MILLI
-    base = int(snapshot.gpu_offset[node])
-    if bound.gpus is not None and len(bound.gpus) == wanted and all(g < count for g in bound.gpus):
-        return list(bound.gpus)
     if not wanted:
         return []
-    free = [g for g in reversed(range(count)) if snapshot.gpu_free[base + g] >= need]
+    count = snapshot.nodes[node].gpu_count
+    if bound.gpus is not None and len(bound.gpus) == wanted and all(g < count for g in bound.gpus):
+        return list(bound.gpus)
+    need = bound.pod.gpu_milli or WHOLE_GPU_MILLI
+    base = int(snapshot.gpu_offset[node])
+    free = [g for g in reversed(range(count)) if gpu_free[base + g] >= need]
     chosen = sorted(free[:wanted])
     if chosen:
         note = (
