@@ -624,6 +624,11 @@ def _parsed_topology(raw: str) -> tuple[int, NodeShape, tuple[float | None, ...]
     return len(topology.gpus), NodeShape.from_topology(topology), memory
 
 
+def clear_topology_memo() -> None:
+    """Forgets the parsed topology annotations (for benchmarks that time a first build)."""
+    _parsed_topology.cache_clear()
+
+
 def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> NodeInfo:
     """The static facts of ``node``; ``allocatable``: its parsed allocatable resources, when
     the caller has them already (parsing quantities is not free)."""
