@@ -13,6 +13,7 @@ the first pod where it does.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -193,3 +194,50 @@ def test_the_fragmentation_score_is_the_same_with_and_without_cached_rows() -> N
         choice = pick_node(snapshot, request)
         if choice is not None:
             snapshot.assume(request, choice.node, choice.gpus)
+
+
+def _running_pod(**status: object) -> dict[str, object]:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "default",
+            "uid": "u1",
+            "resourceVersion": str(status.pop("version", "1")),
+            "labels": dict(status.pop("labels", {})),  # type: ignore[call-overload]
+        },
+        "spec": {
+            "schedulerName": "gpusched",
+            "nodeName": "n1",
+            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"phase": status.pop("phase", "Running"), **status},
+    }
+
+
+def test_a_pod_event_that_changes_nothing_read_costs_no_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubelet's status heartbeats (conditions, container states, a new resourceVersion)
+    reach the scheduler as MODIFIED events: they are recognised without a pydantic parse and
+    change nothing. A new label or phase is parsed, as before."""
+    from gpusched.scheduler import state as state_module
+
+    parsed: list[str] = []
+    real = state_module.parse_pod
+
+    def counting(body: Any) -> Any:
+        parsed.append(body["metadata"]["resourceVersion"])
+        return real(body)
+
+    monkeypatch.setattr(state_module, "parse_pod", counting)
+    state = state_module.ClusterState()
+    state.upsert_pod(_running_pod())
+    generation = state.generation
+    state.upsert_pod(_running_pod(version=2, conditions=[{"type": "Ready", "status": "True"}]))
+    state.upsert_pod(_running_pod(version=3, containerStatuses=[{"name": "c", "ready": True}]))
+    assert (parsed, state.generation) == (["1"], generation)
+    state.upsert_pod(_running_pod(version=4, labels={"team": "a"}))
+    state.upsert_pod(_running_pod(version=5, labels={"team": "a"}, phase="Succeeded"))
+    assert parsed == ["1", "4", "5"]
+    assert list(state.bound()) == [], "the finished pod holds nothing"
