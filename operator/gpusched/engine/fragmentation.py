@@ -385,9 +385,19 @@ def _before(snapshot: Snapshot, cache: _Cache, weights: _Weights, nodes: IntArra
 
 
 def node_fragmentation(snapshot: Snapshot, tasks: tuple[TaskType, ...]) -> FloatArray:
-    """Every node's current fragmentation (milli-GPU) for ``tasks``."""
+    """Every node's current fragmentation (milli-GPU) for ``tasks``; read-only view."""
     cache, weights = _cache(snapshot, tasks)
-    return _before(snapshot, cache, weights, np.arange(len(snapshot.nodes)))
+    base = cache.base
+    if base.weights is not weights:
+        base.weights = weights
+        base.valued[:] = -1
+    stale = np.flatnonzero(base.valued != snapshot.stamp)
+    if stale.size:
+        base.value[stale] = _weigh(base.idle[stale], base.saved[stale], weights)
+        base.valued[stale] = snapshot.stamp[stale]
+    view = base.value.view()
+    view.flags.writeable = False
+    return view
 
 
 def growth(
