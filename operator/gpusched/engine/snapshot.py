@@ -430,16 +430,25 @@ class Snapshot:
         row = self.used[holding.node]
         for column, amount in holding.vector:
             row[column] += sign * amount
+        gpus = holding.gpus
+        if not gpus:
+            return
         base = int(self.gpu_offset[holding.node])
+        first, count = gpus[0], len(gpus)
+        if count > 2 and gpus[-1] - first == count - 1:
+            # Consecutive GPUs (a whole node, half of one): one slice, not a scalar a GPU.
+            start = base + first
+            self.gpu_free[start : start + count] -= sign * holding.milli_per_gpu
+            self.gpu_pods[start : start + count] += sign
+        else:
+            for gpu in gpus:
+                self.gpu_free[base + gpu] -= sign * holding.milli_per_gpu
+                self.gpu_pods[base + gpu] += sign
         app = holding.pod.app
-        for gpu in holding.gpus:
-            gid = base + gpu
-            self.gpu_free[gid] -= sign * holding.milli_per_gpu
-            self.gpu_pods[gid] += sign
-            if app is not None:
-                self._count_app(gid, app, sign)
-        if holding.gpus:
-            self._refresh_node(holding.node)
+        if app is not None:
+            for gpu in gpus:
+                self._count_app(base + gpu, app, sign)
+        self._refresh_node(holding.node)
 
     def _count_app(self, gid: int, app: str, sign: int) -> None:
         apps = self.gpu_apps.setdefault(gid, {})
