@@ -456,7 +456,7 @@ def bench_openb(settings: Settings, profile: bool) -> Report:
     report.notes.append(
         f"schedule() batch: one call with all {len(pods):,} pods ({len(batch.bindings):,} bound, "
         f"{len(batch.unschedulable):,} unschedulable, each explained), {batch_s:.2f} s; "
-        f"one-pod calls: first {per_call.decisions:,} pods, snapshot copied per call"
+        f"one-pod calls: first {per_call.decisions:,} pods, in place, rolled back"
     )
     report.notes.append(
         "per pass, decisions/s: engine "
@@ -1064,8 +1064,8 @@ def bench_rss(settings: Settings) -> Report:
         f"nodes, {snap.get('gpus', 0):,} GPUs) + {snap.get('bound', 0):,} BoundPods (per node 4 "
         "single-GPU holders with gpusched.io/gpus indices, the rest cpu/memory only), "
         f"build_snapshot; {snap.get('seconds', 0):.1f} s",
-        "snapshot+schedule child: the same, then schedule() of one 8-GPU pod (copies the "
-        "snapshot's usage and holdings)",
+        "snapshot+schedule child: the same, then schedule() of one 8-GPU pod (in place, "
+        "rolled back; builds FGD's cache)",
         f"target < {TARGET_RSS_MB:.0f} MB peak for the loaded snapshot: "
         + ("MET" if met else "NOT MET")
         + f" ({snap_mb:.0f} MB; {snap_mb - base_mb:.0f} MB over the import-only child)",
