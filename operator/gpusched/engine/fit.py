@@ -64,13 +64,39 @@ def feasible(snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = No
     return mask
 
 
-def _gpu_count_ok(snapshot: Snapshot, pod: PodRequest) -> BoolArray:
+def feasible_nodes(
+    snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = None
+) -> IntArray:
+    """`feasible` as node indices, ascending. Inside a small ``allowed`` domain (a rack of a
+    gang) it checks usage only for the nodes that pass the static checks there, instead of
+    all nodes of the cluster."""
+    mask = static_mask(snapshot, pod)
+    if allowed is None:
+        return np.flatnonzero(feasible(snapshot, pod))
+    nodes = np.flatnonzero(mask & allowed)
+    for name, amount in pod.resources.items():
+        column = snapshot.columns.get(name)
+        if column is None:
+            return nodes[:0]
+        fits = snapshot.used[nodes, column] + amount <= snapshot.allocatable[nodes, column]
+        nodes = nodes[fits]
+    if pod.gpus:
+        nodes = nodes[_gpu_count_ok(snapshot, pod, nodes)]
+    elif pod.gpu_milli:
+        nodes = nodes[snapshot.max_share[nodes] >= pod.gpu_milli]
+    return nodes
+
+
+def _gpu_count_ok(
+    snapshot: Snapshot, pod: PodRequest, nodes: IntArray | slice = slice(None)
+) -> BoolArray:
+    """Whether ``nodes`` (all by default) have the pod's whole GPUs free."""
     if pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE:
-        ok = snapshot.max_numa_free >= pod.gpus
+        ok = snapshot.max_numa_free[nodes] >= pod.gpus
     else:
-        ok = snapshot.free_whole >= pod.gpus
+        ok = snapshot.free_whole[nodes] >= pod.gpus
     if pod.gpus > 1:
-        ok &= ~_broken_topology(snapshot)
+        ok &= ~_broken_topology(snapshot)[nodes]
     return ok
 
 

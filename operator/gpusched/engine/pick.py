@@ -11,7 +11,6 @@ name order by default, or a seeded shuffle (fixed, or fresh for every pod).
 from __future__ import annotations
 
 import hashlib
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +18,7 @@ import numpy.typing as npt
 
 from gpusched.api.config import ShareGpu, TieBreakOrder
 from gpusched.engine import fragmentation, scores
-from gpusched.engine.fit import feasible
+from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.gpuset import GpuChoice, choose_gpus
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
@@ -39,7 +38,7 @@ def pick_node(
     snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = None
 ) -> NodeChoice | None:
     """The best node (and GPUs) for ``pod`` among ``allowed`` nodes; ``None`` if none fits."""
-    candidates = np.flatnonzero(feasible(snapshot, pod, allowed))
+    candidates = feasible_nodes(snapshot, pod, allowed)
     if candidates.size == 0:
         return None
     base = scores.node_scores(snapshot, pod, candidates, snapshot.workload)
@@ -120,15 +119,11 @@ INTERLEAVED = -1
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 """GPU feature discovery's GPU model label: part of a node's shape for the interleaved order."""
 
-_RANKS: weakref.WeakKeyDictionary[Snapshot, dict[int, npt.NDArray[np.uint64]]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 def _ranks(snapshot: Snapshot, seed: int) -> npt.NDArray[np.uint64]:
-    """Per node, its rank in a static order (memoised per snapshot): `INTERLEAVED`, or a
-    seeded shuffle of the node names."""
-    per_seed = _RANKS.setdefault(snapshot, {})
+    """Per node, its rank in a static order (memoised with the snapshot's static facts, so
+    every copy shares it): `INTERLEAVED`, or a seeded shuffle of the node names."""
+    per_seed: dict[int, npt.NDArray[np.uint64]] = snapshot.derived.setdefault("tie ranks", {})
     ranks = per_seed.get(seed)
     if ranks is None:
         if seed == INTERLEAVED:

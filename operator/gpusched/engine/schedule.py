@@ -2,8 +2,9 @@
 
 Work is taken in one order — priority (highest first), then age (oldest first), then name —
 where a unit is a root group (with everything under it) or a pod without a group. Each unit
-is placed completely or not at all on a scratch copy of the snapshot, so the caller's snapshot
-is never changed and a unit that cannot fit holds nothing while later units are placed.
+is placed completely or not at all on the snapshot and everything is rolled back at the end
+(checkpoint and rollback on its journal), so the caller's snapshot is never changed and a unit
+that cannot fit holds nothing while later units are placed.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
-from gpusched.engine.fragmentation import target_workload
+from gpusched.engine.fragmentation import cycle_workload
 from gpusched.engine.gpuset import choose_gpus, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
@@ -46,21 +45,35 @@ class _Unit:
 def schedule(
     snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec] = ()
 ) -> ScheduleResult:
-    """Places pending ``pods`` (and the ``groups`` they belong to) on a copy of ``snapshot``."""
-    work = snapshot.copy()
+    """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
+    every change: the caller's snapshot is as before (its journal rolled back to where it was,
+    under its lock), and copying it per call is not needed."""
+    with snapshot.lock:
+        checkpoint, workload = snapshot.checkpoint(), snapshot.workload
+        try:
+            return _schedule(snapshot, pods, groups)
+        finally:
+            snapshot.rollback(checkpoint)
+            snapshot.workload = workload
+
+
+def _schedule(
+    work: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec]
+) -> ScheduleResult:
     if work.config.scoring.fragmentation_weight and not work.workload:
-        work.workload = target_workload([*pods, *(h.pod for h in work.holdings.values())])
+        work.workload = cycle_workload(work, pods)
     result = ScheduleResult()
     pods, gated = _gated(work, pods, result)
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)
-    planner = Planner(work, valid, pods_by_group, gated)
+    # Without groups there is nothing to plan (the planner indexes every holding by group).
+    planner = Planner(work, valid, pods_by_group, gated) if valid else None
     for unit in _units(valid, pods_by_group, loose):
-        if unit.group is not None:
+        if unit.group is not None and planner is not None:
             planner.place(unit.group, root_domain(work))
         elif unit.pod is not None:
             _place_loose(work, unit.pod, result)
-    _collect(work, pods, valid, planner, result)
+    _collect(work, pods, valid, planner.decisions if planner is not None else {}, result)
     return result
 
 
@@ -158,11 +171,10 @@ def _impossible(snapshot: Snapshot, pod: PodRequest) -> str | None:
         return None
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
-        largest = int(snapshot.allocatable[:, column].max()) if column is not None else 0
+        largest = int(snapshot.largest[column]) if column is not None else 0
         if largest < amount:
             return f"requests {amount} {name}; the largest node has {largest}"
-    counts = np.diff(snapshot.gpu_offset)
-    most = int(counts.max()) if counts.size else 0
+    most = snapshot.most_gpus
     if pod.gpus > most:
         return f"requests {pod.gpus} {GPU_RESOURCE}; the largest node has {most}"
     if pod.gpu_milli and most == 0:
@@ -247,7 +259,7 @@ def _collect(
     snapshot: Snapshot,
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec],
-    planner: Planner,
+    decisions: dict[str, GroupDecision],
     result: ScheduleResult,
 ) -> None:
     for pod in sorted(pods, key=lambda p: p.key):
@@ -255,7 +267,7 @@ def _collect(
         if holding is not None:
             result.bindings.append(_binding(snapshot, holding))
     for group in sorted(groups, key=lambda g: g.key):
-        decision = planner.decisions.get(group.key)
+        decision = decisions.get(group.key)
         if decision is not None:
             result.groups.append(decision)
     result.groups.sort(key=lambda d: d.name)

@@ -9,10 +9,12 @@ rolled back to a checkpoint (Volcano's Statement, without copying the cluster).
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +25,7 @@ from gpusched.api.k8s import Node, Taint
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
 from gpusched.engine.gpuset import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.workload import TaskCounts
 
 if TYPE_CHECKING:
     from gpusched.engine.fragmentation import TaskType
@@ -114,6 +117,16 @@ class _Statics:
     static_masks: dict[str, BoolArray] = field(default_factory=dict)
     static_reasons: dict[str, tuple[IntArray, list[str]]] = field(default_factory=dict)
     has_memory_telemetry: bool = False
+    derived: dict[str, Any] = field(default_factory=dict)
+    """Caches computed from the static facts and shared by every copy (the tie-break orders,
+    the fragmentation tables): a copy never pays for them again. A cache that also depends on
+    usage keys its rows by `Snapshot.stamp`, so copies that diverge never read each other's."""
+    clock: int = 0
+    """The last stamp handed out (see `Snapshot.stamp`)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held by `schedule` while it works on a snapshot in place (it rolls its changes back
+    before returning), and by `SnapshotCache.build`: one cluster, one writer at a time, even
+    when a cancelled caller's thread is still finishing."""
 
 
 class Snapshot:
@@ -137,9 +150,14 @@ class Snapshot:
         self.max_numa_free: IntArray = np.zeros(n, dtype=np.int64)
         self.max_share: IntArray = np.zeros(n, dtype=np.int64)
         self.gpu_allocated: IntArray = np.zeros(n, dtype=np.int64)
+        self.stamp: IntArray = np.zeros(n, dtype=np.int64)
+        """Per node, a number that changes with every assume or forget on the node and is never
+        handed out twice by this cluster's statics (copies included): equal stamps mean equal
+        usage, so caches of per-node results stay exact through copies and rollbacks."""
         self.holdings: dict[str, Holding] = {}
         self.gpu_apps: dict[int, dict[str, int]] = {}
         self._journal: list[tuple[bool, Holding]] = []
+        self._tasks: TaskCounts | None = None
         self.workload: tuple[TaskType, ...] = ()
         """Target workload of the fragmentation score (FGD); empty turns the score off."""
         for node in range(n):
@@ -150,6 +168,14 @@ class Snapshot:
     @property
     def nodes(self) -> tuple[NodeInfo, ...]:
         return self._s.nodes
+
+    @property
+    def derived(self) -> dict[str, Any]:
+        return self._s.derived
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._s.lock
 
     @property
     def index(self) -> Mapping[str, int]:
@@ -200,6 +226,24 @@ class Snapshot:
     def static_reasons(self) -> dict[str, tuple[IntArray, list[str]]]:
         return self._s.static_reasons
 
+    @property
+    def largest(self) -> IntArray:
+        """Per resource column, the most any node has allocatable (0 without nodes)."""
+        cached: IntArray | None = self._s.derived.get("largest")
+        if cached is None:
+            cached = self.allocatable.max(axis=0, initial=0)
+            self._s.derived["largest"] = cached
+        return cached
+
+    @property
+    def most_gpus(self) -> int:
+        """The most GPUs any node has."""
+        cached: int | None = self._s.derived.get("most gpus")
+        if cached is None:
+            cached = int(np.diff(self.gpu_offset).max(initial=0))
+            self._s.derived["most gpus"] = cached
+        return cached
+
     def domain_codes(self, key: str) -> tuple[IntArray, list[tuple[tuple[str, str], ...]]]:
         """Per node, a code for its domain of label ``key`` (-1: no such label), and each
         domain's full path as (key, value) pairs by code, in path order. The path runs through
@@ -223,11 +267,23 @@ class Snapshot:
 
     # ----- copies and transactions --------------------------------------------------------
 
-    def copy(self) -> Snapshot:
-        """A scratch copy: statics shared, usage copied."""
+    def copy(self, cold: bool = False) -> Snapshot:
+        """A scratch copy: statics shared, usage copied. ``cold``: the copy shares no cache
+        and no lock with this one (its static facts are copied without the caches, its task
+        counts are counted again when asked), so it pays what a newly built snapshot pays:
+        what tests and benchmarks compare the caches against."""
         clone = Snapshot.__new__(Snapshot)
         clone.config = self.config
         clone._s = self._s
+        if cold:
+            clone._s = replace(
+                self._s,
+                label_codes={},
+                static_masks={},
+                static_reasons={},
+                derived={},
+                lock=threading.Lock(),
+            )
         clone.free_mask = list(self.free_mask)
         for name in (
             "used",
@@ -238,11 +294,14 @@ class Snapshot:
             "max_numa_free",
             "max_share",
             "gpu_allocated",
+            "stamp",
         ):
             setattr(clone, name, getattr(self, name).copy())
         clone.holdings = dict(self.holdings)
         clone.gpu_apps = {gid: dict(apps) for gid, apps in self.gpu_apps.items()}
         clone._journal = []
+        tasks = self._tasks
+        clone._tasks = tasks.copy() if tasks is not None and not cold else None
         clone.workload = self.workload
         return clone
 
@@ -289,28 +348,107 @@ class Snapshot:
             self._journal.append((False, holding))
         return holding
 
+    def load(self, bound: Iterable[BoundPod]) -> None:
+        """Assumes every pod of ``bound`` on its node, as `_add_bound` does one by one, but
+        over Python lists with each node's GPU counters refreshed once at the end: building a
+        snapshot of 100,000 bound pods costs a few microseconds a pod. Not journaled (a new
+        snapshot's journal is cleared anyway); pods on unknown nodes or held already are
+        skipped."""
+        index, columns, holdings = self.index, self.columns, self.holdings
+        offset = self.gpu_offset.tolist()
+        free = self.gpu_free.tolist()
+        pods_on = self.gpu_pods.tolist()
+        used = self.used.tolist()
+        touched: set[int] = set()
+        with_gpus: set[int] = set()
+        vectors: dict[tuple[tuple[str, int], ...], tuple[tuple[int, int], ...]] = {}
+        for bound_pod in bound:
+            pod = bound_pod.pod
+            node = index.get(bound_pod.node)
+            if node is None or pod.key in holdings:
+                continue
+            gpus = _bound_gpus(self, node, bound_pod, free)
+            requested = tuple(pod.resources.items())
+            vector = vectors.get(requested)
+            if vector is None:  # pods come in a few shapes: each vector is built once
+                vector = tuple((columns[n], a) for n, a in requested if n in columns and a)
+                vectors[requested] = vector
+            milli = pod.gpu_milli if pod.gpu_milli else WHOLE_GPU_MILLI
+            holding = Holding(pod, node, tuple(sorted(gpus)), milli, vector)
+            holdings[pod.key] = holding
+            if self._tasks is not None:
+                self._tasks.add(pod)
+            row = used[node]
+            for column, amount in vector:
+                row[column] += amount
+            base = offset[node]
+            for gpu in holding.gpus:
+                free[base + gpu] -= milli
+                pods_on[base + gpu] += 1
+                if pod.app is not None:
+                    self._count_app(base + gpu, pod.app, +1)
+            touched.add(node)
+            if holding.gpus:
+                with_gpus.add(node)
+        if not touched:
+            return
+        self.used[:] = np.array(used, dtype=np.int64).reshape(self.used.shape)
+        self.gpu_free[:] = free
+        self.gpu_pods[:] = pods_on
+        for node in sorted(with_gpus):
+            self._refresh_node(node)
+        nodes = np.array(sorted(touched), dtype=np.int64)
+        self.stamp[nodes] = np.arange(1, nodes.size + 1) + self._s.clock
+        self._s.clock += nodes.size
+
+    def task_counts(self) -> TaskCounts:
+        """How many held pods there are of each task key (see `workload.task_key`): counted
+        once, then kept up to date by every assume and forget, so the target workload of a
+        scheduling cycle costs the number of task types, not the number of pods."""
+        if self._tasks is None:
+            tasks = TaskCounts()
+            for holding in self.holdings.values():
+                tasks.add(holding.pod)
+            self._tasks = tasks
+        return self._tasks
+
     def _add(self, holding: Holding) -> None:
         self.holdings[holding.pod.key] = holding
+        if self._tasks is not None:
+            self._tasks.add(holding.pod)
         self._apply(holding, +1)
 
     def _remove(self, holding: Holding) -> None:
         del self.holdings[holding.pod.key]
+        if self._tasks is not None:
+            self._tasks.remove(holding.pod)
         self._apply(holding, -1)
 
     def _apply(self, holding: Holding, sign: int) -> None:
+        self._s.clock += 1
+        self.stamp[holding.node] = self._s.clock
         row = self.used[holding.node]
         for column, amount in holding.vector:
             row[column] += sign * amount
+        gpus = holding.gpus
+        if not gpus:
+            return
         base = int(self.gpu_offset[holding.node])
+        first, count = gpus[0], len(gpus)
+        if count > 2 and gpus[-1] - first == count - 1:
+            # Consecutive GPUs (a whole node, half of one): one slice, not a scalar a GPU.
+            start = base + first
+            self.gpu_free[start : start + count] -= sign * holding.milli_per_gpu
+            self.gpu_pods[start : start + count] += sign
+        else:
+            for gpu in gpus:
+                self.gpu_free[base + gpu] -= sign * holding.milli_per_gpu
+                self.gpu_pods[base + gpu] += sign
         app = holding.pod.app
-        for gpu in holding.gpus:
-            gid = base + gpu
-            self.gpu_free[gid] -= sign * holding.milli_per_gpu
-            self.gpu_pods[gid] += sign
-            if app is not None:
-                self._count_app(gid, app, sign)
-        if holding.gpus:
-            self._refresh_node(holding.node)
+        if app is not None:
+            for gpu in gpus:
+                self._count_app(base + gpu, app, sign)
+        self._refresh_node(holding.node)
 
     def _count_app(self, gid: int, app: str, sign: int) -> None:
         apps = self.gpu_apps.setdefault(gid, {})
@@ -321,22 +459,32 @@ class Snapshot:
                 del self.gpu_apps[gid]
 
     def _refresh_node(self, node: int) -> None:
-        """Recomputes the per-node GPU counters the filters read."""
+        """Recomputes the per-node GPU counters the filters read. Plain Python over the
+        node's few GPUs: it runs on every assume and forget, where numpy's per-call cost
+        on 8-element slices was most of the time."""
         start, stop = int(self.gpu_offset[node]), int(self.gpu_offset[node + 1])
-        free = self.gpu_free[start:stop]
-        usable = self.gpu_usable[start:stop]
-        whole = usable & (free >= WHOLE_GPU_MILLI)
-        mask = 0
-        for i in np.flatnonzero(whole):
-            mask |= 1 << int(i)
+        free = self.gpu_free[start:stop].tolist()
+        usable = self._s.gpu_usable[start:stop].tolist()
+        slots = self._s.gpu_slot[start:stop].tolist()
+        counts = [0] * self._s.numa_slots
+        mask = whole = 0
+        share: int | None = None
+        for i, milli in enumerate(free):
+            if not usable[i]:
+                continue
+            if share is None or milli > share:
+                share = milli
+            if milli >= WHOLE_GPU_MILLI:
+                mask |= 1 << i
+                whole += 1
+                counts[slots[i]] += 1
         self.free_mask[node] = mask
-        self.free_whole[node] = int(whole.sum())
-        self.max_share[node] = int(free[usable].max()) if usable.any() else 0
-        self.gpu_allocated[node] = int(WHOLE_GPU_MILLI * (stop - start) - free.sum())
-        slots = self._s.gpu_slot[start:stop]
-        counts = np.bincount(slots[whole], minlength=self._s.numa_slots)
-        self.numa_free[node] = counts
-        self.max_numa_free[node] = int(counts.max()) if counts.size else 0
+        self.free_whole[node] = whole
+        self.max_share[node] = share if share is not None else 0
+        self.gpu_allocated[node] = WHOLE_GPU_MILLI * (stop - start) - sum(free)
+        if counts:
+            self.numa_free[node] = counts
+        self.max_numa_free[node] = max(counts, default=0)
 
 
 def _path(
@@ -359,7 +507,8 @@ class SnapshotCache:
     signal: per-node facts of an unchanged Node are reused; the static part (with its cached
     node masks) is reused while no Node, the telemetry mapping or the config changed; and
     then only the pods that came, went or changed are assumed or forgotten. A snapshot built
-    through the cache belongs to it: callers must not change it (`schedule` works on a copy).
+    through the cache belongs to it: callers must not change it (`schedule` works on it in
+    place under `Snapshot.lock` and rolls its changes back before it returns).
     """
 
     def __init__(self) -> None:
@@ -384,6 +533,12 @@ class SnapshotCache:
             self._inputs = (nodes, telemetry, config)
             self._snapshot = snapshot
             self._held = {}
+        with snapshot.lock:
+            self._sync(snapshot, bound)
+        return snapshot
+
+    def _sync(self, snapshot: Snapshot, bound: Iterable[BoundPod]) -> None:
+        """Assumes the pods that came or changed, forgets those that went or changed."""
         current: dict[str, BoundPod] = {}
         for pod in bound:
             current.setdefault(pod.pod.key, pod)
@@ -392,12 +547,14 @@ class SnapshotCache:
             if now is None or (now is not before and now != before):
                 snapshot.forget(key)
                 del self._held[key]
+        if not self._held:  # a new snapshot: every pod at once
+            snapshot.load(current.values())
+            self._held = dict(current)
         for key, pod in current.items():
             if key not in self._held:
                 _add_bound(snapshot, pod)
                 self._held[key] = pod
         snapshot._journal.clear()
-        return snapshot
 
     def _same(self, nodes: tuple[Node, ...], telemetry: object, config: SchedulerConfig) -> bool:
         if self._inputs is None:
@@ -439,10 +596,10 @@ def build_snapshot(
     ordered = sorted(nodes, key=lambda n: n.name)
     if cache is not None:
         return cache.build(ordered, bound, telemetry, config)
-    infos = [_node_info(node) for node in ordered]
-    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config))
-    for pod in bound:
-        _add_bound(snapshot, pod)
+    allocatables = [node.allocatable_resources() for node in ordered]
+    infos = [_node_info(node, a) for node, a in zip(ordered, allocatables, strict=True)]
+    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config, allocatables))
+    snapshot.load(bound)
     snapshot._journal.clear()
     return snapshot
 
@@ -452,8 +609,9 @@ def _build_statics(
     infos: list[NodeInfo],
     telemetry: Mapping[tuple[str, int], GpuSample] | None,
     config: SchedulerConfig,
+    parsed: list[dict[str, int]] | None = None,
 ) -> _Statics:
-    allocatables = [node.allocatable_resources() for node in ordered]
+    allocatables = parsed if parsed is not None else [n.allocatable_resources() for n in ordered]
     columns = _columns(allocatables)
     return _statics(config, infos, allocatables, columns, telemetry)
 
@@ -464,34 +622,57 @@ def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:
     return {name: i for i, name in enumerate(names + extra)}
 
 
-def _node_info(node: Node) -> NodeInfo:
-    count = node.allocatable_resources().get(GPU_RESOURCE, 0)
+@functools.lru_cache(maxsize=256)
+def _parsed_topology(raw: str) -> tuple[int, NodeShape, tuple[float | None, ...]]:
+    """A topology annotation's GPU count, shape and memory per GPU. Memoised on the text:
+    the nodes of a cluster carry a handful of distinct annotations (one per hardware model),
+    and parsing and checking one took most of building a 5,000-node snapshot. Raises
+    `InvalidObjectError` (not memoised) for an annotation that does not parse."""
+    topology = parse_topology_annotation("", raw)
+    memory = tuple(float(g.memory_mib) if g.memory_mib is not None else None for g in topology.gpus)
+    return len(topology.gpus), NodeShape.from_topology(topology), memory
+
+
+def clear_topology_memo() -> None:
+    """Forgets the parsed topology annotations (for benchmarks that time a first build)."""
+    _parsed_topology.cache_clear()
+
+
+def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> NodeInfo:
+    """The static facts of ``node``; ``allocatable``: its parsed allocatable resources, when
+    the caller has them already (parsing quantities is not free)."""
+    resources = allocatable if allocatable is not None else node.allocatable_resources()
+    count = resources.get(GPU_RESOURCE, 0)
     raw = node.metadata.annotations.get(TOPOLOGY_ANNOTATION)
-    shape, known, error = NodeShape.unknown(count), False, None
+    shape: NodeShape | None = None
+    known, error = False, None
     memory: tuple[float | None, ...] = (None,) * count
     if raw is not None:
         try:
-            topology = parse_topology_annotation(node.name, raw)
-        except InvalidObjectError as err:
-            error = str(err)
+            parsed = _parsed_topology(raw)
+        except InvalidObjectError:
+            try:  # again, for a message that names this node
+                parse_topology_annotation(node.name, raw)
+            except InvalidObjectError as err:
+                error = str(err)
+            else:  # pragma: no cover - the annotation parses the same for any node name
+                raise
         else:
-            if len(topology.gpus) != count:
+            described, parsed_shape, parsed_memory = parsed
+            if described != count:
                 error = (
                     f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
-                    f"{len(topology.gpus)} GPUs but the node advertises {count} {GPU_RESOURCE}"
+                    f"{described} GPUs but the node advertises {count} {GPU_RESOURCE}"
                 )
             else:
-                shape, known = NodeShape.from_topology(topology), True
-                memory = tuple(
-                    float(g.memory_mib) if g.memory_mib is not None else None for g in topology.gpus
-                )
+                shape, known, memory = parsed_shape, True, parsed_memory
     return NodeInfo(
         name=node.name,
         labels=dict(node.labels),
         taints=tuple(node.spec.taints),
         unschedulable=node.spec.unschedulable,
         ready=node.ready,
-        shape=shape,
+        shape=shape if shape is not None else NodeShape.unknown(count),
         topology_known=known,
         topology_error=error,
         gpu_memory_mib=memory,
@@ -639,23 +820,25 @@ def _add_bound(snapshot: Snapshot, bound: BoundPod) -> None:
     node = snapshot.index.get(bound.node)
     if node is None or bound.pod.key in snapshot.holdings:
         return
-    gpus = _bound_gpus(snapshot, node, bound)
+    gpus = _bound_gpus(snapshot, node, bound, snapshot.gpu_free)
     snapshot.assume(bound.pod, node, gpus)
 
 
-def _bound_gpus(snapshot: Snapshot, node: int, bound: BoundPod) -> list[int]:
+def _bound_gpus(
+    snapshot: Snapshot, node: int, bound: BoundPod, gpu_free: Sequence[int] | IntArray
+) -> list[int]:
     """The GPUs a bound pod holds. Without a valid ``gpusched.io/gpus`` annotation we cannot
     know which ones the device plugin gave it, so we take the highest-indexed free ones (the
     opposite end from where we allocate) and say so on the node."""
     wanted = bound.pod.gpus or (1 if bound.pod.gpu_milli else 0)
-    count = snapshot.nodes[node].gpu_count
-    need = bound.pod.gpu_milli or WHOLE_GPU_MILLI
-    base = int(snapshot.gpu_offset[node])
-    if bound.gpus is not None and len(bound.gpus) == wanted and all(g < count for g in bound.gpus):
-        return list(bound.gpus)
     if not wanted:
         return []
-    free = [g for g in reversed(range(count)) if snapshot.gpu_free[base + g] >= need]
+    count = snapshot.nodes[node].gpu_count
+    if bound.gpus is not None and len(bound.gpus) == wanted and all(g < count for g in bound.gpus):
+        return list(bound.gpus)
+    need = bound.pod.gpu_milli or WHOLE_GPU_MILLI
+    base = int(snapshot.gpu_offset[node])
+    free = [g for g in reversed(range(count)) if gpu_free[base + g] >= need]
     chosen = sorted(free[:wanted])
     if chosen:
         note = (

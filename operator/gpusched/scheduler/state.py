@@ -11,10 +11,11 @@ atomic with respect to the others: the ledger needs no lock of its own.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpusched.api.crds import (
@@ -54,6 +55,8 @@ class PodRecord:
     holding: BoundPod | None = None
     """The engine's view of the pod while it holds resources (one object per pod version,
     so the snapshot cache can tell unchanged pods by identity)."""
+    source: str | None = None
+    """`_pod_fingerprint` of the body this record was parsed from (None: not from a body)."""
 
     @property
     def key(self) -> str:
@@ -154,11 +157,15 @@ class ClusterState:
         key = f"{_namespace(body)}/{_name(body)}"
         if str(_metadata(body).get("uid") or "") in self.gone:
             return  # an older pod of this name: its deletion is known already
+        seen = _pod_fingerprint(body)
+        before = self.pods.get(key)
+        if before is not None and seen is not None and before.source == seen:
+            return  # a status heartbeat: nothing a decision reads changed, nothing to parse
         record = self._pod_record(key, body)
         if record is None:
             self.delete_pod(key)
             return
-        before = self.pods.get(key)
+        record = replace(record, source=seen)
         if (
             before is not None
             and before.node is not None
@@ -457,6 +464,25 @@ class ClusterState:
 def _holds(record: PodRecord) -> bool:
     """Bound and not finished: a terminating pod still holds its GPUs until it is gone."""
     return record.node is not None and not record.pod.is_terminal
+
+
+def _pod_fingerprint(body: Mapping[str, Any]) -> str | None:
+    """The parts of a pod body that `parse_pod` reads (metadata but its versions and managed
+    fields, the spec, the phase) as one string: equal strings parse to equal records, so a
+    MODIFIED event that only touched the rest of the status (conditions, container states:
+    the kubelet's heartbeats) costs this instead of a pydantic parse. None when the body does
+    not serialise (it is parsed, and reported, as before)."""
+    metadata = _metadata(body)
+    read = {k: v for k, v in metadata.items() if k not in _UNREAD_METADATA}
+    phase = _mapping(body.get("status")).get("phase")
+    try:
+        return json.dumps((read, body.get("spec"), phase), separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        return None
+
+
+_UNREAD_METADATA = frozenset({"resourceVersion", "managedFields", "generation"})
+"""Metadata that changes with every write and that `parse_pod` does not read."""
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
