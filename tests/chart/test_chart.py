@@ -296,6 +296,11 @@ OPERATOR_GRANTS = {
     (GROUP, "workloads/status"): {"patch"},
     # ownerReferences with blockOwnerDeletion on what a Workload creates.
     (GROUP, "workloads/finalizers"): {"update"},
+    # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched.
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update"},
+    ("resource.k8s.io", "resourceclaims/status"): {"update"},
 }
 LEASE_GRANTS = {
     # LeaderElector: create the Lease once, then read and replace it (PUT) by name.
