@@ -301,6 +301,8 @@ OPERATOR_GRANTS = {
     ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update"},
     ("resource.k8s.io", "resourceclaims/status"): {"update"},
+    # Checked by the API server before a status update may change allocation or reservedFor.
+    ("resource.k8s.io", "resourceclaims/binding"): {"update"},
 }
 LEASE_GRANTS = {
     # LeaderElector: create the Lease once, then read and replace it (PUT) by name.

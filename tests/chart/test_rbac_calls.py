@@ -168,9 +168,11 @@ def _granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 
 EXTRA = {
     (GROUP, "workloads/finalizers"): {"update"},
+    ("resource.k8s.io", "resourceclaims/binding"): {"update"},
 }
 """Granted without a request of their own: creating objects whose ownerReference has
-blockOwnerDeletion needs it where OwnerReferencesPermissionEnforcement is on."""
+blockOwnerDeletion needs it where OwnerReferencesPermissionEnforcement is on; a claim's status
+update that changes its allocation or reservedFor needs ``resourceclaims/binding``."""
 
 
 def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
