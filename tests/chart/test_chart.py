@@ -377,6 +377,25 @@ def test_the_agent_runs_on_gpu_nodes_only_and_knows_its_node() -> None:
     assert "nvidia.com/gpu" not in json.dumps(container["resources"]), "must not take a GPU"
 
 
+def test_the_agent_reads_the_kubelets_pod_resources_socket_read_only() -> None:
+    docs = render("agent.enabled=true")
+    container = _container(docs, "DaemonSet")
+    args = _parser().parse_args(container["args"])
+    assert args.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "pod-resources")
+    assert mount == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+    volumes = find(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    volume = next(v for v in volumes if v["name"] == "pod-resources")
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    off = _container(render("agent.enabled=true", "agent.podResourcesSocket="), "DaemonSet")
+    assert _parser().parse_args(off["args"]).pod_resources_socket == ""
+    assert all(m["name"] != "pod-resources" for m in off["volumeMounts"])
+
+
 def test_the_dashboards_config_map_holds_every_dashboard_file() -> None:
     data = find(render("dashboards.enabled=true"), "ConfigMap", "-dashboards").get("data") or {}
     files = sorted(p.name for p in (CHART / "dashboards").glob("*.json"))

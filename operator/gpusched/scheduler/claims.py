@@ -62,6 +62,7 @@ from gpusched.engine.devices import (
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, PodFailure, Reason, ScheduleResult
 from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler.assignments import ActualAssignments, Mismatch
 from gpusched.scheduler.ports import ApiError
 
 logger = logging.getLogger(__name__)
@@ -218,6 +219,8 @@ class View:
     """(claim, pod uid): allocations a previous leader wrote for a pod it never bound."""
     group_of: dict[str, str] = field(default_factory=dict)
     """Pod → its group's key, for the pods above."""
+    mismatches: list[Mismatch] = field(default_factory=list)
+    """Bound pods the kubelet gave other GPUs than gpusched chose, new this cycle."""
 
     def amend(self, result: ScheduleResult) -> None:
         """Puts our reasons into the engine's result: a pod that could not even be offered to
@@ -288,6 +291,7 @@ class DraView:
         self._holdings: dict[str, tuple[object, BoundPod]] = {}
         self._requests: dict[str, tuple[PodRequest, tuple[object, ...], PodRequest]] = {}
         self._by_node: tuple[int, dict[str, list[ResourceSlice]]] = (-1, {})
+        self.actual = ActualAssignments()
 
     def devices(self, node: Node) -> NodeDevices | None:
         generation = self.book.slices_generation
@@ -317,6 +321,7 @@ class DraView:
     ) -> View:
         """``busy``: claims being written by a running transaction (claim → node, devices)."""
         all_nodes = list(nodes)
+        bound, mismatches = self.actual.apply({n.name: n for n in all_nodes}, bound)
         inventory = {n.name: d for n in all_nodes if (d := self.devices(n)) is not None}
         plans: dict[str, PodPlan] = {}
         failures: dict[str, str] = {}
@@ -353,6 +358,7 @@ class DraView:
             problems,
             stale,
             group_of,
+            mismatches,
         )
 
     # ----- pods ---------------------------------------------------------------------------------

@@ -347,6 +347,11 @@ class Scheduler:
         view.amend(result)
         for claim, uid in view.stale:
             self.spawn(self.claims.release(claim, uid, clear=True))
+        for mismatch in view.mismatches:
+            if (record := self.state.pods.get(mismatch.pod)) is not None:
+                self.recorder.record(
+                    _pod_ref(record), "Warning", "GPUAssignmentMismatch", mismatch.message
+                )
         self._view = view
         metrics.DECISION_SECONDS.observe(self.clock() - started)
         return result
