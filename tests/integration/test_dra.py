@@ -46,7 +46,8 @@ def _clean(api: ApiClient) -> None:
     """Claims carry our finalizer: delete them, strip it (retrying while controllers update
     them too), then delete everything else DRA this test made."""
     for item in api.list("pods", namespace=NS):
-        api.delete("pods", item["metadata"]["name"], NS)
+        with contextlib.suppress(ApiStatusError):  # gone meanwhile
+            api.delete("pods", item["metadata"]["name"], NS)
     for body in _claims(api):
         with contextlib.suppress(ApiStatusError):  # gone already: its pod's deletion took it
             api.delete("resourceclaims", body["metadata"]["name"], NS, group=RESOURCE)

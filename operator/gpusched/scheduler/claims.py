@@ -75,6 +75,8 @@ MATCH_LABEL_PREFIX = "dra.gpusched.io/match-"
 """Per distinct set of device checks, on the nodes whose every GPU passes them."""
 WRITE_ATTEMPTS = 3
 """Tries of one claim write that met a conflict (someone else updated the claim meanwhile)."""
+WRITE_CONCURRENCY = 16
+"""Claims of one gang written at the same time (each claim's own writes stay in order)."""
 
 
 class ClaimApi(Protocol):
@@ -221,24 +223,31 @@ class View:
     """Pod → its group's key, for the pods above."""
     mismatches: list[Mismatch] = field(default_factory=list)
     """Bound pods the kubelet gave other GPUs than gpusched chose, new this cycle."""
+    waiting: set[str] = field(default_factory=set)
+    """Pods among ``failures`` that only wait (their claim is being made or released)."""
 
     def amend(self, result: ScheduleResult) -> None:
         """Puts our reasons into the engine's result: a pod that could not even be offered to
         the engine, and the DRA nodes' problems on every DRA pod or group left unplaced."""
         failed_groups: dict[str, list[str]] = {}
+        only_waiting: dict[str, bool] = {}
         for pod, why in sorted(self.failures.items()):
-            result.unschedulable.append(PodFailure(pod, Reason.UNSCHEDULABLE, why))
+            waits = pod in self.waiting
+            reason = Reason.WAITING_FOR_PODS if waits else Reason.UNSCHEDULABLE
+            result.unschedulable.append(PodFailure(pod, reason, why))
             group = self.group_of.get(pod)
             if group is not None:
                 failed_groups.setdefault(group, []).append(f"{pod}: {why}")
+                only_waiting[group] = only_waiting.get(group, True) and waits
         problems = self.problem_text()
         for index, decision in enumerate(result.groups):
             lines = failed_groups.get(decision.name)
             if lines:
+                waits = only_waiting[decision.name]
                 result.groups[index] = dataclasses.replace(
                     decision,
-                    phase=Phase.UNSCHEDULABLE,
-                    reason=Reason.UNSCHEDULABLE,
+                    phase=Phase.PENDING if waits else Phase.UNSCHEDULABLE,
+                    reason=Reason.WAITING_FOR_PODS if waits else Reason.UNSCHEDULABLE,
                     message="; ".join(lines),
                 )
             elif (
@@ -267,6 +276,11 @@ def _has_dra(
     decision: GroupDecision, plans: Mapping[str, PodPlan], group_of: Mapping[str, str]
 ) -> bool:
     return any(group_of.get(pod) == decision.name for pod in plans)
+
+
+class ClaimWaitingError(ClaimError):
+    """Not wrong, only not ready: the claim is being made, written or released. The pod waits
+    without backing off, as a gang waits for its pods."""
 
 
 class PodSource(Protocol):
@@ -327,6 +341,7 @@ class DraView:
         failures: dict[str, str] = {}
         stale: list[tuple[str, str]] = []
         group_of: dict[str, str] = {}
+        waiting: set[str] = set()
         for request in ready:
             record = pods.get(request.key)
             if record is None or not record.pod.spec.resource_claims:
@@ -337,6 +352,8 @@ class DraView:
                 plan = self._plan(record.pod, record.uid, busy, stale)
             except ClaimError as why:
                 failures[request.key] = str(why)
+                if isinstance(why, ClaimWaitingError):
+                    waiting.add(request.key)
                 continue
             plans[request.key] = plan
         signatures = {p.checks for p in plans.values()}
@@ -359,6 +376,7 @@ class DraView:
             stale,
             group_of,
             mismatches,
+            waiting,
         )
 
     # ----- pods ---------------------------------------------------------------------------------
@@ -374,18 +392,18 @@ class DraView:
         for key in claim_keys(pod):
             claim = self.book.claims.get(key)
             if claim is None:
-                raise ClaimError(f"waiting for ResourceClaim {key} to exist")
+                raise ClaimWaitingError(f"waiting for ResourceClaim {key} to exist")
             if claim.metadata.deletion_timestamp is not None:
                 raise ClaimError(f"ResourceClaim {key} is being deleted")
             if claim.status.allocation is not None:
                 if claim.reserved_for_pod(uid) and key not in busy:
                     stale.append((key, uid))
-                    raise ClaimError(
+                    raise ClaimWaitingError(
                         f"ResourceClaim {key} holds an allocation made for this pod by a "
                         "scheduler that never bound it; releasing it"
                     )
                 if key in busy:
-                    raise ClaimError(f"ResourceClaim {key} is being allocated")
+                    raise ClaimWaitingError(f"ResourceClaim {key} is being allocated")
                 raise ClaimError(
                     f"ResourceClaim {key} is already allocated (shared with another pod); "
                     "gpusched does not place pods onto an existing allocation yet"
@@ -530,7 +548,7 @@ def claim_keys(pod: Pod) -> list[str]:
             keys.append(f"{pod.metadata.namespace}/{entry.resource_claim_name}")
             continue
         if entry.name not in made:
-            raise ClaimError(
+            raise ClaimWaitingError(
                 f"waiting for the ResourceClaim of {entry.name} (from ResourceClaimTemplate "
                 f"{entry.resource_claim_template_name}) to be created"
             )
@@ -698,21 +716,32 @@ class ClaimAllocator:
                 del self.writes[write.key]
 
     async def allocate(self, writes: Sequence[ClaimWrite]) -> str | None:
-        """Writes every claim of a gang; on any failure releases all it wrote and returns why.
-        The writes stop holding devices through `writes` once done: the claims hold them."""
+        """Writes every claim of a gang (each claim's two writes in order, claims side by
+        side, as kube-scheduler's PreBind runs per pod); on any failure releases every claim
+        the gang's writes touched and returns why. Done, the writes stop holding devices
+        through `writes`: the claims hold them."""
         if not writes:
             return None
         loop = asyncio.get_running_loop()
         started = loop.time()
-        done: list[_Done] = []
-        try:
-            for write in writes:
-                step = _Done(write)
-                done.append(step)
+        slots = asyncio.Semaphore(WRITE_CONCURRENCY)
+        steps = [_Done(write) for write in writes]
+
+        async def write_one(step: _Done) -> None:
+            async with slots:
                 await self._write(step)
-        except (ApiError, _RefusedError) as error:
-            await self._release_all(done)
-            return f"allocating ResourceClaim {done[-1].write.key} failed: {error}"
+
+        try:
+            outcomes = await asyncio.gather(
+                *(write_one(step) for step in steps), return_exceptions=True
+            )
+            failed = [(s, o) for s, o in zip(steps, outcomes, strict=True) if o is not None]
+            if failed:
+                await self._release_all([s for s in steps if s.finalizer or s.allocated])
+                step, error = failed[0]
+                if not isinstance(error, ApiError | _RefusedError):
+                    raise error
+                return f"allocating ResourceClaim {step.write.key} failed: {error}"
         finally:
             self.drop(writes)
             self.allocation_seconds += loop.time() - started
