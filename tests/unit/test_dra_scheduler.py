@@ -207,3 +207,20 @@ async def test_claims_hold_their_devices_after_a_restart_even_when_their_pod_is_
     assert len(allocated) == 2, allocated  # the old claim and one new: 8 GPUs, no more
     first, second = allocated.values()
     assert not first & second
+
+
+@pytest.mark.asyncio
+async def test_nvidia_gpu_backed_by_a_device_class_is_refused_with_a_reason_not_guessed() -> None:
+    # KEP-5004: the class serves nvidia.com/gpu on DRA nodes. gpusched does not create the
+    # claim kube-scheduler would; the pod is kept off DRA nodes and told why.
+    scheduler, api, _ = _world(gang=0)
+    scheduler.claims.book.upsert_class(dra.device_class(extended="nvidia.com/gpu"))
+    body = dra.pod("plain", NS, gpus=2)
+    body["metadata"]["uid"] = "uid-plain"
+    scheduler.state.upsert_pod(body)
+    await run_cycle(scheduler)
+    assert api.binds == []
+    messages = [e["message"] for e in api.events if e["reason"] == "FailedScheduling"]
+    assert any(
+        "DRA nodes serve nvidia.com/gpu through DeviceClass gpu.nvidia.com" in m for m in messages
+    ), messages

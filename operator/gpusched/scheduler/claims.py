@@ -111,6 +111,8 @@ class ClaimBook:
     errors: dict[str, str] = field(default_factory=dict)
     """Objects that could not be parsed, by kind and name: why."""
     slices_generation: int = 0
+    releasing: set[str] = field(default_factory=set)
+    """Claims whose unfinished allocation is being undone (not planned for meanwhile)."""
     listed: bool = False
     """Claims, slices and classes were listed afresh since this replica took the lead."""
 
@@ -217,7 +219,7 @@ class View:
     """Pods of ours that cannot be placed for a DRA reason: why."""
     problems: dict[str, tuple[str, ...]]
     """DRA nodes whose devices cannot all be used: why."""
-    stale: list[tuple[str, str]]
+    stale: list[tuple[str, str, str]]
     """(claim, pod uid): allocations a previous leader wrote for a pod it never bound."""
     group_of: dict[str, str] = field(default_factory=dict)
     """Pod → its group's key, for the pods above."""
@@ -225,6 +227,9 @@ class View:
     """Bound pods the kubelet gave other GPUs than gpusched chose, new this cycle."""
     waiting: set[str] = field(default_factory=set)
     """Pods among ``failures`` that only wait (their claim is being made or released)."""
+    extended: dict[str, str] = field(default_factory=dict)
+    """Pods asking a GPU resource that a DeviceClass also serves through DRA (KEP-5004), which
+    gpusched does not allocate yet: the note their reasons carry."""
 
     def amend(self, result: ScheduleResult) -> None:
         """Puts our reasons into the engine's result: a pod that could not even be offered to
@@ -262,6 +267,17 @@ class View:
             if problems and failure.pod in self.plans:
                 result.unschedulable[index] = dataclasses.replace(
                     failure, message=f"{failure.message}; {problems}"
+                )
+            elif failure.pod in self.extended:
+                note = self.extended[failure.pod]
+                result.unschedulable[index] = dataclasses.replace(
+                    failure, message=f"{failure.message}; {note}"
+                )
+        noted = {self.group_of[p]: n for p, n in self.extended.items() if p in self.group_of}
+        for index, decision in enumerate(result.groups):
+            if decision.name in noted and decision.phase is not Phase.SCHEDULED:
+                result.groups[index] = dataclasses.replace(
+                    decision, message=f"{decision.message}; {noted[decision.name]}"
                 )
 
     def problem_text(self) -> str:
@@ -339,7 +355,7 @@ class DraView:
         inventory = {n.name: d for n in all_nodes if (d := self.devices(n)) is not None}
         plans: dict[str, PodPlan] = {}
         failures: dict[str, str] = {}
-        stale: list[tuple[str, str]] = []
+        stale: list[tuple[str, str, str]] = []
         group_of: dict[str, str] = {}
         waiting: set[str] = set()
         for request in ready:
@@ -356,6 +372,14 @@ class DraView:
                     waiting.add(request.key)
                 continue
             plans[request.key] = plan
+        extended = self._extended_note()
+        noted: dict[str, str] = {}
+        if extended and inventory:
+            for request in ready:
+                if request.key not in plans and request.key not in failures and request.wants_gpu:
+                    noted[request.key] = extended
+                    if request.group is not None:
+                        group_of[request.key] = f"{request.namespace}/{request.group}"
         signatures = {p.checks for p in plans.values()}
         view_nodes = [self._node(n, inventory.get(n.name), signatures) for n in all_nodes]
         view_ready = [
@@ -377,6 +401,21 @@ class DraView:
             group_of,
             mismatches,
             waiting,
+            noted,
+        )
+
+    def _extended_note(self) -> str:
+        classes = sorted(
+            name
+            for name, c in self.book.classes.items()
+            if c.spec.extended_resource_name == self.gpu_resource
+        )
+        if not classes:
+            return ""
+        return (
+            f"DRA nodes serve {self.gpu_resource} through DeviceClass {', '.join(classes)} "
+            "(extended resources backed by DRA), which gpusched does not allocate yet: on DRA "
+            "nodes ask for GPUs with a ResourceClaimTemplate"
         )
 
     # ----- pods ---------------------------------------------------------------------------------
@@ -386,7 +425,7 @@ class DraView:
         pod: Pod,
         uid: str,
         busy: Mapping[str, tuple[str, tuple[str, ...]]],
-        stale: list[tuple[str, str]],
+        stale: list[tuple[str, str, str]],
     ) -> PodPlan:
         claims: list[ClaimPlan] = []
         for key in claim_keys(pod):
@@ -395,9 +434,11 @@ class DraView:
                 raise ClaimWaitingError(f"waiting for ResourceClaim {key} to exist")
             if claim.metadata.deletion_timestamp is not None:
                 raise ClaimError(f"ResourceClaim {key} is being deleted")
+            if key in self.book.releasing:
+                raise ClaimWaitingError(f"ResourceClaim {key} is being released")
             if claim.status.allocation is not None:
                 if claim.reserved_for_pod(uid) and key not in busy:
-                    stale.append((key, uid))
+                    stale.append((key, uid, claim.metadata.resource_version))
                     raise ClaimWaitingError(
                         f"ResourceClaim {key} holds an allocation made for this pod by a "
                         "scheduler that never bound it; releasing it"
@@ -881,6 +922,24 @@ class ClaimAllocator:
             metadata["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
             current = await self.api.update_claim({**current, "metadata": metadata})
             self.book.upsert_claim(current)
+
+    async def release_stale(self, key: str, uid: str, version: str) -> None:
+        """Undoes an allocation a scheduler wrote for pod ``uid`` and never bound, if the
+        claim is still exactly as it was seen (``version``): a claim that changed since may
+        have been allocated afresh, and must not lose that allocation."""
+        if self.api is None or key in self.book.releasing:
+            return
+        self.book.releasing.add(key)
+        try:
+            namespace, name = key.split("/", 1)
+            body = await self.api.get_claim(namespace, name)
+            seen = ((body or {}).get("metadata") or {}).get("resourceVersion")
+            if body is not None and seen == version:
+                await self._release_once(body, uid, clear=True)
+        except ApiError as error:
+            logger.warning("cannot release the unfinished allocation of %s: %s", key, error)
+        finally:
+            self.book.releasing.discard(key)
 
     async def release_pod(self, pod: str, uid: str, keys: Iterable[str]) -> None:
         """After a refused bind: the pod's claims are released as kube-scheduler's Unreserve

@@ -345,8 +345,8 @@ class Scheduler:
         groups = self.state.group_specs()
         result = await asyncio.to_thread(schedule, snapshot, view.ready, groups)
         view.amend(result)
-        for claim, uid in view.stale:
-            self.spawn(self.claims.release(claim, uid, clear=True))
+        for claim, uid, version in view.stale:
+            self.spawn(self.claims.release_stale(claim, uid, version))
         for mismatch in view.mismatches:
             if (record := self.state.pods.get(mismatch.pod)) is not None:
                 self.recorder.record(
