@@ -3,7 +3,8 @@
 #   docker build -t gpusched:dev .
 # Two stages: the first builds a virtual environment with gpusched and its dependencies, the
 # second copies only that environment onto a clean base, so no pip cache, compiler or source
-# tree ends up in the image.
+# tree ends up in the image. The build runs `gpusched simulate` on the sample the package
+# ships, away from the source tree, so an image that cannot run it is never built.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
@@ -18,6 +19,7 @@ COPY pyproject.toml README.md ./
 COPY operator/ operator/
 RUN /opt/gpusched/bin/pip install . \
     && /opt/gpusched/bin/gpusched --help >/dev/null \
+    && (cd / && /opt/gpusched/bin/gpusched simulate >/dev/null) \
     && /opt/gpusched/bin/python -m pip uninstall -y -q pip setuptools \
     && /opt/gpusched/bin/python -m compileall -q /opt/gpusched/lib
 

@@ -1,10 +1,10 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image
+.PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image controlplane cluster
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 setup: ## install gpusched with its development tools (editable)
 	$(PYTHON) -m pip install -e '.[dev]'
@@ -20,7 +20,7 @@ lint: ## ruff, ruff format --check, mypy --strict, import-linter
 
 bench: ## run the engine, operator and telemetry benchmarks and print their tables
 	$(PYTHON) bench/engine.py
-	$(PYTHON) bench/operator.py
+	$(PYTHON) bench/operator_bench.py
 	$(PYTHON) bench/telemetry.py
 	$(PYTHON) bench/quality.py
 	$(PYTHON) bench/openb.py --quick
@@ -30,6 +30,13 @@ bench-openb: ## openb placement quality vs published FGD: 17 traces x 9 policies
 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
+
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 (Go; cached)
+	bash tests/cluster/build-controlplane.sh
+
+cluster: ## a real control plane on 127.0.0.1 with the sample nodes, until Ctrl-C (prints kubeconfigs)
+	bash .ci/install-helm.sh
+	PATH="$(CURDIR)/.ci/bin:$$PATH" $(PYTHON) -m tests.cluster
 
 e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
 	$(PYTHON) -m pytest -q tests/e2e

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gpusched import __version__
 from gpusched.commands import EXIT_OK, register_all
 
 
@@ -27,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpusched", description="Topology-aware gang scheduler for GPU workloads."
     )
+    parser.add_argument("--version", action="version", version=f"gpusched {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     register_all(commands)
     return parser

@@ -45,7 +45,7 @@ from gpusched.engine.snapshot import (
     Snapshot,
     build_snapshot,
 )
-from gpusched.simulate import ClusterObjects
+from gpusched.simulate import ClusterObjects, first_attempt
 
 KINDS = {
     "pod": "Pod",
@@ -108,8 +108,8 @@ class Cluster:
 
 
 def from_objects(objects: ClusterObjects) -> Cluster:
-    """A cluster read by ``simulate``'s loader (which already refused invalid input)."""
-    cluster = Cluster(objects)
+    """A cluster read by ``simulate``'s loader (invalid groups kept with their errors)."""
+    cluster = Cluster(objects, invalid_groups={g.key: g for g in objects.invalid_groups})
     for group in objects.groups:
         ref = group.spec.workload_ref
         if ref is not None:
@@ -174,6 +174,8 @@ def _invalid(cluster: Cluster, document: Mapping[str, Any], error: str) -> None:
         cluster.invalid_groups[key] = GroupSpec(key, GroupKind.COMPOSITE, invalid=error)
     elif kind == "Pod":
         cluster.invalid_pods[key] = error
+    elif kind == "Workload":
+        cluster.objects.invalid_workloads[key] = error
 
 
 # ----- phase 2: the decision -----------------------------------------------------------------
@@ -216,7 +218,7 @@ def decide(
     snapshot = build_snapshot(cluster.objects.nodes, bound.values(), telemetry, config)
     specs = {g.key: _spec(g) for g in cluster.objects.groups}
     specs.update({k: v for k, v in cluster.invalid_groups.items() if k not in specs})
-    result = schedule(snapshot, list(pending.values()), list(specs.values()))
+    result = first_attempt(schedule(snapshot, list(pending.values()), list(specs.values())))
     return Run(
         snapshot=snapshot,
         pending=pending,
@@ -390,6 +392,9 @@ def explain(run: Run, cluster: Cluster, target: Target) -> Explanation:
     """The report about ``target``; `ExplainError` when there is no such object."""
     if target.kind == "Pod":
         return _explain_pod(run, cluster, target)
+    invalid = cluster.objects.invalid_workloads.get(target.key)
+    if target.kind == "Workload" and invalid is not None:
+        return Explanation(target, f"Workload {target.key}: Invalid", [invalid])
     keys = _target_groups(run, cluster, target)
     explanation = Explanation(target, _group_headline(run, target, keys))
     for key in keys:
@@ -431,6 +436,28 @@ def _group_headline(run: Run, target: Target, keys: Sequence[str]) -> str:
     else:
         verdict = f"the engine would not place it now ({decision.reason.value})"
     return f"{target.kind} {target.key}: {verdict}"
+
+
+def _failed_members(run: Run, spec: GroupSpec, reason: Reason) -> list[str]:
+    """Keys of the group's pods the engine left out for ``reason``."""
+    return [
+        k
+        for k, p in sorted(run.pods.items())
+        if p.group
+        and f"{p.namespace}/{p.group}" == spec.key
+        and k in run.failures
+        and run.failures[k].reason is reason
+    ]
+
+
+def _ungate_hint(run: Run, keys: Sequence[str]) -> str:
+    """Gates are removed by whoever added them (a quota or provisioning controller)."""
+    named = ", ".join(f"{k} ({', '.join(run.pods[k].scheduling_gates)})" for k in keys[:3])
+    more = f", … {len(keys) - 3} more" if len(keys) > 3 else ""
+    return (
+        f"remove the scheduling gates of {hints.plural(len(keys), 'pod')}: {named}{more}; "
+        "no scheduler places a pod while spec.schedulingGates has an entry"
+    )
 
 
 def _members(run: Run, key: str) -> tuple[list[str], list[str]]:
@@ -483,7 +510,8 @@ def _explain_pod(run: Run, cluster: Cluster, target: Target) -> Explanation:
     if group_key is not None:
         explanation.pod_lines.append(f"in PodGroup {group_key}")
     failure = run.failures.get(key)
-    if failure is not None and not (group_key is not None and group_key in run.decisions):
+    own = failure is not None and failure.reason is Reason.SCHEDULING_GATED
+    if failure is not None and (own or not (group_key is not None and group_key in run.decisions)):
         explanation.pod_lines += [f"reason: {failure.reason.value}", f"message: {failure.message}"]
     if group_key is not None and group_key in run.groups:
         root = root_of(run, group_key)
@@ -496,6 +524,8 @@ def _explain_pod(run: Run, cluster: Cluster, target: Target) -> Explanation:
 def _pod_failure_hints(run: Run, key: str, failure: PodFailure, group_key: str | None) -> list[str]:
     if failure.reason is Reason.INVALID:
         return [f"fix the pod: {failure.message}"]
+    if failure.reason is Reason.SCHEDULING_GATED:
+        return [_ungate_hint(run, [key])]
     if group_key is not None:
         return [f"create PodGroup {group_key}, or change the pod's {POD_GROUP_LABEL} label"]
     return hints.pod_hints(before_turn(run, key), run.pending[key])
@@ -528,15 +558,15 @@ def group_hints(run: Run, spec: GroupSpec, decision: GroupDecision) -> list[str]
         return [f"fix the object: {spec.invalid or decision.message}"]
     pending, bound = _members(run, spec.key)
     if decision.reason is Reason.WAITING_FOR_PODS:
-        refused = [
-            run.failures[k].message
-            for k, p in sorted(run.pods.items())
-            if p.group
-            and f"{p.namespace}/{p.group}" == spec.key
-            and k in run.failures
-            and run.failures[k].reason is Reason.INVALID
-        ]
-        return hints.waiting_hints(spec, decision.message, refused)
+        refused = [run.failures[k].message for k in _failed_members(run, spec, Reason.INVALID)]
+        gated = _failed_members(run, spec, Reason.SCHEDULING_GATED)
+        waiting = hints.waiting_hints(spec, decision.message, refused)
+        if not gated:
+            return waiting
+        # Ungating is the fix when the gated pods would complete the gang.
+        counted = len(pending) + len(bound) - len(gated) - len(refused)
+        enough = spec.kind is GroupKind.POD_GROUP and counted + len(gated) >= spec.minimum
+        return [_ungate_hint(run, gated)] + ([] if enough else waiting)
     if decision.message.startswith(("PodGroup ", "CompositePodGroup ")) and spec.parent:
         return [f"see {spec.parent}: this group failed with its parent"]
     if spec.kind is GroupKind.COMPOSITE:

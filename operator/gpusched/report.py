@@ -68,6 +68,9 @@ def render_table(simulation: Simulation) -> str:
             for u in result.unschedulable
         ]
         lines += ["UNSCHEDULABLE", *_table(["POD", "REASON", "MESSAGE"], rows), ""]
+    if simulation.invalid_workloads:
+        rows = [[key, "Invalid", why] for key, why in sorted(simulation.invalid_workloads.items())]
+        lines += ["INVALID WORKLOADS", *_table(["NAME", "REASON", "MESSAGE"], rows), ""]
     for kind, count in sorted(simulation.ignored.items()):
         lines.append(f"(ignored {count} × {kind})")
     return "\n".join(lines).rstrip() + "\n"

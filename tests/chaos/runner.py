@@ -8,6 +8,7 @@ operator crashes and leader changes — and running a scheduling cycle. GPUs are
 every step; the rest after a quiet spell at the end (faults off, watches caught up).
 
     python -m tests.chaos.runner --seed 1234          # one run, verbose on violation
+    python -m tests.chaos.runner --seed 1234 --trace  # the same, printing every step
     python -m tests.chaos.runner --runs 10000         # many
 """
 
@@ -28,6 +29,7 @@ from unittest import mock
 
 from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.engine.snapshot import GpuSample
+from gpusched.scheduler import service
 from tests.builders import topology_annotation
 from tests.chaos import invariants
 from tests.chaos.sim import (
@@ -41,6 +43,7 @@ from tests.chaos.sim import (
     fresh_pod_list,
     inline_to_thread,
 )
+from tests.chaos.trace import Tracer
 
 ZONE = "topology.kubernetes.io/zone"
 RACK = invariants.RACK
@@ -193,7 +196,9 @@ def composite(name: str, min_groups: int) -> Body:
 
 
 class Run:
-    def __init__(self, seed: int, steps: int = STEPS) -> None:
+    def __init__(
+        self, seed: int, steps: int = STEPS, trace: Callable[[str], None] | None = None
+    ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.steps = steps
@@ -210,6 +215,8 @@ class Run:
         self.later: list[tuple[int, Callable[[], None]]] = []
         self.step = 0
         self.seen: set[str] = set()
+        self.tracer = Tracer(self.world, trace) if trace is not None else None
+        """Writes the run's steps as they happen (``--trace``); None: silent."""
 
     # ----- replicas and leadership -----------------------------------------------------------
 
@@ -433,6 +440,8 @@ class Run:
 
     async def act(self, action: str) -> None:
         self.totals.actions[action] += 1
+        if self.tracer is not None:
+            self.tracer.action(action)
         simple: dict[str, Callable[[], None]] = {
             "gang": self.new_gang,
             "composite": self.new_composite,
@@ -499,6 +508,8 @@ class Run:
         for step in range(1, self.steps + 1):
             self.step = step
             self.clock.now += self.rng.choice([0.0, 0.3, 1.0, 2.0, 5.0])
+            if self.tracer is not None:
+                self.tracer.step(step, self.clock.now)
             await self._turn()
             for action in self.rng.choices(names, weights, k=self.rng.randint(1, 2)):
                 await self.act(action)
@@ -515,6 +526,9 @@ class Run:
         """Faults off, watches caught up, cycles until nothing moves."""
         self.faults.calm()
         self.telemetry_up = True
+        if self.tracer is not None:
+            self.tracer.step(self.step + 1, self.clock.now)
+            self.tracer.action("quiet spell: faults off, telemetry up, watches caught up")
         last = -1
         for _ in range(QUIET_ROUNDS):
             self.step += 1
@@ -544,18 +558,22 @@ def _key(body: Body) -> str:
     return f"{body['metadata'].get('namespace', 'default')}/{body['metadata']['name']}"
 
 
-def run_one(seed: int, steps: int = STEPS) -> Totals:
+def run_one(seed: int, steps: int = STEPS, trace: Callable[[str], None] | None = None) -> Totals:
     """One seeded run, in its own event loop; the scheduler's warnings (expected, under
-    injected faults) are not printed."""
+    injected faults) are not printed. ``trace`` is given the run's steps as they happen, one
+    line at a time."""
     quiet = logging.getLogger("gpusched")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    run = Run(seed, steps, trace)
+    schedule = service.schedule if run.tracer is None else run.tracer.wrap(service.schedule)
     try:
         with (
             mock.patch("asyncio.sleep", fast_sleep),
             mock.patch("asyncio.to_thread", inline_to_thread),
+            mock.patch.object(service, "schedule", schedule),
         ):
-            return asyncio.run(Run(seed, steps).run())
+            return asyncio.run(run.run())
     finally:
         quiet.setLevel(level)
 
@@ -581,10 +599,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--first", type=int, default=0, help="first seed of --runs")
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="with --seed: print each step's actions, object changes and engine decisions",
+    )
     args = parser.parse_args(argv)
+    if args.trace and args.seed is None:
+        parser.error("--trace needs --seed: it prints the steps of one run")
     started = time.monotonic()
     if args.seed is not None:
-        totals = run_one(args.seed, args.steps)
+        totals = run_one(args.seed, args.steps, print if args.trace else None)
     else:
         totals = Totals()
         for seed in range(args.first, args.first + args.runs):

@@ -58,10 +58,14 @@ class World:
     binds: int = 0
     satisfied: set[str] = field(default_factory=set)
     """Gangs (PodGroup keys) that had ``minCount`` pods bound at some moment."""
+    observers: list[Callable[[str, str | None, Body], None]] = field(default_factory=list)
+    """Told every change as it happens, before any watch delivers it (the runner's trace)."""
 
     def publish(self, kind: str, type_: str | None, body: Body) -> None:
         self.version += 1
         body.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        for observer in self.observers:
+            observer(kind, type_, body)
         for watch in self.watches:
             watch.push(kind, type_, copy.deepcopy(body))
 

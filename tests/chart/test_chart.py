@@ -350,6 +350,20 @@ def test_the_lease_role_follows_the_configured_lease() -> None:
     assert ("coordination.k8s.io", "leases", "gpu-leader") in _grants(role, by_name=True)
 
 
+@pytest.mark.parametrize("replicas", [None, "2", "3"], ids=["default replicas", "2", "3"])
+def test_two_replicas_without_leader_election_are_refused_with_a_message(
+    replicas: str | None,
+) -> None:
+    """Every replica of an operator without leader election schedules: two schedulers."""
+    sets = ["config.operator.leaderElection.enabled=false"]
+    if replicas is not None:
+        sets.append(f"replicaCount={replicas}")
+    result = helm(*template_args(*sets))
+    assert result.returncode != 0, "rendered two active schedulers"
+    assert "config.operator.leaderElection.enabled is false" in result.stderr, result.stderr
+    assert "Set replicaCount=1" in result.stderr, result.stderr
+
+
 def test_without_leader_election_no_lease_is_granted() -> None:
     docs = render("config.operator.leaderElection.enabled=false", "replicaCount=1")
     assert [d for d in docs if d["kind"] in ("Role", "RoleBinding")] == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 from tests.cluster.cluster import RealCluster
-from tests.cluster.controlplane import ROOT, UnavailableError
+from tests.cluster.controlplane import OPERATOR_NAMESPACE, ROOT, UnavailableError
 
 SAMPLE_NODES = ROOT / "examples" / "clusters" / "sample" / "nodes.yaml"
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"control plane at {cluster.url}\n"
                 f"  you (cluster admin):     export KUBECONFIG={admin}\n"
                 f"  gpusched's identity:     {operator}  (through the fault proxy)\n\n"
-                f"  gpusched run --kubeconfig {operator}\n"
+                f"  POD_NAMESPACE={OPERATOR_NAMESPACE} gpusched run --kubeconfig {operator}\n"
                 f"  kubectl create namespace ml\n"
                 f"  kubectl apply -f examples/workloads/01-zone-rack-training/\n"
                 f"  kubectl -n ml get pg\n\n"

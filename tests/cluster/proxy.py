@@ -136,6 +136,8 @@ class FaultProxy:
         self.faults = ProxyFaults()
         self.random = random.Random(seed)
         self._requests: list[Request] = []
+        self.forbidden: list[Request] = []
+        """Requests the API server answered 403: RBAC refused the client something."""
         self._lock = threading.Lock()
         self._watches: set[_Watch] = set()
         self._expired_below = 0
@@ -328,6 +330,9 @@ class FaultProxy:
             data=body or None,
             allow_redirects=False,
         ) as upstream:
+            if upstream.status == 403:
+                with self._lock:
+                    self.forbidden.append(Request(request.method, request.path_qs, watch))
             if lose:
                 await upstream.read()
                 return self._cut(request)

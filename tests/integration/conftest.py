@@ -73,6 +73,10 @@ def apiserver(request: pytest.FixtureRequest) -> Iterator[Server]:
             os.environ["POD_NAMESPACE"] = before
         cluster.proxy.faults.clear()
     assert not cluster.failures, f"the control plane failed: {cluster.failures!r}"
+    # Every call the operator made was allowed by the chart's RBAC, or the chart grants less
+    # than the operator needs.
+    forbidden, cluster.proxy.forbidden[:] = list(cluster.proxy.forbidden), []
+    assert not forbidden, f"the chart's RBAC refused the operator: {forbidden}"
 
 
 @pytest.fixture

@@ -67,6 +67,37 @@ def test_an_unreachable_cluster_exits_1(tmp_path: Path, capsys: pytest.CaptureFi
     assert "cannot read the cluster" in err
 
 
+@pytest.mark.parametrize(
+    ("kubeconfig_variable", "flag", "want"),
+    [
+        (None, None, "no --kubeconfig, no $KUBECONFIG, no {home}/.kube/config"),
+        ("{tmp}/missing", None, "$KUBECONFIG names {tmp}/missing, which does not exist"),
+        (None, "{tmp}/gone", "--kubeconfig {tmp}/gone does not exist"),
+    ],
+    ids=["nothing anywhere", "$KUBECONFIG names no file", "--kubeconfig names no file"],
+)
+def test_without_a_kubeconfig_explain_says_so_not_config_exception(
+    kubeconfig_variable: str | None,
+    flag: str | None,
+    want: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    if kubeconfig_variable is not None:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig_variable.format(tmp=tmp_path))
+    args = ["pg/x"] + (["--kubeconfig", flag.format(tmp=tmp_path)] if flag else [])
+    code, out, err = explain(capsys, *args)
+    assert (code, out) == (EXIT_UNREACHABLE, "")
+    assert want.format(home=home, tmp=tmp_path) in err, err
+    assert "-f PATH" in err, err
+    assert "ConfigException" not in err, err
+
+
 def test_a_live_cluster_reads_the_configured_prometheus_like_the_operator(
     api: ApiClient, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpusched.api.crds import (
@@ -629,7 +629,7 @@ def _parse_and_materialize(raw: Any) -> None:
             assert parse_custom_resource(child.to_manifest()) == child
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["PodGroup", "CompositePodGroup", "Workload"]),
     body=st.dictionaries(st.sampled_from(FIELD_NAMES), json_values, max_size=4),
@@ -638,7 +638,7 @@ def test_random_objects_only_ever_raise_invalid_object_error(kind: str, body: Ra
     _parse_and_materialize({"apiVersion": API_VERSION, "kind": kind, **body})
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), seed=st.sampled_from(VALID_SEEDS), value=json_values)
 def test_mutated_valid_objects_only_ever_raise_invalid_object_error(
     data: st.DataObject, seed: Raw, value: Any

@@ -92,6 +92,7 @@ def pod(
     namespace: str = "ml",
     selector: Mapping[str, str] | None = None,
     created: str = "2026-01-01T00:00:00Z",
+    gates: Sequence[str] = (),
 ) -> Doc:
     labels = {"scheduling.gpusched.io/pod-group": group} if group else {}
     annotations = {"gpusched.io/gpus": ",".join(map(str, at))} if at is not None else {}
@@ -106,6 +107,8 @@ def pod(
         spec["nodeName"] = on
     if selector:
         spec["nodeSelector"] = dict(selector)
+    if gates:
+        spec["schedulingGates"] = [{"name": gate} for gate in gates]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -229,6 +232,16 @@ STORIES = [
         "waiting-for-pods",
         lambda: [*racks(), pod_group("half", 4), *gang_pods("half", 2, 1)],
         "pg/half",
+    ),
+    Story(
+        "gated-pod-of-a-gang",
+        lambda: [
+            *racks(),
+            pod_group("tuned", 2),
+            pod("tuned-0", gpus=4, group="tuned"),
+            pod("tuned-1", gpus=4, group="tuned", gates=["example.com/quota"]),
+        ],
+        "pod/tuned-1",
     ),
     Story(
         "invalid-parent",
@@ -447,6 +460,27 @@ def test_the_group_text_is_the_status_last_attempt(
     group = document["groups"][0]
     assert group["decision"]["message"] == decision.message
     assert group["decision"]["attempts"] == list(decision.attempts)
+
+
+def test_explain_and_simulate_speak_one_output_vocabulary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    story = next(s for s in STORIES if s.name == "rack-too-small-for-the-gang")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump_all(story.documents(), sort_keys=False))
+    base = ["explain", "pg/big", "-n", "ml", "-f", str(tmp_path / "c.yaml")]
+    printed = {}
+    for output in ("table", "json", "yaml", "text"):
+        assert main([*base, "-o", output]) == EXIT_OK
+        printed[output] = capsys.readouterr().out
+    assert main(base) == EXIT_OK
+    assert capsys.readouterr().out == printed["table"] == printed["text"]
+    assert yaml.safe_load(printed["yaml"]) == json.loads(printed["json"])
+    assert main(["simulate", str(tmp_path / "c.yaml"), "-o", "table"]) == EXIT_OK
+    capsys.readouterr()
+    for command in ("explain", "simulate"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "-o {table,json,yaml}" in capsys.readouterr().out, command
 
 
 @pytest.mark.parametrize(

@@ -298,6 +298,9 @@ class ReportCase:
     pods: Sequence[PodRequest]
     group: GroupSpec
     want_attempts: tuple[str, ...]
+    want_message: str
+    """The one-line summary: every domain tried, each with why in short (one domain: in
+    full)."""
 
 
 REPORT_CASES = [
@@ -315,6 +318,8 @@ REPORT_CASES = [
             "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
             "z1/rack-2: at most 4 of 5 pods fit: 2 nodes fit (node-c ×2, node-d ×2)",
         ),
+        "no placement in any domain: z1/rack-1: at most 2 of 5 pods fit; "
+        "z1/rack-2: at most 4 of 5 pods fit",
     ),
     ReportCase(
         "no topology key: the whole cluster is the one domain tried",
@@ -328,6 +333,9 @@ REPORT_CASES = [
             "cluster: at most 3 of 4 pods fit: 3 nodes fit (node-b ×1, node-c ×1, node-d ×1); "
             "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 8)",
         ),
+        "no placement in any domain: cluster: at most 3 of 4 pods fit: 3 nodes fit (node-b ×1, "
+        "node-c ×1, node-d ×1); 1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, "
+        "needs 8)",
     ),
     # The count estimate (one 8-GPU pod, two 4-GPU copies) passes; the trial does not.
     ReportCase(
@@ -339,6 +347,8 @@ REPORT_CASES = [
             "z1/rack-1: 1 of 2 pods fit: "
             "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
         ),
+        "no placement in any domain: z1/rack-1: 1 of 2 pods fit: "
+        "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
     ),
     ReportCase(
         "rack-1 of zone-a and rack-1 of zone-b are reported as two racks",
@@ -349,6 +359,8 @@ REPORT_CASES = [
             "zone-a/rack-1: at most 1 of 2 pods fit: 1 node fits (node-a ×1)",
             "zone-b/rack-1: at most 1 of 2 pods fit: 1 node fits (node-b ×1)",
         ),
+        "no placement in any domain: zone-a/rack-1: at most 1 of 2 pods fit; "
+        "zone-b/rack-1: at most 1 of 2 pods fit",
     ),
 ]
 
@@ -363,7 +375,7 @@ def test_unschedulable_gang_reports_every_domain_tried(case: ReportCase) -> None
         "Unschedulable",
         case.want_attempts,
     ), got.message
-    assert got.message == f"no placement in any domain: {case.want_attempts[0]}"
+    assert got.message == case.want_message
     messages = {u.message for u in result.unschedulable}
     assert messages == {got.message}, "every pod of the gang carries the group's reason"
 
@@ -439,7 +451,7 @@ def test_five_nodes_candidate_domains_per_level() -> None:
 
 def _candidates(plan: Planner, group: GroupSpec, parent: Any) -> tuple[list[str], list[str]]:
     found = plan.candidates(group, parent)
-    return [d.name for d in found.domains], [line() for line in found.lines]
+    return [d.name for d in found.domains], [line.full() for line in found.lines]
 
 
 def test_five_nodes_placement() -> None:
@@ -518,7 +530,8 @@ class BacktrackingCase:
 
 
 BACKTRACKING_CASES = [
-    # trials: job in z1; a-gang in r1; (b-gang has no rack left); a-gang in r2; b-gang in r1
+    # explored: job in z1; a-gang in r1; b-gang refused by r1 (now full) and r2 (no 8-GPU
+    # node); a-gang in r2; b-gang refused by r2, tried in r1
     BacktrackingCase(
         "with a budget, a-gang moves to r2 so that b-gang fits r1",
         64,
@@ -531,9 +544,9 @@ BACKTRACKING_CASES = [
             },
             "pending": {},
         },
-        want_explored=4,
+        want_explored=7,
     ),
-    # trials: job in z1; a-gang in r1; then no budget for a second choice
+    # explored: job in z1; a-gang in r1; b-gang refused by r1 and r2; then no budget
     BacktrackingCase(
         "with backtrackingBudget 0 greedy is final: nothing is bound, nothing reported placed",
         0,
@@ -546,7 +559,7 @@ BACKTRACKING_CASES = [
             },
             "pending": {"a-0": "Unschedulable", "a-1": "Unschedulable", "b-0": "Unschedulable"},
         },
-        want_explored=2,
+        want_explored=4,
     ),
 ]
 

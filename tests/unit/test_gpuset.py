@@ -441,6 +441,8 @@ def _rank_key(
 ) -> tuple[object, ...]:
     left = [i for i in range(node.gpu_count) if free >> i & 1 and i not in chosen]
     return (
+        # best-effort: a slower worst link is never traded for fewer NUMA nodes
+        _worst(node, chosen) if policy == BEST_EFFORT else 0,
         _span(node, chosen) if policy == BEST_EFFORT else 0,
         _slow_pairs(node, chosen),
         -_largest_nvlink_clique(node, left),
@@ -449,6 +451,11 @@ def _rank_key(
         -sum(memory[i] for i in chosen) if memory is not None else 0,
         chosen,
     )
+
+
+def _worst(node: NodeShape, chosen: Sequence[int]) -> int:
+    """The slowest link between two chosen GPUs (NVLink < PIX < … < SYS < unknown)."""
+    return max((node.tiers[a][b] for a, b in itertools.combinations(chosen, 2)), default=0)
 
 
 def _span(node: NodeShape, chosen: Sequence[int]) -> int:

@@ -166,7 +166,8 @@ def test_sample_story_pretrain_is_unschedulable_with_one_line_per_rack(
         }
     )
     pretrain = group(sample, "ml/pretrain")
-    assert (pretrain["phase"], pretrain["reason"]) == ("Unschedulable", "Unschedulable")
+    # The operator's vocabulary: Pending (reason Unschedulable) until scheduleTimeoutSeconds.
+    assert (pretrain["phase"], pretrain["reason"]) == ("Pending", "Unschedulable")
     assert pretrain["placement"] == {}
     tried = [line.split(":", 1)[0] for line in pretrain["attempts"]]
     assert tried == racks, pretrain["attempts"]
@@ -174,6 +175,35 @@ def test_sample_story_pretrain_is_unschedulable_with_one_line_per_rack(
     for i in range(4):
         assert failed[f"ml/pretrain-{i}"]["reason"] == "Unschedulable"
         assert f"ml/pretrain-{i}" not in by_pod(sample)
+
+
+SAMPLE_METRICS = SAMPLE_DIR / "clusters" / "sample" / "dcgm-exporter.metrics.txt"
+TEMPERATURE = re.compile(r'^DCGM_FI_DEV_GPU_TEMP\{gpu="(\d+)".*Hostname="([^"]+)"\} (\S+)$')
+
+
+def test_the_shipped_scrape_moves_pods_off_its_hot_gpu(
+    capsys: pytest.CaptureFixture[str], sample: dict[str, Any]
+) -> None:
+    """The README's --metrics example: the scrape makes one GPU too hot, read here with a
+    plain regex; the pod the sample put there goes elsewhere."""
+    hot = [
+        (m[2], int(m[1]))
+        for line in SAMPLE_METRICS.read_text().splitlines()
+        if (m := TEMPERATURE.match(line))
+        and float(m[3]) > SchedulerConfig().telemetry.temperature_limit_c
+    ]
+    assert len(hot) == 1, hot
+    (node, gpu) = hot[0]
+
+    def on_hot(document: Mapping[str, Any]) -> list[str]:
+        return [b["pod"] for b in document["bindings"] if b["node"] == node and gpu in b["gpus"]]
+
+    assert on_hot(sample), f"no pod of the sample uses {node} GPU {gpu}: the scrape shows nothing"
+    document = simulate_json(capsys, "--metrics", SAMPLE_METRICS)
+    assert document["telemetry"]["gpus"] == 64, document["telemetry"]
+    assert on_hot(document) == []
+    moved = on_hot(sample)[0]
+    assert moved in by_pod(document), f"{moved} is no longer placed at all"
 
 
 def test_yaml_output_is_the_json_document(
@@ -288,6 +318,7 @@ class BadInput:
 
 
 GANG = {"gang": {"minCount": 2}}
+GPU1 = {"nvidia.com/gpu": 1}
 BAD_INPUTS = [
     BadInput(
         "broken YAML syntax names the file and the line",
@@ -303,65 +334,6 @@ BAD_INPUTS = [
             "Pod ml/p",
             "spec.containers[0].resources.requests.cpu",
             "'lots'",
-        ),
-    ),
-    BadInput(
-        "a PodGroup with both gang and basic names the policy",
-        {
-            "cluster.yaml": documents(
-                group_yaml("PodGroup", "g", {"schedulingPolicy": {**GANG, "basic": {}}})
-            )
-        },
-        want_in_message=("cluster.yaml", "PodGroup ml/g", "spec.schedulingPolicy", "gang", "basic"),
-    ),
-    BadInput(
-        "a PodGroup with two topology keys names the constraint",
-        {
-            "cluster.yaml": documents(
-                group_yaml(
-                    "PodGroup",
-                    "g",
-                    {
-                        "schedulingPolicy": GANG,
-                        "schedulingConstraints": {"topology": [{"key": ZONE}, {"key": RACK}]},
-                    },
-                )
-            )
-        },
-        want_in_message=("cluster.yaml", "PodGroup ml/g", "spec.schedulingConstraints.topology"),
-    ),
-    BadInput(
-        "an unknown field in a CompositePodGroup spec is named",
-        {
-            "cluster.yaml": documents(
-                group_yaml(
-                    "CompositePodGroup",
-                    "c",
-                    {"schedulingPolicy": {"gang": {"minGroupCount": 2}}, "colour": "blue"},
-                )
-            )
-        },
-        want_in_message=("cluster.yaml", "CompositePodGroup ml/c", "spec.colour"),
-    ),
-    BadInput(
-        "a Workload template with minCount 0 names the template field",
-        {
-            "cluster.yaml": documents(
-                group_yaml(
-                    "Workload",
-                    "w",
-                    {
-                        "podGroupTemplates": [
-                            {"name": "a", "schedulingPolicy": {"gang": {"minCount": 0}}}
-                        ]
-                    },
-                )
-            )
-        },
-        want_in_message=(
-            "cluster.yaml",
-            "Workload ml/w",
-            "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount",
         ),
     ),
     BadInput(
@@ -396,6 +368,138 @@ BAD_INPUTS = [
             )
         },
         want_in_message=("cluster.yaml", "Pod ml/p", "gpusched.io/gpus", "zero"),
+    ),
+    BadInput(
+        "the same Pod in two files with different GPU requests names both files and the field",
+        {
+            "a.yaml": documents(node_yaml(), pod_yaml(requests=GPU1)),
+            "b.yaml": documents(pod_yaml(requests={"nvidia.com/gpu": 2})),
+        },
+        args=("{tmp}/a.yaml", "{tmp}/b.yaml"),
+        want_in_message=(
+            "Pod ml/p",
+            "given twice",
+            "a.yaml: document 2",
+            "b.yaml: document 1",
+            "spec.containers[0].resources.requests[nvidia.com/gpu]",
+        ),
+    ),
+    BadInput(
+        "the same Node twice with different labels names the label",
+        {
+            "cluster.yaml": documents(
+                node_yaml(),
+                {**node_yaml(), "metadata": {"name": "n1", "labels": {ZONE: "z2", RACK: "r1"}}},
+            )
+        },
+        want_in_message=("Node n1", "document 1", "document 2", f"metadata.labels[{ZONE}]"),
+    ),
+    BadInput(
+        "a typo in a Pod's resources (requets) is an unknown field, not a pod without GPUs",
+        {
+            "cluster.yaml": documents(
+                node_yaml(),
+                {
+                    **pod_yaml(),
+                    "spec": {
+                        "schedulerName": "gpusched",
+                        "containers": [
+                            {"name": "main", "resources": {"requets": {"nvidia.com/gpu": 8}}}
+                        ],
+                    },
+                },
+            )
+        },
+        want_in_message=(
+            "cluster.yaml",
+            "document 2",
+            "Pod ml/p",
+            "spec.containers[0].resources.requets",
+            "unknown field",
+            "did you mean requests?",
+        ),
+    ),
+    BadInput(
+        "a typo in a toleration (efect) is an unknown field",
+        {
+            "cluster.yaml": documents(
+                node_yaml(),
+                {
+                    **pod_yaml(),
+                    "spec": {
+                        **pod_yaml()["spec"],
+                        "tolerations": [
+                            {"key": "gpu", "operator": "Exists", "efect": "NoSchedule"}
+                        ],
+                    },
+                },
+            )
+        },
+        want_in_message=("Pod ml/p", "spec.tolerations[0].efect", "unknown field"),
+    ),
+    BadInput(
+        "a typo in a node affinity term (matchExpression) is an unknown field",
+        {
+            "cluster.yaml": documents(
+                node_yaml(),
+                {
+                    **pod_yaml(),
+                    "spec": {
+                        **pod_yaml()["spec"],
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [{"matchExpression": []}]
+                                }
+                            }
+                        },
+                    },
+                },
+            )
+        },
+        want_in_message=(
+            "Pod ml/p",
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpression",
+            "unknown field",
+        ),
+    ),
+    BadInput(
+        "a misspelt schedulerName is an unknown field, not a pod of another scheduler",
+        {
+            "cluster.yaml": documents(
+                node_yaml(),
+                {**pod_yaml(), "spec": {"schedulerNme": "gpusched", "containers": [{"name": "m"}]}},
+            )
+        },
+        want_in_message=("Pod ml/p", "spec.schedulerNme", "did you mean schedulerName?"),
+    ),
+    BadInput(
+        "an input with no Node names the paths",
+        {"pods.yaml": documents(pod_yaml(requests=GPU1))},
+        args=("{tmp}/pods.yaml",),
+        want_in_message=("pods.yaml", "no Node", "1 documents"),
+    ),
+    BadInput(
+        "a folder with no Kubernetes objects names the folder",
+        {"notes.txt": "nothing here\n"},
+        args=("{tmp}",),
+        want_in_message=("no Node", "0 documents"),
+    ),
+    BadInput(
+        "--metrics given a YAML file is not a scrape",
+        {"cluster.yaml": documents(node_yaml()), "metrics.yaml": documents(node_yaml())},
+        args=("{tmp}/cluster.yaml", "--metrics", "{tmp}/metrics.yaml"),
+        want_in_message=("metrics.yaml", "Prometheus text format", "line 1"),
+    ),
+    BadInput(
+        "--metrics given another exporter's scrape names what is missing",
+        {
+            "cluster.yaml": documents(node_yaml()),
+            "node.metrics": "# HELP node_load1 x\n# TYPE node_load1 gauge\nnode_load1 0.5\n",
+        },
+        args=("{tmp}/cluster.yaml", "--metrics", "{tmp}/node.metrics"),
+        want_in_message=("node.metrics", "DCGM_FI_DEV_"),
     ),
     BadInput(
         "a path that does not exist is named",
@@ -459,7 +563,6 @@ class ClusterCase:
     want_in_table: Sequence[str] = ()
 
 
-GPU1 = {"nvidia.com/gpu": 1}
 ALL_GPUS = {"nvidia.com/gpu": 8}
 CLUSTER_CASES = [
     ClusterCase(
@@ -593,3 +696,165 @@ def test_a_config_file_changes_the_scheduler_name(
         capsys, "--config", tmp_path / "config.yaml", tmp_path / "cluster.yaml"
     )
     assert [b["pod"] for b in document["bindings"]] == ["ml/theirs"]
+
+
+# ----- invalid groups: reported Invalid, the rest placed (as the operator does) ---------------
+
+
+@dataclass(frozen=True)
+class InvalidGroup:
+    id: str
+    group: Mapping[str, Any]
+    want_kind: str
+    want_field: str
+
+
+INVALID_GROUPS = [
+    InvalidGroup(
+        "a PodGroup with both gang and basic",
+        group_yaml("PodGroup", "g", {"schedulingPolicy": {**GANG, "basic": {}}}),
+        "PodGroup",
+        "spec.schedulingPolicy",
+    ),
+    InvalidGroup(
+        "a PodGroup with two topology keys",
+        group_yaml(
+            "PodGroup",
+            "g",
+            {
+                "schedulingPolicy": GANG,
+                "schedulingConstraints": {"topology": [{"key": ZONE}, {"key": RACK}]},
+            },
+        ),
+        "PodGroup",
+        "spec.schedulingConstraints.topology",
+    ),
+    InvalidGroup(
+        "a CompositePodGroup with an unknown spec field",
+        group_yaml(
+            "CompositePodGroup", "g", {"schedulingPolicy": {"gang": {"minGroupCount": 2}}, "x": 1}
+        ),
+        "CompositePodGroup",
+        "spec.x",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", INVALID_GROUPS, ids=[c.id for c in INVALID_GROUPS])
+def test_an_invalid_group_is_reported_invalid_and_the_rest_is_placed(
+    case: InvalidGroup, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    member = pod_yaml("member", requests=GPU1, labels={"scheduling.gpusched.io/pod-group": "g"})
+    (tmp_path / "cluster.yaml").write_text(
+        documents(node_yaml(), pod_yaml("ok", requests=GPU1), case.group, member)
+    )
+    document = simulate_json(capsys, tmp_path / "cluster.yaml")
+    assert {b["pod"]: b["node"] for b in document["bindings"]} == {"ml/ok": "n1"}
+    invalid = group(document, "ml/g")
+    assert (invalid["kind"], invalid["phase"], invalid["reason"]) == (
+        case.want_kind,
+        "Pending",
+        "Invalid",
+    )
+    assert case.want_field in invalid["message"], invalid["message"]
+    failed = {u["pod"]: u for u in document["unschedulable"]}
+    assert failed["ml/member"]["reason"] == "Invalid", failed
+    code, table, _ = simulate(capsys, tmp_path / "cluster.yaml")
+    assert code == EXIT_OK
+    assert "Invalid" in table, table
+    assert case.want_field in table, table
+
+
+def test_an_invalid_workload_is_reported_and_the_rest_is_placed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = group_yaml(
+        "Workload",
+        "w",
+        {"podGroupTemplates": [{"name": "a", "schedulingPolicy": {"gang": {"minCount": 0}}}]},
+    )
+    (tmp_path / "cluster.yaml").write_text(
+        documents(node_yaml(), workload, pod_yaml("ok", requests=GPU1))
+    )
+    document = simulate_json(capsys, tmp_path / "cluster.yaml")
+    assert {b["pod"]: b["node"] for b in document["bindings"]} == {"ml/ok": "n1"}
+    [entry] = document["invalid"]
+    assert (entry["kind"], entry["name"], entry["reason"]) == ("Workload", "ml/w", "Invalid")
+    assert "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount" in entry["message"]
+    code, table, _ = simulate(capsys, tmp_path / "cluster.yaml")
+    assert code == EXIT_OK
+    assert "INVALID WORKLOADS" in table, table
+    assert "ml/w" in table, table
+
+
+# ----- the same objects twice -----------------------------------------------------------------
+
+
+def test_a_folder_and_a_file_inside_it_are_read_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two copies of every object: one node, not two; each pod placed once, never two pods
+    on the same GPUs."""
+    (tmp_path / "cluster.yaml").write_text(
+        documents(node_yaml(gpus=2), pod_yaml("a", requests=GPU1), pod_yaml("b", requests=GPU1))
+    )
+    once = simulate_json(capsys, tmp_path)
+    twice = simulate_json(capsys, tmp_path, tmp_path / "cluster.yaml")
+    assert twice == once
+    assert sorted(g for b in twice["bindings"] for g in b["gpus"]) == [0, 1]
+    code, table, _ = simulate(capsys, tmp_path, tmp_path / "cluster.yaml")
+    assert code == EXIT_OK
+    assert "1 nodes, 2 GPUs; 2 pending pods" in table, table
+
+
+def test_a_bound_pod_given_twice_does_not_crash_and_counts_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(
+        documents(
+            node_yaml(gpus=2),
+            pod_yaml("old", requests=GPU1, node="n1", annotations={"gpusched.io/gpus": "0"}),
+            pod_yaml("new", requests=GPU1),
+        )
+    )
+    document = simulate_json(capsys, tmp_path, tmp_path / "cluster.yaml")
+    assert by_pod(document)["ml/new"]["gpus"] == [1]
+
+
+def test_explain_reads_a_folder_and_a_file_inside_it_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(
+        documents(
+            node_yaml(gpus=2),
+            pod_yaml("old", requests=GPU1, node="n1", annotations={"gpusched.io/gpus": "0"}),
+            pod_yaml("a", requests=GPU1),
+        )
+    )
+    code = main(
+        ["explain", "pod/a", "-n", "ml", "-f", str(tmp_path), str(tmp_path / "cluster.yaml")]
+    )
+    captured = capsys.readouterr()
+    assert (code, captured.err) == (EXIT_OK, ""), captured.err
+    assert "would be placed on n1 GPUs 1" in captured.out, captured.out
+
+
+def test_explain_from_files_reports_invalid_groups_and_workloads_as_the_operator_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = group_yaml(
+        "Workload",
+        "w",
+        {"podGroupTemplates": [{"name": "a", "schedulingPolicy": {"gang": {"minCount": 0}}}]},
+    )
+    invalid = group_yaml("PodGroup", "g", {"schedulingPolicy": {**GANG, "basic": {}}})
+    (tmp_path / "cluster.yaml").write_text(documents(node_yaml(), invalid, workload))
+    for target, want in (
+        ("pg/g", "spec.schedulingPolicy"),
+        ("wl/w", "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount"),
+    ):
+        code = main(["explain", target, "-n", "ml", "-f", str(tmp_path / "cluster.yaml")])
+        captured = capsys.readouterr()
+        assert (code, captured.err) == (EXIT_OK, ""), captured.err
+        assert "Invalid" in captured.out, captured.out
+        assert want in captured.out, captured.out

@@ -117,8 +117,10 @@ def make_cache(
     clock: Callable[[], float] = lambda: NOW,
     **prometheus: object,
 ) -> tuple[TelemetryCache, CollectorRegistry]:
+    # A generous timeout: a refresh from a local stub that took over a second on a loaded
+    # machine failed these tests; only test_timeout asks for a short one, with a slow stub.
     config = TelemetryConfig.model_validate(
-        {"prometheus": {"url": url, "timeoutSeconds": 1, **prometheus}, "cacheTtlSeconds": 60}
+        {"prometheus": {"url": url, "timeoutSeconds": 30, **prometheus}, "cacheTtlSeconds": 60}
     )
     registry = CollectorRegistry()
     cache = TelemetryCache(

@@ -20,7 +20,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 class NumaPolicy(StrEnum):
     """How the GPUs of one multi-GPU pod may spread over NUMA nodes (kubelet Topology Manager's
     words). ``single-numa-node``: all in one NUMA node, or the node does not fit.
-    ``best-effort``: as few NUMA nodes as the node allows. ``none``: NUMA is ignored."""
+    ``best-effort``: as few NUMA nodes as the node allows without a slower link (the best link
+    tier comes first). ``none``: NUMA is ignored."""
 
     SINGLE_NUMA_NODE = "single-numa-node"
     BEST_EFFORT = "best-effort"

@@ -613,6 +613,12 @@ class ExtendedResourceClaimStatus(_K8sModel):
     resource_claim_name: str = Field(default="", alias="resourceClaimName")
 
 
+class PodSchedulingGate(_K8sModel):
+    """One entry of ``spec.schedulingGates``: while any is left, no scheduler places the pod."""
+
+    name: str = Field(min_length=1)
+
+
 class PodSpec(_K8sModel):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] = Field(default_factory=list, alias="initContainers")
@@ -627,6 +633,7 @@ class PodSpec(_K8sModel):
     scheduler_name: str = Field(default="default-scheduler", alias="schedulerName")
     node_name: str | None = Field(default=None, alias="nodeName")
     resource_claims: list[PodResourceClaim] = Field(default_factory=list, alias="resourceClaims")
+    scheduling_gates: list[PodSchedulingGate] = Field(default_factory=list, alias="schedulingGates")
 
 
 class PodStatus(_K8sModel):
@@ -686,6 +693,11 @@ class Pod(_K8sModel):
         ``app.kubernetes.io/name``."""
         labels = self.metadata.labels
         return labels.get("app") or labels.get("app.kubernetes.io/name")
+
+    @property
+    def scheduling_gates(self) -> tuple[str, ...]:
+        """Names of the pod's scheduling gates, in order; empty when it may be scheduled."""
+        return tuple(gate.name for gate in self.spec.scheduling_gates)
 
     @property
     def is_terminal(self) -> bool:

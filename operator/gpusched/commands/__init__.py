@@ -10,13 +10,50 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import pkgutil
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+OUTPUTS = ("table", "json", "yaml")
+"""The one ``-o`` vocabulary of every command that prints a result: ``table`` for people (the
+default), ``json`` and ``yaml`` for scripts (the same document)."""
+_OLD_OUTPUTS = {"text": "table"}
+"""Spellings an earlier release took (``explain -o text``), still read."""
 
 
 def register_all(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers every subcommand module of this package, in name order."""
     for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         importlib.import_module(f"{__name__}.{module.name}").register(commands)
+
+
+def add_output_option(parser: argparse.ArgumentParser) -> None:
+    """``-o table|json|yaml``, the same for every command."""
+
+    def output(value: str) -> str:
+        return _OLD_OUTPUTS.get(value, value)
+
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=output,
+        choices=OUTPUTS,
+        default="table",
+        help="table (default), json or yaml",
+    )
+
+
+def write_output(output: str, document: Mapping[str, Any], table: str, out: TextIO) -> None:
+    """Writes ``document`` as JSON or YAML, or the human-readable ``table``."""
+    if output == "json":
+        json.dump(document, out, indent=2)
+        out.write("\n")
+    elif output == "yaml":
+        import yaml
+
+        yaml.safe_dump(dict(document), out, sort_keys=False)
+    else:
+        out.write(table)

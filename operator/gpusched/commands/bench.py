@@ -79,9 +79,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="replay Alibaba's openb trace with the published FGD protocol",
         description=(
             "Replay the openb GPU-cluster trace (Alibaba cluster-trace-gpu-v2023) with the "
-            "protocol of the FGD paper (ATC'23): seeded shuffle, inflation to 130 %% of GPU "
+            "protocol of the FGD paper (ATC'23): seeded shuffle, inflation to 130 % of GPU "
             "capacity, one attempt per pod, no departures. Every policy is a scoring "
-            "configuration of the operator's engine. Prints unallocated GPU %% at 100 %% "
+            "configuration of the operator's engine. Prints unallocated GPU % at 100 % "
             "arrived load (mean ± sd over seeds) beside the published value. Exit 0 when it "
             "ran, 1 when --quick's sanity checks fail, 2 on bad input."
         ),

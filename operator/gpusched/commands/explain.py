@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK, register_all
+from gpusched.commands import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    add_output_option,
+    register_all,
+    write_output,
+)
 
 if TYPE_CHECKING:
     from gpusched.api.config import SchedulerConfig
@@ -57,7 +62,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     explain.add_argument(
         "--metrics", type=Path, metavar="FILE", help="a saved dcgm-exporter /metrics scrape"
     )
-    explain.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_output_option(explain)
     explain.add_argument(
         "--plot", type=Path, metavar="FILE.png", help="also draw the cluster, target highlighted"
     )
@@ -65,9 +70,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gpusched.commands.simulate import read_config, read_metrics
+    from gpusched.commands.simulate import read_metrics
     from gpusched.explain import ExplainError, Target, decide, explain
-    from gpusched.simulate import InputError
+    from gpusched.simulate import InputError, read_config
 
     try:
         target = Target.parse(args.target, args.namespace)
@@ -85,11 +90,7 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except _UnreachableError as error:
         print(f"gpusched explain: cannot read the cluster: {error}", file=err)
         return EXIT_UNREACHABLE
-    if args.output == "json":
-        json.dump(explanation.to_dict(), out, indent=2)
-        out.write("\n")
-    else:
-        out.write(explanation.render())
+    write_output(args.output, explanation.to_dict(), explanation.render(), out)
     if args.plot is not None:
         from gpusched.plot import PlotError, plot_run
 
@@ -111,6 +112,7 @@ def _read_cluster(args: argparse.Namespace) -> Cluster:
 
     if args.paths:
         return from_objects(load(args.paths))
+    _check_credentials(args.kubeconfig)
     import asyncio
 
     from gpusched.k8s.reader import list_cluster
@@ -123,6 +125,28 @@ def _read_cluster(args: argparse.Namespace) -> Cluster:
     except Exception as error:  # a kubeconfig that cannot be read or used
         raise _UnreachableError(f"{type(error).__name__}: {error}") from None
     return from_documents(documents)
+
+
+def _check_credentials(kubeconfig: str | None) -> None:
+    """Says plainly that there is no cluster to read, where the Kubernetes client would raise
+    "ConfigException: Invalid kube-config file. No configuration found." (the same places
+    `gpusched.k8s.client.load_configuration` looks, in its order)."""
+    import os
+
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return  # in a pod: the service account's credentials
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    if any(Path(p).is_file() for p in path.split(os.pathsep) if p):
+        return
+    if kubeconfig:
+        where = f"--kubeconfig {path} does not exist"
+    elif os.environ.get("KUBECONFIG"):
+        where = f"$KUBECONFIG names {path}, which does not exist"
+    else:
+        where = f"no --kubeconfig, no $KUBECONFIG, no {path}, and not running in a pod"
+    raise _UnreachableError(
+        f"{where}; pass --kubeconfig FILE, or -f PATH to explain snapshot files instead"
+    )
 
 
 def _read_prometheus(

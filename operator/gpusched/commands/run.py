@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
-from pathlib import Path
 from typing import TextIO
 
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
-from gpusched.simulate import InputError
+from gpusched.options import OptionsError, add_arguments, from_arguments
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,14 +19,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "a pod, else --kubeconfig, $KUBECONFIG or ~/.kube/config."
         ),
     )
-    run.add_argument("--config", type=Path, help="SchedulerConfig YAML file")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG)")
-    run.add_argument(
-        "--metrics-address",
-        default="0.0.0.0:9402",
-        metavar="HOST:PORT",
-        help="where to serve /metrics; port 0 disables it (default 0.0.0.0:9402)",
-    )
+    add_arguments(run)
     run.add_argument(
         "--liveness",
         metavar="URL",
@@ -37,7 +28,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "for the pod's probes (default: not served)"
         ),
     )
-    run.add_argument("--verbose", action="store_true", help="debug logging")
     run.set_defaults(handler=_run)
 
 
@@ -45,31 +35,14 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import kopf
 
     from gpusched import handlers
-    from gpusched.commands.simulate import read_config
 
     try:
-        config = read_config(args.config)
-    except InputError as error:
+        options = from_arguments(args)
+    except OptionsError as error:
         print(f"gpusched run: {error}", file=err)
         return EXIT_BAD_INPUT
-    host, _, port = args.metrics_address.rpartition(":")
-    if not port.isdigit():
-        print(
-            f"gpusched run: --metrics-address: {args.metrics_address!r} is not HOST:PORT", file=err
-        )
-        return EXIT_BAD_INPUT
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    handlers.configure(
-        handlers.Options(
-            config=config,
-            kubeconfig=args.kubeconfig,
-            metrics_address=host or "0.0.0.0",
-            metrics_port=int(port),
-        )
-    )
+    handlers.configure_logging(options.verbose)
+    handlers.configure(options)
     kopf.run(
         clusterwide=True,
         standalone=True,

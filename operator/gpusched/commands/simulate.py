@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import yaml
-
-from gpusched.api.config import SchedulerConfig, load_config
-from gpusched.api.errors import InvalidObjectError
-from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
+from gpusched.api.config import SchedulerConfig
+from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK, add_output_option, write_output
 from gpusched.report import render_table
-from gpusched.simulate import SAMPLE_DIR, ClusterObjects, InputError, load, run
+from gpusched.simulate import SAMPLE_DIR, ClusterObjects, InputError, load, read_config, run
 
 if TYPE_CHECKING:
     from gpusched.engine.snapshot import GpuSample
@@ -44,7 +41,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "it as the operator judges them by Prometheus (as of the newest sample in the file)"
         ),
     )
-    simulate.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    add_output_option(simulate)
     simulate.add_argument(
         "--plot", type=Path, metavar="FILE.png", help="also draw the cluster after the placement"
     )
@@ -60,18 +57,13 @@ def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except InputError as error:
         print(f"gpusched simulate: {error}", file=err)
         return EXIT_BAD_INPUT
-    document = simulation.result.to_dict()
+    document = simulation.to_dict()
     if telemetry is not None:
         document["telemetry"] = telemetry.status.to_dict()
-    if args.output == "json":
-        json.dump(document, out, indent=2)
-        out.write("\n")
-    elif args.output == "yaml":
-        yaml.safe_dump(document, out, sort_keys=False)
-    else:
-        if telemetry is not None:
-            out.write(f"Telemetry: {telemetry.status.summary()}\n")
-        out.write(render_table(simulation))
+    table = render_table(simulation)
+    if telemetry is not None:
+        table = f"Telemetry: {telemetry.status.summary()}\n{table}"
+    write_output(args.output, document, table, out)
     if args.plot is not None:
         from gpusched.plot import PlotError, plot_simulation
 
@@ -103,6 +95,7 @@ def read_metrics(
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"{path}: cannot read: {error}") from None
+    check_exposition(text, path)
     known = {n.name for n in objects.nodes}
     data = parse_exposition(text, config.telemetry, known)
     now = data.newest_time() or 0.0
@@ -110,14 +103,29 @@ def read_metrics(
     return Metrics(data.view(now), status)
 
 
-def read_config(path: Path | None) -> SchedulerConfig:
-    """The SchedulerConfig in ``path``, or the defaults; `InputError` naming the file."""
-    if path is None:
-        return SchedulerConfig()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return load_config(raw, source=str(path))
-    except (OSError, yaml.YAMLError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    except InvalidObjectError as error:
-        raise InputError(str(error)) from None
+_SAMPLE_LINE = re.compile(
+    r"[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
+    r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+]?Inf|NaN)"
+    r"(?:[ \t]+-?\d+)?[ \t]*"
+)
+"""One sample of the Prometheus text format: ``name{labels} value [timestamp]``."""
+
+
+def check_exposition(text: str, path: Path) -> None:
+    """`InputError` unless ``text`` is a scrape in the Prometheus text format with at least one
+    dcgm-exporter series. A file of another kind (YAML, a Prometheus API answer in JSON)
+    would otherwise read as "no GPU data", hiding the mistake. A line cut short is allowed,
+    as a scrape saved while the exporter wrote may end with one."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    samples = [line for _, line in lines if _SAMPLE_LINE.fullmatch(line)]
+    if not samples:
+        first = next((f"line {n}: {line[:60]!r}" for n, line in lines), "the file is empty")
+        raise InputError(
+            f"{path}: not a /metrics scrape in the Prometheus text format "
+            f"(no line reads NAME{{LABELS}} VALUE; {first})"
+        )
+    if not any(line.startswith("DCGM_FI_DEV_") for line in samples):
+        raise InputError(
+            f"{path}: no dcgm-exporter series (DCGM_FI_DEV_*) among its {len(samples)} samples: "
+            "save the dcgm-exporter's /metrics (port 9400), not another exporter's"
+        )

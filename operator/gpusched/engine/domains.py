@@ -87,12 +87,6 @@ def _share_copies(snapshot: Snapshot, milli: int) -> IntArray:
     return _per_node_sum(snapshot, np.minimum(per_gpu, WHOLE_GPU_MILLI // milli))
 
 
-def free_gpu_milli(snapshot: Snapshot) -> IntArray:
-    """Per node, the free milli-GPU on its usable GPUs."""
-    free = np.where(snapshot.gpu_usable, snapshot.gpu_free, 0)
-    return _per_node_sum(snapshot, free)
-
-
 def _per_node_sum(snapshot: Snapshot, per_gpu: IntArray) -> IntArray:
     """Sums a per-GPU array per node (0 for nodes without GPUs)."""
     result = np.zeros(len(snapshot.nodes), dtype=np.int64)

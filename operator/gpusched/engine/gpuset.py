@@ -2,8 +2,11 @@
 
 Ranking of candidate sets, lexicographic (first difference decides):
 
-1. NUMA. ``single-numa-node``: only sets inside one NUMA node. ``best-effort``: fewest NUMA
-   nodes spanned. ``none``: NUMA is not looked at.
+1. NUMA and link tier. ``single-numa-node``: only sets inside one NUMA node. ``best-effort``:
+   the best worst link first (all-NVLink beats any PCIe tier), then the fewest NUMA nodes
+   spanned: a set one NUMA node closer is never worth a slower link, since the link is what a
+   multi-GPU job's collectives run over, while NUMA distance only costs host-to-device copies.
+   ``none``: NUMA is not looked at.
 2. Fewest slow links, as one integer, `link_cost` (encoding below): fewer pairs at the worst
    tier beats anything, then the next tier, ..., then more bonded NVLinks.
 3. What is left for later pods, among the GPUs still free:
@@ -282,16 +285,21 @@ def _ties(shape: NodeShape, free_mask: int, count: int, policy: NumaPolicy) -> _
 
 
 def _rank(
-    policy: NumaPolicy, span: IntArray, cost: npt.NDArray[Any], leftover: IntArray
+    policy: NumaPolicy,
+    span: IntArray,
+    worst: IntArray,
+    cost: npt.NDArray[Any],
+    leftover: IntArray,
 ) -> npt.NDArray[np.intp] | None:
-    """Positions of the candidates that are best by steps 1-3; ``None`` if none is allowed."""
+    """Positions of the candidates that are best by steps 1-3; ``None`` if none is allowed.
+    ``worst`` is each candidate's worst link tier (as an integer, lower is better)."""
     keep = np.arange(len(cost))
     if policy == NumaPolicy.SINGLE_NUMA_NODE:
         keep = keep[span == 1]
         if keep.size == 0:
             return None
     elif policy == NumaPolicy.BEST_EFFORT:
-        keep = _minima(span, keep)
+        keep = _minima(span, _minima(worst, keep))
     keep = _minima(cost, keep)
     return _minima(-leftover, keep)
 
@@ -378,7 +386,13 @@ def _exact_ties(shape: NodeShape, free_mask: int, count: int, policy: NumaPolicy
         tables.nv_block[left].astype(np.int64),
         tables.concentration[left].astype(np.int64),
     )
-    keep = _rank(policy, tables.span[sets].astype(np.int64), tables.link_cost[sets], leftover)
+    keep = _rank(
+        policy,
+        tables.span[sets].astype(np.int64),
+        tables.worst_tier[sets].astype(np.int64),
+        tables.link_cost[sets],
+        leftover,
+    )
     if keep is None:
         return None
     sets = sets[keep]
@@ -631,6 +645,7 @@ def _greedy_ties(shape: NodeShape, free_mask: int, count: int, policy: NumaPolic
         return None
     gpu_lists = [_bits(s) for s in sets]
     span = np.array([len({graph.groups[i] for i in gpus}) for gpus in gpu_lists], dtype=np.int64)
+    worst_tiers = np.array([worst_tier(shape, gpus) for gpus in gpu_lists], dtype=np.int64)
     costs = np.array([link_cost(shape, gpus) for gpus in gpu_lists], dtype=object)
     measures = np.array(
         [_leftover_measures(graph, free_mask & ~s, policy) for s in sets], dtype=np.int64
@@ -638,7 +653,7 @@ def _greedy_ties(shape: NodeShape, free_mask: int, count: int, policy: NumaPolic
     leftover = _leftover_key(
         policy, shape.gpu_count, measures[:, 0], measures[:, 1], measures[:, 2]
     )
-    keep = _rank(policy, span, costs, leftover)
+    keep = _rank(policy, span, worst_tiers, costs, leftover)
     if keep is None:
         return None
     unknown = [any(shape.numa[i] is None for i in gpu_lists[p]) for p in keep]
@@ -651,13 +666,17 @@ def _greedy_ties(shape: NodeShape, free_mask: int, count: int, policy: NumaPolic
 
 def _grown_sets(graph: _Graph, free_mask: int, count: int, policy: NumaPolicy) -> set[int]:
     """One set grown from every free GPU: repeatedly add the free GPU that adds the least
-    (new NUMA node first under best-effort, then pair cost, then lowest index). The candidates
-    are then ranked exactly like the exact path's. O(k² · count) numpy steps."""
+    (new NUMA node first under best-effort, then pair cost, then lowest index); under
+    best-effort one more set per GPU, grown by pair cost alone. The candidates are then
+    ranked exactly like the exact path's. O(k² · count) numpy steps."""
     found: set[int] = set()
     for pool in _pools(graph, free_mask, count, policy):
         members = np.array(_bits(pool), dtype=np.int64)
         for seed in members.tolist():
             found.add(_grow(graph, members, seed, count, policy))
+            if policy == NumaPolicy.BEST_EFFORT:
+                # Grown NUMA-first only, a set could never cross sockets for an NVLink.
+                found.add(_grow(graph, members, seed, count, NumaPolicy.NONE))
     return found
 
 

@@ -10,34 +10,59 @@ Phases for one root group (a PodGroup or CompositePodGroup with no parent):
    checkpoint when the group's minimum is not met and try the next candidate.
 3. Backtracking across siblings: when a CompositePodGroup's children do not all fit, earlier
    siblings are moved to their next candidate domains, within a budget of extra choices
-   (``backtrackingBudget``); the best complete-enough plan found is kept.
+   (``backtrackingBudget``); the best complete-enough plan found is kept. When that still
+   misses the group's minimum, the siblings are placed again in other orders inside the same
+   domain (`Planner._sibling_orders`): the nodes an early sibling takes are what a later one
+   lacked, which no choice of domains can undo.
 The result for each group is a placement or none: nothing of a failed group stays assumed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from gpusched.engine.domains import Domain, copies, free_gpu_milli, subdomains
+from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.fit import explain
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
-from gpusched.engine.request import PodRequest
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
-from gpusched.engine.snapshot import Holding, IntArray, Snapshot
-
-Line = Callable[[], str]
-"""A report line, rendered only if the group fails: explaining a rejected domain walks its
-nodes, which a successful placement should not pay for."""
+from gpusched.engine.snapshot import BoolArray, Holding, IntArray, Snapshot
 
 
-def _text(line: str) -> Line:
-    return lambda: line
+@dataclass(frozen=True, slots=True)
+class Line:
+    """Why one domain did not take a group: ``domain: summary[: detail]``. The detail is
+    rendered only if the group fails: explaining a rejected domain walks its nodes, which a
+    successful placement should not pay for. The group's summary names every domain tried
+    with its summary; its attempts carry the details."""
+
+    domain: str | None
+    """None for a reason that is not about one domain (the bound pods pin the group)."""
+    summary: str
+    detail: Callable[[], str] | None = None
+
+    def short(self) -> str:
+        return self.summary if self.domain is None else f"{self.domain}: {self.summary}"
+
+    def full(self) -> str:
+        return self.short() if self.detail is None else f"{self.short()}: {self.detail()}"
+
+    def about(self, parent: Domain, full: bool) -> str:
+        """The line inside a message that already says "in ``parent``"."""
+        text = self.full() if full else self.short()
+        if parent.labels and self.domain == parent.name:
+            return text.removeprefix(f"{self.domain}: ")
+        return text
+
+
+def _fixed(text: str) -> Callable[[], str]:
+    return lambda: text
 
 
 @dataclass(slots=True)
@@ -49,6 +74,8 @@ class _Candidates:
 @dataclass(slots=True)
 class _Best:
     placed: int = -1
+    missing: tuple[str, ...] = ()
+    """The children the best plan left out, in the order they were tried."""
     journal: list[tuple[bool, Holding]] = field(default_factory=list)
     decisions: dict[str, GroupDecision] = field(default_factory=dict)
 
@@ -61,8 +88,12 @@ class Planner:
         snapshot: Snapshot,
         groups: Sequence[GroupSpec],
         pods_by_group: dict[str, list[PodRequest]],
+        gated: Mapping[str, int] | None = None,
     ) -> None:
+        """``gated``: per group, its pods held back by scheduling gates (neither placed nor
+        counted; named in what a gang waits for)."""
         self.snapshot = snapshot
+        self.gated = gated or {}
         self.groups = {g.key: g for g in groups}
         self.children: dict[str, list[GroupSpec]] = defaultdict(list)
         for group in sorted(groups, key=lambda g: g.key):
@@ -106,21 +137,41 @@ class Planner:
             domains = [parent]
         else:
             domains = subdomains(self.snapshot, parent, group.topology_key)
-            bound = self._bound_nodes(group)
-            if bound:
-                # A gang with bound pods is pinned to their domain (its full path): a
-                # re-created pod lands beside the others or stays pending.
-                domains = [d for d in domains if any(d.mask[node] for node in bound)]
-                if not domains:
-                    names = ", ".join(sorted({self.snapshot.nodes[n].name for n in bound}))
-                    line = f"pinned by bound pods on {names}, outside {parent.name}"
-                    return _Candidates([], [_text(line)])
             if not domains:
-                line = f"{parent.name}: no node has label {group.topology_key}"
-                return _Candidates([], [_text(line)])
+                line = Line(parent.name, f"no node has label {group.topology_key}")
+                return _Candidates([], [line])
+            pinned = self._pin(group, parent, domains)
+            if isinstance(pinned, str):
+                return _Candidates([], [Line(None, pinned)])
+            domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
         return self._order_composite_domains(group, domains)
+
+    def _pin(self, group: GroupSpec, parent: Domain, domains: list[Domain]) -> list[Domain] | str:
+        """The domains a group may still use, given its (and its descendants') bound pods; a
+        string says why none. A group with bound pods is pinned to their domain (its full
+        path): a re-created pod lands beside the others or stays pending. Bound pods in two
+        domains already break the constraint, so nothing more is placed: adding a pod to one
+        side would report the group placed in a placement that is not one."""
+        bound = self._bound_nodes(group)
+        if not bound:
+            return domains
+        touched = [d for d in domains if any(d.mask[node] for node in bound)]
+        if len(touched) > 1:
+            spans = "; ".join(f"{d.name} ({self._node_names(d.mask, bound)})" for d in touched)
+            return (
+                f"bound pods already span {len(touched)} {group.topology_key} domains, "
+                f"which its constraint forbids: {spans}"
+            )
+        if not touched:
+            names = self._node_names(None, bound)
+            return f"pinned by bound pods on {names}, outside {parent.name}"
+        return touched
+
+    def _node_names(self, mask: BoolArray | None, nodes: list[int]) -> str:
+        inside = {n for n in nodes if mask is None or mask[n]}
+        return ", ".join(sorted(self.snapshot.nodes[n].name for n in inside))
 
     def needed(self, group: GroupSpec) -> int:
         """Pods that must be placed for a PodGroup to count as placed."""
@@ -132,56 +183,42 @@ class Planner:
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         pods = self.pods.get(group.key, [])
         needed = self.needed(group)
-        shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
-        for pod in pods:
-            shapes[pod.shape_key].append(pod)
-        per_shape = [
-            (len(members), copies(self.snapshot, members[0])) for members in shapes.values()
-        ]
+        room = _Room(self.snapshot, pods)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Line] = []
         biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key)) if pods else None
         for domain in domains:
-            estimate = sum(min(n, int(c[domain.mask].sum())) for n, c in per_shape)
+            estimate = room.estimate(domain)
             if estimate < needed and biggest is not None:
+                self.explored += 1  # looked at and refused: a domain tried, without a trial
                 lines.append(self._rejected(domain, estimate, needed, biggest))
                 continue
-            # Tightest first among domains that take every pod: the least room left over,
-            # measured uncapped, so big domains stay free for big gangs.
-            room = sum(int(c[domain.mask].sum()) for _, c in per_shape)
-            full = estimate >= len(pods)
-            key = (0, room, domain.name) if full else (1, -estimate, domain.name)
-            ranked.append((key, domain))
+            ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
         return _Candidates([d for _, d in ranked], lines)
 
     def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> Line:
         def render() -> str:
             capacity = copies(self.snapshot, pod)
-            why = explain(self.snapshot, pod, domain.nodes(), capacity=capacity)
-            return f"{domain.name}: at most {estimate} of {needed} pods fit: {why}"
+            return explain(self.snapshot, pod, domain.nodes(), capacity=capacity)
 
-        return render
+        return Line(domain.name, f"at most {estimate} of {needed} pods fit", render)
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
-        demand = self._demand(group)
-        per_node = free_gpu_milli(self.snapshot)
+        # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
+        # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
+        room = _Room(self.snapshot, self._pending_pods(group))
         bounds = _ChildBounds(self, self.children.get(group.key, []))
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Line] = []
         for domain in domains:
             most = bounds.at_most(domain)
             if most < group.minimum:
-                line = (
-                    f"{domain.name}: at most {most} of {group.minimum} child groups could fit "
-                    f"({bounds.describe(domain)})"
-                )
-                lines.append(_text(line))
+                self.explored += 1  # looked at and refused: a domain tried, without a trial
+                summary = f"at most {most} of {group.minimum} child groups could fit"
+                lines.append(Line(domain.name, f"{summary} ({bounds.describe(domain)})"))
                 continue
-            available = int(per_node[domain.mask].sum())
-            enough = available >= demand
-            key = (0, available, domain.name) if enough else (1, -available, domain.name)
-            ranked.append((key, domain))
+            ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
         return _Candidates([d for _, d in ranked], lines)
 
@@ -203,8 +240,8 @@ class Planner:
             ok, line = self.place_in(group, domain)
             if ok:
                 return True
-            lines.append(_text(line))
-        self._fail(group, parent, lines)
+            lines.append(line)
+        self._fail(group, parent, lines, final=True)
         return False
 
     def _waiting(self, group: GroupSpec) -> str | None:
@@ -217,20 +254,23 @@ class Planner:
                 return f"{ready} of {group.minimum} child groups have their pods (minGroupCount)"
             return None
         present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
+        gated = self.gated.get(group.key, 0)
+        verb = "is" if gated == 1 else "are"
+        also = f"; {gated} more {verb} held back by scheduling gates" if gated else ""
         if group.gang and present < group.minimum:
-            return f"{present} of {group.minimum} valid pods exist (minCount {group.minimum})"
+            return f"{present} of {group.minimum} valid pods exist (minCount {group.minimum}){also}"
         if not present:
-            return "no valid pods exist"
+            return f"no valid pods exist{also}"
         return None
 
-    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
         """One trial of ``group`` in ``domain``: (placed, line for the report)."""
         self.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
         return self._composite_in(group, domain)
 
-    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
         snapshot = self.snapshot
         checkpoint = snapshot.checkpoint()
         pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
@@ -245,29 +285,43 @@ class Planner:
             placed += 1
         if placed >= needed and (placed or not pods):
             message = f"{placed} of {len(pods)} pending pods placed in {domain.name}"
-            self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-            return True, f"{domain.name}: fits"
+            left_out = self._left_out(failed, domain)
+            self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
+            return True, Line(domain.name, "fits")
         why = explain(snapshot, failed[0], domain.nodes()) if failed else "no pods"
         snapshot.rollback(checkpoint)
-        return False, f"{domain.name}: {placed} of {needed} pods fit: {why}"
+        return False, Line(domain.name, f"{placed} of {needed} pods fit", _fixed(why))
+
+    def _left_out(self, failed: list[PodRequest], domain: Domain) -> dict[str, str]:
+        """Why each pod a placed group leaves pending did not fit (a basic group's extra
+        pods, a gang's pods beyond minCount), explained once per pod shape."""
+        where = f" of {domain.name}" if domain.labels else ""
+        total = int(domain.mask.sum())
+        said: dict[tuple[object, ...], str] = {}
+        for pod in failed:
+            if pod.shape_key not in said:
+                why = explain(self.snapshot, pod, domain.nodes())
+                said[pod.shape_key] = (
+                    f"0/{total} nodes{where} available beside its group's other pods: {why}"
+                )
+        return {pod.key: said[pod.shape_key] for pod in failed}
 
     # ----- phase 3: composite groups with backtracking --------------------------------------
 
-    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, str]:
+    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
         snapshot = self.snapshot
-        children = sorted(self.children.get(group.key, []), key=lambda c: (-self._demand(c), c.key))
         start = snapshot.checkpoint()
         best = _Best()
-        self._search(children, 0, 0, domain, start, best)
-        snapshot.rollback(start)
+        for children in self._sibling_orders(group, domain, best):
+            self._search(children, 0, 0, domain, start, best, ())
+            snapshot.rollback(start)
         if best.placed < group.minimum:
             failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
             detail = "; ".join(f"{d.name}: {d.message}" for d in failed[:3])
             self.decisions.update(best.decisions)
-            line = f"{domain.name}: {max(best.placed, 0)} of {group.minimum} child groups fit" + (
-                f" ({detail})" if detail else ""
-            )
-            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, line)
+            summary = f"{max(best.placed, 0)} of {group.minimum} child groups fit"
+            line = Line(domain.name, summary + (f" ({detail})" if detail else ""))
+            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, line.full())
             self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
             return False, line
         for added, holding in best.journal:
@@ -276,9 +330,70 @@ class Planner:
             else:
                 snapshot.forget(holding.pod.key)
         self.decisions.update(best.decisions)
+        children = self.children.get(group.key, [])
         message = f"{best.placed} of {len(children)} child groups placed in {domain.name}"
         self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-        return True, f"{domain.name}: fits"
+        return True, Line(domain.name, "fits")
+
+    def _sibling_orders(
+        self, group: GroupSpec, domain: Domain, best: _Best
+    ) -> Iterator[list[GroupSpec]]:
+        """The orders in which the children are placed inside ``domain``, each tried only
+        while the group's minimum is not met. Greedy takes the nodes in the order it places,
+        so an early sibling can take the one node a later one needed:
+        1. the most GPUs first (then the name): big pieces first, the usual greedy;
+        2. the tightest first, by every resource (`_tightness`): a CPU-heavy leader before
+           GPU workers that would fill its only node;
+        3. within the backtracking budget, one more order per unit: the last one with the
+           sibling that did not fit moved to the front.
+        An order already tried is not tried again."""
+        children = self.children.get(group.key, [])
+        # Keys, not lists: the tighter order is only worked out when greedy failed.
+        keys: list[Callable[[GroupSpec], tuple[float, ...]]] = [
+            lambda c: (-self._demand(c),),
+            lambda c: self._tightness(c, domain),
+        ]
+        tried: set[tuple[str, ...]] = set()
+        last = children
+        for key in keys:
+            if best.placed >= group.minimum:
+                return
+            last = sorted(children, key=lambda c: (*key(c), c.key))
+            if tuple(c.key for c in last) not in tried:
+                tried.add(tuple(c.key for c in last))
+                yield last
+        while best.placed < group.minimum:
+            # A child still waiting for its pods fails in any order: never worth a trial.
+            ready = [c for c in children if c.key in best.missing and self._waiting(c) is None]
+            if not ready:
+                return
+            failing = min(ready, key=lambda c: best.missing.index(c.key))
+            order = [failing, *(c for c in last if c is not failing)]
+            if tuple(c.key for c in order) in tried or not self._spend():
+                return
+            tried.add(tuple(c.key for c in order))
+            last = order
+            yield order
+
+    def _tightness(self, group: GroupSpec, domain: Domain) -> tuple[float, float]:
+        """Sort key, tightest first: minus the largest share of the domain's capacity that
+        the group's pending pods request of any one resource (GPUs, CPU, memory, pods,
+        extended resources), then minus the sum of those shares."""
+        pods = self._pending_pods(group)
+        shares = [self._demand(group) / max(1, WHOLE_GPU_MILLI * self._gpus_in(domain))]
+        totals: dict[str, int] = defaultdict(int)
+        for pod in pods:
+            for name, amount in pod.resources.items():
+                totals[name] += amount
+        for name, total in sorted(totals.items()):
+            column = self.snapshot.columns.get(name)
+            capacity = 0 if column is None else self.snapshot.allocatable[domain.mask, column].sum()
+            shares.append(total / max(1, int(capacity)))
+        return (-max(shares), -sum(shares))
+
+    def _gpus_in(self, domain: Domain) -> int:
+        counts = np.diff(self.snapshot.gpu_offset)
+        return int(counts[domain.mask].sum())
 
     def _search(
         self,
@@ -288,13 +403,16 @@ class Planner:
         domain: Domain,
         start: int,
         best: _Best,
+        missing: tuple[str, ...],
     ) -> bool:
         """Depth-first over children and their candidate domains; True once all are placed.
         The first choice at each level is free; every further choice costs one unit of the
-        backtracking budget, so the search stays bounded."""
+        backtracking budget, so the search stays bounded. ``missing``: the children this
+        path left out so far."""
         if index == len(children):
             if placed > best.placed:
                 best.placed = placed
+                best.missing = missing
                 best.journal = self.snapshot.journal_since(start)
                 best.decisions = {
                     g.key: self.decisions[g.key]
@@ -307,15 +425,19 @@ class Planner:
             return False
         child = children[index]
         any_placed = False
-        for attempt, option in enumerate(self._child_options(child, domain)):
+        found = self._child_options(child, domain)
+        lines = list(found.lines)
+        for attempt, option in enumerate(found.domains):
             if attempt and not self._spend():
                 break
             checkpoint = self.snapshot.checkpoint()
-            ok, _ = self.place_in(child, option)
+            ok, line = self.place_in(child, option)
             if ok:
                 any_placed = True
-                if self._search(children, index + 1, placed + 1, domain, start, best):
+                if self._search(children, index + 1, placed + 1, domain, start, best, missing):
                     return True
+            else:
+                lines.append(line)
             self.snapshot.rollback(checkpoint)
         if any_placed:
             if not self._spend():
@@ -323,17 +445,22 @@ class Planner:
             message = f"did not fit beside its sibling groups in {domain.name}"
             self._decide(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
             self._inherit(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
-        return self._search(children, index + 1, placed, domain, start, best)
+        elif found.domains:  # every trial failed: its own reasons, not a stale decision
+            self._fail(child, domain, lines)
+        return self._search(children, index + 1, placed, domain, start, best, (*missing, child.key))
 
-    def _child_options(self, child: GroupSpec, domain: Domain) -> list[Domain]:
+    def _child_options(self, child: GroupSpec, domain: Domain) -> _Candidates:
         waiting = self._waiting(child)
         if waiting is not None:
+            # A sub-group short of pods (or of child groups) waits, and so does everything
+            # under it: its pods say what it waits for, not that they did not fit.
             self._decide(child, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
-            return []
+            self._inherit(child, Phase.PENDING, Reason.WAITING_FOR_PODS)
+            return _Candidates([])
         found = self.candidates(child, domain)
         if not found.domains:
             self._fail(child, domain, found.lines)
-        return found.domains
+        return found
 
     def _spend(self) -> bool:
         if self.budget <= 0:
@@ -343,23 +470,40 @@ class Planner:
 
     # ----- decisions -------------------------------------------------------------------------
 
-    def _fail(self, group: GroupSpec, parent: Domain, lines: list[Line]) -> None:
+    def _fail(
+        self, group: GroupSpec, parent: Domain, lines: list[Line], final: bool = False
+    ) -> None:
+        """The group was placed nowhere in ``parent``: its message names every domain tried
+        with why in short (up to ``maxDomainsReported``), or the one domain tried in full; its
+        attempts say each in full.
+        ``final``: the root's last word, which every group under it that did not fit takes
+        too (their own reasons were about one of the root's domains only; the root's name
+        them all)."""
         limit = self.snapshot.config.max_domains_reported
-        shown = [line() for line in lines[:limit]]
+        shown = [line.full() for line in lines[:limit]]
+        # A line about the parent itself (a child without a key of its own) names it once.
+        said = [line.about(parent, full=len(lines) == 1) for line in lines[:limit]]
+        summary = "; ".join(said)
         if len(lines) > limit:
-            shown.append(f"… {len(lines) - limit} more domains")
+            more = f"… {len(lines) - limit} more domains"
+            shown.append(more)
+            summary += f"; {more}"
         where = f"in {parent.name}" if parent.labels else "in any domain"
-        message = f"no placement {where}" + (f": {shown[0]}" if shown else "")
-        self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, None, shown)
-        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
+        message = f"no placement {where}" + (f": {summary}" if summary else "")
+        self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, attempts=shown)
+        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, replace=final)
 
-    def _inherit(self, group: GroupSpec, phase: Phase, reason: Reason) -> None:
+    def _inherit(
+        self, group: GroupSpec, phase: Phase, reason: Reason, replace: bool = False
+    ) -> None:
         """Descendants of a group that was not placed are not placed either: each one that
-        has no failure of its own gets its ancestor's, so its pods say why."""
+        has no failure of its own gets its ancestor's, so its pods say why. ``replace``: an
+        own Unschedulable is replaced too (a wait for pods never is: that is what to fix)."""
         decision = self.decisions[group.key]
         for member in self._descendants(group)[1:]:
             own = self.decisions.get(member.key)
-            if own is None or own.phase is Phase.SCHEDULED:
+            replaceable = replace and own is not None and own.phase is Phase.UNSCHEDULABLE
+            if own is None or own.phase is Phase.SCHEDULED or replaceable:
                 message = f"{group.kind.value} {group.key}: {decision.message}"
                 self._decide(member, phase, reason, message)
 
@@ -370,6 +514,7 @@ class Planner:
         reason: Reason,
         message: str,
         domain: Domain | None = None,
+        left_out: dict[str, str] | None = None,
         attempts: list[str] | None = None,
     ) -> None:
         self.decisions[group.key] = GroupDecision(
@@ -381,7 +526,35 @@ class Planner:
             placement=domain.placement if domain is not None else {},
             attempts=tuple(attempts or ()),
             explored=self.explored,
+            left_out=left_out or {},
         )
+
+
+class _Room:
+    """How much of a set of pods a domain holds, by every resource they request: per pod
+    shape, the copies that fit on its nodes now (`copies`: CPU, memory, GPUs, extended
+    resources and the node's constraints at once)."""
+
+    def __init__(self, snapshot: Snapshot, pods: Sequence[PodRequest]) -> None:
+        shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
+        for pod in pods:
+            shapes[pod.shape_key].append(pod)
+        self.total = len(pods)
+        self.per_shape = [(len(same), copies(snapshot, same[0])) for same in shapes.values()]
+
+    def estimate(self, domain: Domain) -> int:
+        """An optimistic count of the pods that fit in ``domain`` at once."""
+        return sum(min(n, int(c[domain.mask].sum())) for n, c in self.per_shape)
+
+    def tightest_first(self, domain: Domain) -> tuple[int, int, str]:
+        """Sort key: domains that take every pod first, the least room left over first (so
+        big domains stay free for big gangs), measured uncapped; then the domains that take
+        the most; the name last."""
+        estimate = self.estimate(domain)
+        if estimate < self.total:
+            return (1, -estimate, domain.name)
+        room = sum(int(c[domain.mask].sum()) for _, c in self.per_shape)
+        return (0, room, domain.name)
 
 
 class _ChildKind(NamedTuple):

@@ -33,10 +33,17 @@ class PodRequest:
     app: str | None = None
     created: float = 0.0
     """Creation time (seconds since the epoch); orders pods of equal priority, oldest first."""
+    gates: tuple[str, ...] = ()
+    """``spec.schedulingGates`` still on the pod. Kubernetes never schedules a gated pod: it
+    waits until every gate is removed, and until then does not count toward its gang."""
 
     @property
     def namespace(self) -> str:
         return self.key.split("/", 1)[0]
+
+    @property
+    def gated(self) -> bool:
+        return bool(self.gates)
 
     @property
     def wants_gpu(self) -> bool:
@@ -91,4 +98,5 @@ class PodRequest:
             group=pod.group,
             app=pod.app,
             created=created.timestamp() if created is not None else 0.0,
+            gates=pod.scheduling_gates,
         )

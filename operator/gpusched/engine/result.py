@@ -15,6 +15,9 @@ class Reason(StrEnum):
     INVALID = "Invalid"
     WAITING_FOR_PODS = "WaitingForPods"
     """A gang has fewer pods (or a CompositePodGroup fewer child groups) than its minimum."""
+    SCHEDULING_GATED = "SchedulingGated"
+    """A pod with ``spec.schedulingGates`` left: not placed, not counted toward its gang, until
+    every gate is removed (Kubernetes' own reason for its ``PodScheduled=False`` condition)."""
 
 
 class Phase(StrEnum):
@@ -57,7 +60,11 @@ class GroupDecision:
     attempts: tuple[str, ...] = ()
     """One line per domain tried, saying why it did not fit (or that it did)."""
     explored: int = 0
-    """How many (group, domain) placements were tried, backtracking included."""
+    """How many (group, domain) pairs the search looked at, backtracking included: each
+    trial, and each domain refused before a trial because the pods cannot fit there."""
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Pods of a placed group left pending (a basic group's extras, a gang's pods beyond
+    minCount) → why each did not fit beside the others."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

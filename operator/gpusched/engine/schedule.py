@@ -51,9 +51,10 @@ def schedule(
     if work.config.scoring.fragmentation_weight and not work.workload:
         work.workload = target_workload([*pods, *(h.pod for h in work.holdings.values())])
     result = ScheduleResult()
+    pods, gated = _gated(work, pods, result)
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)
-    planner = Planner(work, valid, pods_by_group)
+    planner = Planner(work, valid, pods_by_group, gated)
     for unit in _units(valid, pods_by_group, loose):
         if unit.group is not None:
             planner.place(unit.group, root_domain(work))
@@ -64,6 +65,33 @@ def schedule(
 
 
 # ----- screening bad input ---------------------------------------------------------------------
+
+
+def _gated(
+    snapshot: Snapshot, pods: Sequence[PodRequest], result: ScheduleResult
+) -> tuple[list[PodRequest], dict[str, int]]:
+    """Takes out the pods that still have scheduling gates, as Kubernetes does before any
+    scheduling: each is reported ``SchedulingGated``, naming its gates; the count per group
+    goes to the planner, so a gang says it waits for them (they count for nothing meanwhile).
+    As in `_screen`, a pod's first listing decides; a pod already held is left to `_screen`
+    (which drops it)."""
+    ready: list[PodRequest] = []
+    gated: dict[str, int] = defaultdict(int)
+    first: dict[str, bool] = {}
+    """Pod key → whether its first listing is held back here."""
+    for pod in pods:
+        if pod.key not in first:
+            first[pod.key] = pod.gated and pod.key not in snapshot.holdings
+        elif first[pod.key]:
+            continue  # a later listing of a gated pod: the first one was reported
+        if not first[pod.key]:
+            ready.append(pod)
+            continue
+        message = f"waiting for scheduling gates to be removed: {', '.join(pod.gates)}"
+        result.unschedulable.append(PodFailure(pod.key, Reason.SCHEDULING_GATED, message))
+        if pod.group is not None:
+            gated[f"{pod.namespace}/{pod.group}"] += 1
+    return ready, dict(gated)
 
 
 def _screen(
@@ -231,18 +259,24 @@ def _collect(
         if decision is not None:
             result.groups.append(decision)
     result.groups.sort(key=lambda d: d.name)
-    failed_groups = {d.name: d for d in result.groups if d.phase is not Phase.SCHEDULED}
+    decided = {d.name: d for d in result.groups}
     reported = {u.pod for u in result.unschedulable}
     for pod in sorted(pods, key=lambda p: p.key):
         if pod.key in snapshot.holdings or pod.key in reported or pod.group is None:
             continue
-        decision = failed_groups.get(f"{pod.namespace}/{pod.group}")
-        if decision is not None:
-            result.unschedulable.append(PodFailure(pod.key, decision.reason, decision.message))
-        else:
-            message = "did not fit in its group's domain beside the group's other pods"
-            result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
+        result.unschedulable.append(_left_pending(pod, decided.get(f"{pod.namespace}/{pod.group}")))
     result.unschedulable.sort(key=lambda u: u.pod)
+
+
+def _left_pending(pod: PodRequest, decision: GroupDecision | None) -> PodFailure:
+    """Why a pod of a group stays pending: its group's reason, or, in a placed group, why
+    the pod itself did not fit beside the others."""
+    if decision is None:  # every group the planner reached has a decision; a guard only
+        return PodFailure(pod.key, Reason.UNSCHEDULABLE, "its group was not attempted")
+    if decision.phase is not Phase.SCHEDULED:
+        return PodFailure(pod.key, decision.reason, decision.message)
+    why = decision.left_out.get(pod.key, "not placed beside its group's other pods")
+    return PodFailure(pod.key, Reason.UNSCHEDULABLE, why)
 
 
 def _binding(snapshot: Snapshot, holding: Holding) -> Binding:

@@ -5,9 +5,12 @@ through ``on.event`` handlers, which Kopf does not track on the objects: no fina
 progress annotations are ever written to pods, nodes or groups. The one scheduling loop runs
 as a task started at startup (`gpusched.scheduler.service`).
 
-Options come from `configure` (``gpusched run``) or, under plain ``kopf run``, from the
-environment: ``GPUSCHED_CONFIG`` (a SchedulerConfig YAML file), ``KUBECONFIG``, and
-``GPUSCHED_METRICS_PORT`` (0 disables ``/metrics``).
+Options are the flags of ``gpusched run`` (`gpusched.options`): from `configure`
+(``gpusched run``) or, under plain ``kopf run``, from ``$GPUSCHED_RUN_ARGS``.
+
+Logging: each decision (group, placement, pods and GPUs, or why not), each bind and each
+leadership change is one INFO line. Kopf's own line per handled event ("Handler 'pod_event'
+succeeded", most of what an operator would otherwise print) is dropped unless ``--verbose``.
 """
 
 from __future__ import annotations
@@ -15,21 +18,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
-import yaml
 from kubernetes_asyncio import client
 from prometheus_client import start_http_server
 
-from gpusched.api.config import SchedulerConfig, load_config
+from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import GROUP, VERSION
 from gpusched.engine.groups import GroupKind
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, load_configuration
+from gpusched.options import Options as Options
+from gpusched.options import from_environment
 from gpusched.scheduler import metrics
 from gpusched.scheduler.leader import LeaderElector
 from gpusched.scheduler.ports import ApiError
@@ -46,15 +50,6 @@ because importing this module makes it the default."""
 kopf.set_default_registry(registry)
 
 
-@dataclass(slots=True)
-class Options:
-    config: SchedulerConfig = field(default_factory=SchedulerConfig)
-    kubeconfig: str | None = None
-    metrics_address: str = "0.0.0.0"
-    metrics_port: int = 9402
-    """``/metrics`` port; 0 disables the endpoint."""
-
-
 _options: Options | None = None
 running: Runtime | None = None
 """The runtime of the operator running in this process, if any (for tests and debugging)."""
@@ -67,13 +62,34 @@ def configure(options: Options) -> None:
 
 
 def options() -> Options:
+    """The options of `configure`, else (plain ``kopf run``) those in ``$GPUSCHED_RUN_ARGS``."""
     if _options is not None:
         return _options
-    path = os.environ.get("GPUSCHED_CONFIG")
-    config = SchedulerConfig()
-    if path:
-        config = load_config(yaml.safe_load(Path(path).read_text(encoding="utf-8")), path)
-    return Options(config=config, metrics_port=int(os.environ.get("GPUSCHED_METRICS_PORT", 9402)))
+    return from_environment(os.environ)
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_HANDLER_SUCCEEDED = re.compile(r"Handler '[^']*' succeeded\.")
+
+
+def _not_a_handler_success(record: logging.LogRecord) -> bool:
+    return not (
+        record.levelno == logging.INFO and _HANDLER_SUCCEEDED.fullmatch(record.getMessage())
+    )
+
+
+def configure_logging(verbose: bool) -> None:
+    """Logging for ``gpusched run``: INFO (DEBUG with ``verbose``) to stderr."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT)
+    quiet_kopf(verbose)
+
+
+def quiet_kopf(verbose: bool) -> None:
+    """Drops Kopf's INFO line per handled event unless ``verbose`` (idempotent)."""
+    objects = logging.getLogger("kopf.objects")
+    objects.removeFilter(_not_a_handler_success)
+    if not verbose:
+        objects.addFilter(_not_a_handler_success)
 
 
 @dataclass(slots=True)
@@ -92,6 +108,8 @@ class Runtime:
 @kopf.on.startup(registry=registry)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     opts = options()
+    # Under `kopf run --verbose` (or --debug) Kopf has set the root logger to DEBUG.
+    quiet_kopf(opts.verbose or logging.getLogger().isEnabledFor(logging.DEBUG))
     settings.posting.enabled = False  # our own Events are aggregated; Kopf's would duplicate
     settings.scanning.disabled = True  # our CRDs are known; no need to watch CRDs
     settings.watching.server_timeout = 300
@@ -126,16 +144,24 @@ def _elector(
     election = config.operator.leader_election
     scheduler.lost_leadership()  # no decision before a full list of pods and nodes
     if not election.enabled:
+        logger.info("leader election off: this replica schedules alone")
         metrics.LEADER.set(1)  # the only replica: dashboards read the leader's gauges
         scheduler.spawn(_take_leadership(scheduler, api))
         return None
     namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE", "default")
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    logger.info(
+        "standing by as %s: scheduling starts once it holds the lease %s/%s",
+        identity,
+        namespace,
+        election.lease_name,
+    )
 
     def changed(leading: bool) -> None:
         if leading:
             scheduler.spawn(_take_leadership(scheduler, api))
         else:
+            logger.info("standing by: lost the lease %s/%s", namespace, election.lease_name)
             scheduler.lost_leadership()
 
     elector = LeaderElector(api, election, namespace, identity, changed)
@@ -150,6 +176,7 @@ async def _take_leadership(scheduler: Scheduler, api: KubeClusterApi) -> None:
     while True:
         try:
             await scheduler.take_leadership(api.list_pods())
+            logger.info("leading: pods and nodes listed, scheduling")
             return
         except ApiError as error:
             logger.warning("cannot list the cluster yet (%s); retrying in %.1f s", error, delay)

@@ -378,6 +378,9 @@ class Scheduler:
                 continue
             self.recorder.record(_pod_ref(record), "Warning", "FailedScheduling", failure.message)
             if record.request is not None and record.request.group is None:
+                logger.info(
+                    "pod %s not placed (%s): %s", failure.pod, failure.reason, failure.message
+                )
                 self._failed(failure.pod, now)
                 metrics.ATTEMPTS.labels(failure.reason.value.lower()).inc()
         gangs: dict[str, list[tuple[str, Reservation, list[ClaimWrite] | str]]] = defaultdict(list)
@@ -390,6 +393,8 @@ class Scheduler:
                 metrics.ATTEMPTS.labels("scheduled").inc()
             self._placed.append(binding)
             root = self._root(reservation.request)
+            gpus = ",".join(map(str, binding.gpus)) or "none"
+            logger.info("placing %s on %s, GPUs %s (%s)", binding.pod, binding.node, gpus, root)
             self._binding[root].add(binding.pod)
             writes = self.claims.plan(binding.pod, binding.node, binding.gpus, self._view)
             gangs[root].append((binding.pod, reservation, writes))
@@ -420,12 +425,22 @@ class Scheduler:
     def _root_outcome(self, decision: GroupDecision, now: float) -> None:
         record = self.state.groups.get(decision.name)
         if decision.phase is Phase.SCHEDULED:
+            where = "/".join(decision.placement.values()) or "no topology constraint"
+            logger.info("%s %s: Scheduled in %s", decision.kind, decision.name, where)
             self._backoff.pop(decision.name, None)
             metrics.ATTEMPTS.labels("scheduled").inc()
             return
         if decision.reason is Reason.WAITING_FOR_PODS:
+            logger.debug("%s %s: %s", decision.kind, decision.name, decision.message)
             metrics.ATTEMPTS.labels("waiting").inc()
             return
+        logger.info(
+            "%s %s: not placed (%s): %s",
+            decision.kind,
+            decision.name,
+            decision.reason,
+            decision.message,
+        )
         metrics.ATTEMPTS.labels(decision.reason.value.lower()).inc()
         self._failed(decision.name, now)
         if record is not None:
@@ -477,6 +492,7 @@ class Scheduler:
         self.state.confirm(key, reservation)
         gpus = f", GPUs {','.join(map(str, reservation.gpus))}" if reservation.gpus else ""
         message = f"Successfully assigned {key} to {reservation.node}{gpus}"
+        logger.info("bound: %s", message)
         self.recorder.record(ref, "Normal", "Scheduled", message)
         in_flight = self._binding.get(root)
         if in_flight is not None:

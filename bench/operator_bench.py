@@ -1,8 +1,8 @@
 """Operator benchmark: the real operator against the API emulator, 500 nodes.
 
-    python bench/operator.py            # 2,000 pods + a 64-pod gang (about a minute)
-    python bench/operator.py --quick    # 600 pods + the gang
-    py-spy record -f raw -o prof.txt -- python bench/operator.py --quick   # where time goes
+    python bench/operator_bench.py            # 2,000 pods + a 64-pod gang (about a minute)
+    python bench/operator_bench.py --quick    # 600 pods + the gang
+    py-spy record -f raw -o prof.txt -- python bench/operator_bench.py --quick   # where time goes
 
 The emulator (tests/integration/apiserver, built on kmock) and the load-generating client
 each run in a child process, so neither shares the operator's interpreter lock; on a 2-core

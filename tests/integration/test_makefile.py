@@ -1,0 +1,36 @@
+"""`make help` lists every target the Makefile declares, and the targets name files that exist."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MAKEFILE = ROOT / "Makefile"
+
+
+def phony_targets() -> list[str]:
+    match = re.search(r"^\.PHONY:(.*)$", MAKEFILE.read_text(), re.MULTILINE)
+    assert match, "the Makefile declares no .PHONY targets"
+    return match.group(1).split()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_help_lists_every_declared_target_digits_included() -> None:
+    done = subprocess.run(
+        ["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    missing = [t for t in phony_targets() if t not in listed]
+    assert missing == [], f"`make help` misses {missing}:\n{done.stdout}"
+
+
+def test_every_bench_script_the_makefile_runs_exists() -> None:
+    named = re.findall(r"\bbench/[\w./-]+\.py\b", MAKEFILE.read_text())
+    assert named, "the Makefile runs no bench script"
+    assert [n for n in named if not (ROOT / n).is_file()] == []
