@@ -296,6 +296,13 @@ OPERATOR_GRANTS = {
     (GROUP, "workloads/status"): {"patch"},
     # ownerReferences with blockOwnerDeletion on what a Workload creates.
     (GROUP, "workloads/finalizers"): {"update"},
+    # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched.
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update"},
+    ("resource.k8s.io", "resourceclaims/status"): {"update"},
+    # Checked by the API server before a status update may change allocation or reservedFor.
+    ("resource.k8s.io", "resourceclaims/binding"): {"update"},
 }
 LEASE_GRANTS = {
     # LeaderElector: create the Lease once, then read and replace it (PUT) by name.
@@ -382,6 +389,25 @@ def test_the_agent_runs_on_gpu_nodes_only_and_knows_its_node() -> None:
     env = {e["name"]: e.get("valueFrom") for e in container["env"]}
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert "nvidia.com/gpu" not in json.dumps(container["resources"]), "must not take a GPU"
+
+
+def test_the_agent_reads_the_kubelets_pod_resources_socket_read_only() -> None:
+    docs = render("agent.enabled=true")
+    container = _container(docs, "DaemonSet")
+    args = _parser().parse_args(container["args"])
+    assert args.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "pod-resources")
+    assert mount == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+    volumes = find(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    volume = next(v for v in volumes if v["name"] == "pod-resources")
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    off = _container(render("agent.enabled=true", "agent.podResourcesSocket="), "DaemonSet")
+    assert _parser().parse_args(off["args"]).pod_resources_socket == ""
+    assert all(m["name"] != "pod-resources" for m in off["volumeMounts"])
 
 
 def test_the_dashboards_config_map_holds_every_dashboard_file() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpusched import handlers
+from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.ports import ObjectRef
 from tests.chart.helm import find, render
@@ -62,6 +63,17 @@ CALLS: dict[str, list[_Call]] = {
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
 NOT_REQUESTS = {"close"}
+CLAIM = {"metadata": {"namespace": "ml", "name": "train-worker-0-gpu-x"}}
+CLAIM_CALLS: dict[str, list[Callable[[KubeClaimApi], Awaitable[Any]]]] = {
+    "list_resource_slices": [lambda api: api.list_resource_slices()],
+    "list_device_classes": [lambda api: api.list_device_classes()],
+    "list_resource_claims": [lambda api: api.list_resource_claims()],
+    "get_claim": [lambda api: api.get_claim("ml", "train-worker-0-gpu-x")],
+    "update_claim": [lambda api: api.update_claim(CLAIM)],
+    "update_claim_status": [lambda api: api.update_claim_status(CLAIM)],
+    "create_claim": [lambda api: api.create_claim(CLAIM)],
+}
+"""Each public request method of `KubeClaimApi` (ResourceClaims, through the same client)."""
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 _PATH = re.compile(
@@ -104,6 +116,12 @@ def test_every_request_method_is_in_the_table() -> None:
         if not name.startswith("_")
     }
     assert public - NOT_REQUESTS == set(CALLS)
+    claim_methods = {
+        name
+        for name, _ in inspect.getmembers(KubeClaimApi, inspect.iscoroutinefunction)
+        if not name.startswith("_")
+    }
+    assert claim_methods == set(CLAIM_CALLS)
 
 
 def _requests() -> set[tuple[str, str, str, str]]:
@@ -111,6 +129,10 @@ def _requests() -> set[tuple[str, str, str, str]]:
     for calls in CALLS.values():
         for call in calls:
             asyncio.run(call(api))
+    claims = KubeClaimApi(api)
+    for claim_calls in CLAIM_CALLS.values():
+        for claim_call in claim_calls:
+            asyncio.run(claim_call(claims))
     return {rbac_of(method, path) for method, path in api.calls}
 
 
@@ -146,9 +168,11 @@ def _granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 
 EXTRA = {
     (GROUP, "workloads/finalizers"): {"update"},
+    ("resource.k8s.io", "resourceclaims/binding"): {"update"},
 }
 """Granted without a request of their own: creating objects whose ownerReference has
-blockOwnerDeletion needs it where OwnerReferencesPermissionEnforcement is on."""
+blockOwnerDeletion needs it where OwnerReferencesPermissionEnforcement is on; a claim's status
+update that changes its allocation or reservedFor needs ``resourceclaims/binding``."""
 
 
 def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:

@@ -20,16 +20,16 @@ class NodeAnnotator:
         self._api = api
         self.node_name = node_name
 
-    async def current(self) -> str | None:
+    async def current(self, key: str = TOPOLOGY_ANNOTATION) -> str | None:
         node = await self._api.read_node(self.node_name)
         annotations = node.metadata.annotations if node.metadata is not None else None
-        value: str | None = (annotations or {}).get(TOPOLOGY_ANNOTATION)
+        value: str | None = (annotations or {}).get(key)
         return value
 
-    async def publish(self, value: str) -> bool:
-        """Sets the annotation to ``value``; returns whether a patch was needed."""
-        if await self.current() == value:
+    async def publish(self, value: str, key: str = TOPOLOGY_ANNOTATION) -> bool:
+        """Sets the annotation ``key`` to ``value``; returns whether a patch was needed."""
+        if await self.current(key) == value:
             return False
-        body = {"metadata": {"annotations": {TOPOLOGY_ANNOTATION: value}}}
+        body = {"metadata": {"annotations": {key: value}}}
         await self._api.patch_node(self.node_name, body)
         return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -58,6 +58,7 @@ async def publish_loop(
     interval_seconds: float,
     *,
     once: bool = False,
+    actual: Callable[[GpuTopology], Awaitable[bool]] | None = None,
 ) -> int:
     """Runs until cancelled (or once); returns an exit status: 0, or 1 when ``once`` failed."""
     failures = 0
@@ -65,6 +66,8 @@ async def publish_loop(
         try:
             topology = await asyncio.to_thread(read)
             changed = await annotator.publish(topology.to_annotation())
+            if actual is not None:  # the GPUs the kubelet gave each pod (PodResources)
+                await actual(topology)
         except AgentError as err:
             failures += 1
             logger.error("cannot read the GPU topology (%d in a row): %s", failures, err)

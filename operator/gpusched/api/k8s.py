@@ -594,6 +594,25 @@ class Affinity(_K8sModel):
     node_affinity: NodeAffinity | None = Field(default=None, alias="nodeAffinity")
 
 
+class PodResourceClaim(_K8sModel):
+    """One ``spec.resourceClaims`` entry: a claim by name, or one made from a template."""
+
+    name: str
+    resource_claim_name: str | None = Field(default=None, alias="resourceClaimName")
+    resource_claim_template_name: str | None = Field(
+        default=None, alias="resourceClaimTemplateName"
+    )
+
+
+class PodResourceClaimStatus(_K8sModel):
+    name: str
+    resource_claim_name: str | None = Field(default=None, alias="resourceClaimName")
+
+
+class ExtendedResourceClaimStatus(_K8sModel):
+    resource_claim_name: str = Field(default="", alias="resourceClaimName")
+
+
 class PodSchedulingGate(_K8sModel):
     """One entry of ``spec.schedulingGates``: while any is left, no scheduler places the pod."""
 
@@ -613,11 +632,18 @@ class PodSpec(_K8sModel):
     priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     scheduler_name: str = Field(default="default-scheduler", alias="schedulerName")
     node_name: str | None = Field(default=None, alias="nodeName")
+    resource_claims: list[PodResourceClaim] = Field(default_factory=list, alias="resourceClaims")
     scheduling_gates: list[PodSchedulingGate] = Field(default_factory=list, alias="schedulingGates")
 
 
 class PodStatus(_K8sModel):
     phase: Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"] | None = None
+    resource_claim_statuses: list[PodResourceClaimStatus] = Field(
+        default_factory=list, alias="resourceClaimStatuses"
+    )
+    extended_resource_claim_status: ExtendedResourceClaimStatus | None = Field(
+        default=None, alias="extendedResourceClaimStatus"
+    )
 
 
 def _add_into(total: dict[str, int], extra: Mapping[str, int]) -> None:

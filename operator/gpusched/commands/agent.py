@@ -51,6 +51,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     agent.add_argument("--nvidia-smi", default="nvidia-smi", metavar="PATH")
     agent.add_argument(
+        "--pod-resources-socket",
+        default="",
+        metavar="PATH",
+        help="the kubelet's PodResources socket: also publish the GPUs each pod really got "
+        "as gpusched.io/gpus-actual (e.g. /var/lib/kubelet/pod-resources/kubelet.sock; "
+        "default: off)",
+    )
+    agent.add_argument(
         "--kubeconfig", help="kubeconfig file (default: the in-cluster service account)"
     )
     agent.set_defaults(handler=_agent)
@@ -93,4 +101,9 @@ async def _run(args: argparse.Namespace, read: TopologyReader) -> int:
         config.load_incluster_config()  # type: ignore[no-untyped-call]  # untyped upstream
     async with client.ApiClient() as api:
         annotator = NodeAnnotator(client.CoreV1Api(api), args.node_name)
-        return await publish_loop(read, annotator, args.interval, once=args.once)
+        actual = None
+        if args.pod_resources_socket:
+            from gpusched.agent.podresources import ActualGpuPublisher
+
+            actual = ActualGpuPublisher(annotator, args.pod_resources_socket)
+        return await publish_loop(read, annotator, args.interval, once=args.once, actual=actual)

@@ -30,6 +30,7 @@ from prometheus_client import start_http_server
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import GROUP, VERSION
 from gpusched.engine.groups import GroupKind
+from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, load_configuration
 from gpusched.options import Options as Options
 from gpusched.options import from_environment
@@ -120,7 +121,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     state = ClusterState(scheduler_name=opts.config.scheduler_name)
     telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
     await telemetry.start()  # an unreadable CA file fails here, loudly
-    scheduler = Scheduler(opts.config, state, api, telemetry.samples)
+    scheduler = Scheduler(opts.config, state, api, telemetry.samples, claims=KubeClaimApi(api))
     elector = _elector(opts.config, api, scheduler)
     server = None
     if opts.metrics_port:
@@ -289,3 +290,6 @@ async def workload_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> Non
         return
     scheduler.state.upsert_workload(body)
     scheduler.wake()
+
+
+from gpusched.handlers import dra as _dra  # noqa: E402, F401  (registers the DRA watches)

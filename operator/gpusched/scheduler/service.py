@@ -43,6 +43,14 @@ from gpusched.engine.result import Binding, GroupDecision, Phase, Reason, Schedu
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import GpuSample, SnapshotCache, build_snapshot
 from gpusched.scheduler import metrics, quality_metrics
+from gpusched.scheduler.claims import (
+    ClaimAllocator,
+    ClaimApi,
+    ClaimBook,
+    ClaimWrite,
+    View,
+    held_claims,
+)
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
@@ -108,6 +116,7 @@ class Scheduler:
         telemetry: Telemetry | None = None,
         clock: Callable[[], float] = time.monotonic,
         leading: Callable[[], bool] | None = None,
+        claims: ClaimApi | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -142,6 +151,9 @@ class Scheduler:
         self.resync_seconds = RESYNC_SECONDS
         self._resynced_at = clock()
         self.cycles = 0
+        self.claims = ClaimAllocator(ClaimBook(), claims, lambda: self.leading())
+        """DRA: ResourceClaims allocated before binds, and read back as the GPU ledger."""
+        self._view: View | None = None
 
     # ----- running -----------------------------------------------------------------------------
 
@@ -229,6 +241,7 @@ class Scheduler:
         except ApiError as error:
             # Missing nodes only make pods wait; missing pods could double-book GPUs.
             logger.warning("cannot list nodes; relying on the watch: %s", error)
+        await self.claims.resync()  # DRA holdings come from the claims, never from memory
         for body in bodies:
             self.state.upsert_pod(body)
         # Only pods known before the list was asked for can be missing from it for being
@@ -323,15 +336,23 @@ class Scheduler:
 
     async def _decide(self, ready: list[PodRequest]) -> ScheduleResult:
         started = self.clock()
+        view = self.claims.view.build(
+            self.state.nodes.values(), self.state.bound(), ready, self.state.pods, self.claims.busy
+        )
         snapshot = build_snapshot(
-            self.state.nodes.values(),
-            list(self.state.bound()),
-            self._telemetry(),
-            self.config,
-            self._snapshots,
+            view.nodes, view.bound, self._telemetry(), self.config, self._snapshots
         )
         groups = self.state.group_specs()
-        result = await asyncio.to_thread(schedule, snapshot, ready, groups)
+        result = await asyncio.to_thread(schedule, snapshot, view.ready, groups)
+        view.amend(result)
+        for claim, uid, version in view.stale:
+            self.spawn(self.claims.release_stale(claim, uid, version))
+        for mismatch in view.mismatches:
+            if (record := self.state.pods.get(mismatch.pod)) is not None:
+                self.recorder.record(
+                    _pod_ref(record), "Warning", "GPUAssignmentMismatch", mismatch.message
+                )
+        self._view = view
         metrics.DECISION_SECONDS.observe(self.clock() - started)
         return result
 
@@ -362,6 +383,7 @@ class Scheduler:
                 )
                 self._failed(failure.pod, now)
                 metrics.ATTEMPTS.labels(failure.reason.value.lower()).inc()
+        gangs: dict[str, list[tuple[str, Reservation, list[ClaimWrite] | str]]] = defaultdict(list)
         for binding in result.bindings:
             reservation = self.state.reserve(binding.pod, binding.node, binding.gpus)
             if reservation is None:
@@ -374,7 +396,31 @@ class Scheduler:
             gpus = ",".join(map(str, binding.gpus)) or "none"
             logger.info("placing %s on %s, GPUs %s (%s)", binding.pod, binding.node, gpus, root)
             self._binding[root].add(binding.pod)
-            self.spawn(self._bind(binding.pod, reservation, root))
+            writes = self.claims.plan(binding.pod, binding.node, binding.gpus, self._view)
+            gangs[root].append((binding.pod, reservation, writes))
+        for root, members in gangs.items():
+            self.spawn(self._allocate_and_bind(root, members))
+
+    async def _allocate_and_bind(
+        self, root: str, members: list[tuple[str, Reservation, list[ClaimWrite] | str]]
+    ) -> None:
+        """A gang's ResourceClaims are all written before any of its pods is bound; if one
+        cannot be, every claim written is released and no pod of the gang is bound."""
+        writes = [w for _, _, ws in members if not isinstance(ws, str) for w in ws]
+        refused = [ws for _, _, ws in members if isinstance(ws, str)]
+        why = refused[0] if refused else await self.claims.allocate(writes)
+        if why is None:
+            await asyncio.gather(*(self._bind(key, r, root) for key, r, _ in members))
+            return
+        self.claims.drop(writes)
+        for key, reservation, _ in members:
+            self.state.release(key, reservation)
+            self._binding.get(root, set()).discard(key)
+            namespace, name = key.split("/", 1)
+            ref = ObjectRef("v1", "Pod", namespace, name, reservation.uid)
+            self.recorder.record(ref, "Warning", "FailedScheduling", why)
+        self._failed(root, self.clock(), soon=True)
+        self.wake()
 
     def _root_outcome(self, decision: GroupDecision, now: float) -> None:
         record = self.state.groups.get(decision.name)
@@ -465,6 +511,9 @@ class Scheduler:
             await self._verify(key, ref, reservation)
         else:
             self.state.release(key, reservation)
+            record = self.state.pods.get(key)
+            if record is not None:  # as kube-scheduler's Unreserve: the claims go back
+                await self.claims.release_pod(key, reservation.uid, held_claims(record.pod))
         self._binding.get(root, set()).discard(key)
         self._failed(root, self.clock(), soon=True)
         self.recorder.record(

@@ -1,0 +1,286 @@
+"""GPUs published through Dynamic Resource Allocation, and what a claim asks of them.
+
+Two pure translations, so that the engine keeps placing GPUs by node-local index:
+
+- `node_devices`: a node's ResourceSlices of the NVIDIA DRA driver joined with its
+  ``gpusched.io/gpu-topology`` annotation by GPU UUID. The driver publishes no NVLink data,
+  the annotation does; the UUID is what both name the same GPU by. A device that cannot be
+  joined is reported and never allocated: guessing which GPU it is would put the pod on
+  other GPUs than the ones we scored.
+- `claim_demand`: a ResourceClaim's requests as a GPU count plus the checks every device
+  must pass. Only the selectors we can evaluate exactly are accepted; anything else makes the
+  claim unschedulable with a reason, never silently ignored.
+
+Devices of other drivers are left to whoever allocates them: gpusched does not guess what
+they are, and a claim asking for them gets a reason saying so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gpusched.api.dra import Device, DeviceClass, DeviceSelector, ResourceClaim, ResourceSlice
+from gpusched.api.topology import GpuTopology
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+"""The NVIDIA DRA driver: one ResourceSlice pool per node, devices ``gpu-<minor>``."""
+GPU_DEVICE_NAME = re.compile(r"gpu-[0-9]+")
+"""Whole-GPU devices; MIG devices (``gpu-0-mig-…``) are not whole GPUs and are left alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One GPU as both sides name it: our index, the driver's pool and device name."""
+
+    index: int
+    pool: str
+    device: str
+    uuid: str
+    spec: Device
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDevices:
+    """A node's DRA GPUs, by topology index. ``gpu_count`` is the annotation's GPU count:
+    indices without a device here exist but cannot be allocated (see ``problems``)."""
+
+    node: str
+    gpu_count: int
+    devices: Mapping[int, GpuDevice]
+    problems: tuple[str, ...] = ()
+
+    def by_name(self, pool: str, device: str) -> GpuDevice | None:
+        for gpu in self.devices.values():
+            if gpu.pool == pool and gpu.device == device:
+                return gpu
+        return None
+
+    @property
+    def unusable(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.gpu_count) if i not in self.devices)
+
+
+def current_devices(slices: Iterable[ResourceSlice], node: str) -> tuple[list[Device], str, str]:
+    """The NVIDIA devices the node's pool publishes now (only the newest pool generation
+    counts, as kube-scheduler reads it), its pool name, and a problem ('' when none)."""
+    mine = [s for s in slices if s.spec.driver == NVIDIA_DRIVER and s.spec.node_name == node]
+    if not mine:
+        return [], "", ""
+    newest = max(s.spec.pool.generation for s in mine)
+    current = [s for s in mine if s.spec.pool.generation == newest]
+    pool = current[0].spec.pool.name
+    expected = current[0].spec.pool.resource_slice_count
+    problem = ""
+    if len(current) < expected:
+        problem = (
+            f"its {NVIDIA_DRIVER} pool {pool} has {len(current)} of {expected} ResourceSlices "
+            "published; waiting for the rest"
+        )
+    devices = [d for s in sorted(current, key=lambda s: s.metadata.name) for d in s.spec.devices]
+    return devices, pool, problem
+
+
+def node_devices(
+    node: str,
+    slices: Iterable[ResourceSlice],
+    topology: GpuTopology | None,
+    topology_error: str | None = None,
+) -> NodeDevices | None:
+    """The node's DRA GPUs joined with its topology; None when the node publishes none."""
+    devices, pool, incomplete = current_devices(slices, node)
+    if not devices and not incomplete:
+        return None
+    if incomplete:
+        return NodeDevices(node, len(topology.gpus) if topology else 0, {}, (incomplete,))
+    if topology is None:
+        why = topology_error or "it has no gpusched.io/gpu-topology annotation"
+        message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"
+        return NodeDevices(node, 0, {}, (message,))
+    return _join(node, pool, devices, topology)
+
+
+def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) -> NodeDevices:
+    index_of = {g.uuid: g.index for g in topology.gpus if g.uuid}
+    joined: dict[int, GpuDevice] = {}
+    problems: list[str] = []
+    for device in sorted(devices, key=lambda d: d.name):
+        if not GPU_DEVICE_NAME.fullmatch(device.name):
+            continue
+        uuid = device.attribute(NVIDIA_DRIVER, "uuid")
+        index = index_of.get(uuid) if isinstance(uuid, str) else None
+        if index is None:
+            problems.append(
+                f"device {device.name} (uuid {uuid or 'missing'}) matches no GPU in its "
+                "gpusched.io/gpu-topology annotation; it is not allocated"
+            )
+        elif index in joined:
+            problems.append(f"devices {joined[index].device} and {device.name} share uuid {uuid}")
+        else:
+            joined[index] = GpuDevice(index, pool, device.name, str(uuid), device)
+    for gpu in topology.gpus:
+        if gpu.index not in joined:
+            problems.append(
+                f"GPU {gpu.index} ({gpu.uuid or 'no uuid'}) of its gpusched.io/gpu-topology "
+                f"annotation is missing from its {NVIDIA_DRIVER} ResourceSlices; it is not used"
+            )
+    return NodeDevices(node, len(topology.gpus), joined, tuple(problems))
+
+
+# ----- what a claim asks for -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Check:
+    """One condition on a device: ``attribute`` of ``domain`` equals ``value``; the empty
+    attribute name means the device's driver must be ``value``."""
+
+    domain: str
+    attribute: str
+    value: str | int | bool
+
+    def passes(self, driver: str, device: Device) -> bool:
+        if not self.attribute:
+            return driver == self.value
+        if self.domain == driver:
+            found = device.attribute(driver, self.attribute)
+        else:
+            attribute = device.attributes.get(f"{self.domain}/{self.attribute}")
+            found = attribute.value if attribute is not None else None
+        return found == self.value
+
+    def __str__(self) -> str:
+        if not self.attribute:
+            return f"device.driver == {self.value!r}"
+        return f"device.attributes[{self.domain!r}].{self.attribute} == {self.value!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDemand:
+    """One request of one claim: ``count`` GPUs, each passing every check."""
+
+    claim: str
+    request: str
+    count: int
+    checks: tuple[Check, ...]
+    device_class: str
+
+
+class ClaimError(Exception):
+    """A claim gpusched cannot allocate exactly; the message says why, for people."""
+
+
+_STRING = r"""(?:"([^"\\]*)"|'([^'\\]*)')"""
+_DRIVER = re.compile(rf"device\.driver\s*==\s*{_STRING}")
+_ATTRIBUTE = re.compile(
+    rf"""device\.attributes\[{_STRING}\](?:\.([A-Za-z_][A-Za-z0-9_]*)|\[{_STRING}\])"""
+    rf"""\s*==\s*(?:{_STRING}|(-?[0-9]+)|(true|false))"""
+)
+
+
+def parse_selector(expression: str) -> tuple[Check, ...]:
+    """The checks of a CEL selector made of ``&&``-joined equalities on ``device.driver`` or
+    ``device.attributes[domain].name``; raises `ClaimError` for any other CEL (evaluating
+    a subset of CEL wrongly would allocate devices the claim did not ask for)."""
+    checks: list[Check] = []
+    for clause in _clauses(expression):
+        checks.append(_clause(clause, expression))
+    return tuple(checks)
+
+
+def _clauses(expression: str) -> list[str]:
+    text = expression.strip()
+    while text.startswith("(") and text.endswith(")") and "(" not in text[1:-1]:
+        text = text[1:-1].strip()
+    return [part.strip() for part in text.split("&&")]
+
+
+def _clause(clause: str, expression: str) -> Check:
+    driver = _DRIVER.fullmatch(clause)
+    if driver is not None:
+        return Check(NVIDIA_DRIVER, "", driver.group(1) or driver.group(2) or "")
+    match = _ATTRIBUTE.fullmatch(clause)
+    if match is None:
+        raise ClaimError(
+            f"CEL selector {expression!r} is beyond what gpusched evaluates (&&-joined "
+            "equalities on device.driver and device.attributes[...]): "
+            f"{clause!r}"
+        )
+    domain_a, domain_b, dotted, quoted_a, quoted_b, str_a, str_b, number, boolean = match.groups()
+    value: str | int | bool
+    if number is not None:
+        value = int(number)
+    elif boolean is not None:
+        value = boolean == "true"
+    else:
+        value = str_a if str_a is not None else (str_b or "")
+    name = dotted or quoted_a or quoted_b or ""
+    return Check(domain_a if domain_a is not None else domain_b or "", name, value)
+
+
+def _selector_checks(selectors: Iterable[DeviceSelector], where: str) -> list[Check]:
+    checks: list[Check] = []
+    for selector in selectors:
+        if selector.cel is None:
+            raise ClaimError(f"{where} has a selector that is not CEL")
+        checks.extend(parse_selector(selector.cel.expression))
+    return checks
+
+
+def class_checks(device_class: DeviceClass) -> tuple[Check, ...]:
+    """The class's checks; raises `ClaimError` unless they pin the NVIDIA driver (another
+    driver's devices are allocated by their own claims' scheduler, not guessed at here)."""
+    where = f"DeviceClass {device_class.metadata.name}"
+    checks = _selector_checks(device_class.spec.selectors, where)
+    drivers = {c.value for c in checks if not c.attribute} | {
+        c.domain for c in checks if c.attribute and c.domain != "resource.kubernetes.io"
+    }
+    if drivers != {NVIDIA_DRIVER}:
+        named = ", ".join(sorted(map(str, drivers))) or "no driver"
+        raise ClaimError(
+            f"{where} selects {named}; gpusched allocates only {NVIDIA_DRIVER} GPUs "
+            "(other drivers' devices are left to their own claims)"
+        )
+    return tuple(checks)
+
+
+def claim_demand(
+    claim: ResourceClaim, classes: Mapping[str, DeviceClass]
+) -> tuple[RequestDemand, ...]:
+    """Every request of ``claim`` as GPUs to find; raises `ClaimError` naming the field."""
+    where = f"ResourceClaim {claim.key}"
+    devices = claim.spec.devices
+    if devices.constraints:
+        raise ClaimError(f"{where}: spec.devices.constraints are not supported by gpusched")
+    demands: list[RequestDemand] = []
+    for request in devices.requests:
+        exact = request.exactly
+        field = f"{where}: request {request.name}"
+        if exact is None:
+            raise ClaimError(f"{field}: firstAvailable is not supported by gpusched")
+        if exact.allocation_mode != "ExactCount":
+            raise ClaimError(f"{field}: allocationMode {exact.allocation_mode} is not supported")
+        if exact.admin_access:
+            raise ClaimError(f"{field}: adminAccess is not supported by gpusched")
+        device_class = classes.get(exact.device_class_name)
+        if device_class is None:
+            raise ClaimError(f"{field}: DeviceClass {exact.device_class_name} does not exist")
+        checks = (
+            *class_checks(device_class),
+            *_selector_checks(exact.selectors, field),
+        )
+        demands.append(
+            RequestDemand(
+                claim.key,
+                request.name,
+                exact.count,
+                tuple(sorted(set(checks))),
+                exact.device_class_name,
+            )
+        )
+    return tuple(demands)
+
+
+def device_passes(checks: Iterable[Check], device: GpuDevice) -> bool:
+    return all(check.passes(NVIDIA_DRIVER, device.spec) for check in checks)

@@ -1,0 +1,298 @@
+"""DRA on the real control plane: ResourceSlices and a DeviceClass as the NVIDIA DRA driver
+publishes them, pods with ResourceClaimTemplates whose claims the real resource-claim
+controller (kube-controller-manager) creates, gpusched allocating them through the real
+kube-apiserver's validation, and the ledger read back from the claims after a restart."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpusched.api.k8s import parse_node
+from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.schedule import schedule
+from tests import dra
+from tests.builders import cluster
+from tests.builders import pod as gpu_request
+from tests.cluster.cluster import RealCluster
+from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
+from tests.integration.harness import dump, ensure_namespace, events_for, pods, running_operator
+
+NS = "ml"
+RESOURCE = "resource.k8s.io"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+pytestmark = pytest.mark.usefixtures("real_cluster")
+
+
+@pytest.fixture
+def dra_nodes(apiserver: RealCluster, api: ApiClient) -> Iterator[list[str]]:
+    """Two 8-GPU nodes whose GPUs only the DRA driver publishes, and the driver's class."""
+    ensure_namespace(api, NS)
+    _clean(api)  # what an earlier failed test may have left
+    names = ["dra-1", "dra-2"]
+    api.create(dra.device_class())
+    for name in names:
+        api.create(dra.node(name))
+        api.create(dra.resource_slice(name))
+    yield names
+    _clean(api)
+
+
+def _clean(api: ApiClient) -> None:
+    """Claims carry our finalizer: delete them, strip it (retrying while controllers update
+    them too), then delete everything else DRA this test made."""
+    for item in api.list("pods", namespace=NS):
+        with contextlib.suppress(ApiStatusError):  # gone meanwhile
+            api.delete("pods", item["metadata"]["name"], NS)
+    for body in _claims(api):
+        with contextlib.suppress(ApiStatusError):  # gone already: its pod's deletion took it
+            api.delete("resourceclaims", body["metadata"]["name"], NS, group=RESOURCE)
+
+    def claims_gone() -> bool:
+        for body in _claims(api):
+            if body["metadata"].get("finalizers"):
+                body["metadata"]["finalizers"] = []
+                api.replace({**body, "apiVersion": f"{RESOURCE}/v1", "kind": "ResourceClaim"})
+        return not _claims(api)
+
+    wait_for(claims_gone, message=lambda: f"claims deleted: {dump(_claims(api))}")
+    for plural, namespace in (
+        ("resourceclaimtemplates", NS),
+        ("resourceslices", None),
+        ("deviceclasses", None),
+    ):
+        for body in api.list(plural, namespace=namespace, group=RESOURCE):
+            api.delete(plural, body["metadata"]["name"], namespace, group=RESOURCE)
+
+
+def _gang(api: ApiClient, name: str, size: int, gpus: int) -> list[str]:
+    api.create(dra.claim_template(f"{name}-gpus", NS, gpus))
+    api.create(dra.pod_group(name, NS, size))
+    members = [f"{name}-{i}" for i in range(size)]
+    for member in members:
+        api.create(dra.pod(member, NS, template=f"{name}-gpus", group=name))
+    return members
+
+
+def _claim_of(api: ApiClient, pod: dict[str, Any]) -> dict[str, Any] | None:
+    statuses = pod.get("status", {}).get("resourceClaimStatuses") or []
+    if not statuses or not statuses[0].get("resourceClaimName"):
+        return None
+    return api.get_or_none("resourceclaims", statuses[0]["resourceClaimName"], NS, group=RESOURCE)
+
+
+def _claims(api: ApiClient) -> list[dict[str, Any]]:
+    return api.list("resourceclaims", namespace=NS, group=RESOURCE)
+
+
+def _devices(claim: dict[str, Any]) -> tuple[str, tuple[int, ...]] | None:
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    results = allocation["devices"]["results"]
+    pools = {r["pool"] for r in results}
+    assert len(pools) == 1, claim
+    return pools.pop(), tuple(sorted(dra.index_of_device(r["device"]) for r in results))
+
+
+def _all_bound(api: ApiClient, members: list[str]) -> dict[str, dict[str, Any]]:
+    found = pods(api, NS)
+    ready = all(found.get(f"{NS}/{m}", {}).get("spec", {}).get("nodeName") for m in members)
+    return found if ready else {}
+
+
+def _assert_no_device_twice(api: ApiClient) -> None:
+    owners: dict[tuple[str, int], str] = {}
+    for claim in _claims(api):
+        held = _devices(claim)
+        for gpu in held[1] if held else ():
+            other = owners.setdefault((held[0], gpu), claim["metadata"]["name"])  # type: ignore[index]
+            assert other == claim["metadata"]["name"], f"GPU {gpu} in {other} and {claim}"
+
+
+def _why(api: ApiClient, runtime: Any, members: list[str]) -> str:
+    events = {m: [e["message"] for e in events_for(api, m, NS)] for m in members}
+    attempts = {k: str(v) for k, v in runtime.scheduler._attempts.items()}
+    return dump({"events": events, "attempts": attempts, "claims": _claims(api)})
+
+
+def _engine_choice(nodes: list[str], size: int, gpus: int) -> list[tuple[str, tuple[int, ...]]]:
+    """What the engine picks for the same gang asking nvidia.com/gpu on the same machines."""
+    snapshot = cluster(nodes=[parse_node(dra.node(n, plugin_gpus=8)) for n in nodes])
+    requests = [gpu_request(f"p{i}", gpus=gpus, group="g") for i in range(size)]
+    group = GroupSpec(key="default/g", kind=GroupKind.POD_GROUP, minimum=size)
+    result = schedule(snapshot, requests, [group])
+    return sorted((b.node, tuple(sorted(b.gpus))) for b in result.bindings)
+
+
+def test_claims_from_templates_are_allocated_by_gpusched_as_the_engine_chooses(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    with running_operator(kubeconfig) as runtime:
+        members = _gang(api, "train", 4, 4)
+        bound = wait_for(
+            lambda: _all_bound(api, members),
+            timeout=30,
+            message=lambda: f"the gang bound: {_why(api, runtime, members)}",
+        )
+        placed = []
+        for member in members:
+            pod = bound[f"{NS}/{member}"]
+            claim = _claim_of(api, pod)
+            assert claim is not None, pod
+            # kube-scheduler's shape: finalizer, allocation for the pod's node, reserved for it.
+            assert FINALIZER in claim["metadata"]["finalizers"]
+            status = claim["status"]
+            assert status["reservedFor"] == [
+                {"resource": "pods", "name": member, "uid": pod["metadata"]["uid"]}
+            ]
+            node = pod["spec"]["nodeName"]
+            assert status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"] == [
+                {"key": "metadata.name", "operator": "In", "values": [node]}
+            ]
+            held = _devices(claim)
+            assert held is not None
+            assert held[0] == node
+            placed.append(held)
+        _assert_no_device_twice(api)
+        assert sorted(placed) == _engine_choice(dra_nodes, 4, 4)
+        wait_for(lambda: runtime.scheduler.idle, message="no reservation left")
+
+
+def test_a_refused_claim_write_leaves_every_claim_of_the_gang_free_and_no_pod_bound(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    refusal = apiserver.faults.fail(
+        422, method="PUT", path=r"resourceclaims/train-3-gpus-[a-z0-9]+/status", times=None
+    )
+    with running_operator(kubeconfig) as runtime:
+        members = _gang(api, "train", 4, 4)
+
+        def refused_and_released() -> bool:
+            events = [e["message"] for e in events_for(api, "train-3", NS)]
+            claims = _claims(api)
+            return (
+                any("allocating ResourceClaim" in m for m in events)
+                and len(claims) == 4
+                and all(not (c.get("status") or {}) for c in claims)
+                and not runtime.scheduler.claims.writes
+            )
+
+        wait_for(
+            refused_and_released,
+            timeout=30,
+            message=lambda: f"claims released: {dump(_claims(api))}",
+        )
+        assert not any(p["spec"].get("nodeName") for p in pods(api, NS).values())
+        for claim in _claims(api):
+            assert FINALIZER not in claim["metadata"].get("finalizers", []), claim
+        apiserver.faults.remove(refusal)
+        wait_for(lambda: _all_bound(api, members), timeout=30, message="bound once allowed")
+        _assert_no_device_twice(api)
+
+
+def test_a_refused_bind_gives_that_pods_claim_back(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    refusal = apiserver.faults.fail(403, method="POST", path=r"pods/solo-0/binding", times=None)
+    with running_operator(kubeconfig):
+        _gang(api, "solo", 1, 2)
+
+        def released() -> bool:
+            events = [e["message"] for e in events_for(api, "solo-0", NS)]
+            claims = _claims(api)
+            return (
+                any("Binding rejected" in m for m in events)
+                and len(claims) == 1
+                and not (claims[0].get("status") or {}).get("allocation")
+            )
+
+        wait_for(released, timeout=30, message=lambda: f"released: {dump(_claims(api))}")
+        apiserver.faults.remove(refusal)
+        wait_for(lambda: _all_bound(api, ["solo-0"]), timeout=30, message="bound once allowed")
+
+
+def test_killed_between_claim_writes_and_binds_then_restarted_nothing_is_held_twice(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    # The binds never reach the server: the operator stops with claims written, pods unbound.
+    apiserver.faults.drop(method="POST", path=r"/binding", times=None)
+    members = _gang(api, "train", 4, 4)
+    with running_operator(kubeconfig):
+        wait_for(
+            lambda: sum(1 for c in _claims(api) if (c.get("status") or {}).get("reservedFor")),
+            timeout=30,
+            message=lambda: f"some claims written: {dump(_claims(api))}",
+        )
+    assert not any(p["spec"].get("nodeName") for p in pods(api, NS).values())
+    # While it is down, one pod goes away; its claim is kube-controller-manager's to free.
+    api.delete("pods", "train-3", NS)
+    api.create(dra.pod("train-4", NS, template="train-gpus", group="train"))
+    members = [*members[:3], "train-4"]
+    apiserver.faults.clear()  # the cut too
+    with running_operator(kubeconfig) as runtime:
+        bound = wait_for(lambda: _all_bound(api, members), timeout=45, message="all bound")
+        _assert_no_device_twice(api)
+        for member in members:
+            pod = bound[f"{NS}/{member}"]
+            claim = _claim_of(api, pod)
+            assert claim is not None
+            assert claim["status"]["reservedFor"] == [
+                {"resource": "pods", "name": member, "uid": pod["metadata"]["uid"]}
+            ]
+        uids = {p["metadata"]["uid"] for p in pods(api, NS).values()}
+        wait_for(
+            lambda: all(
+                r["uid"] in uids
+                for c in _claims(api)
+                for r in (c.get("status") or {}).get("reservedFor", [])
+            ),
+            timeout=30,
+            message=lambda: f"no claim reserved for a gone pod: {dump(_claims(api))}",
+        )
+        wait_for(lambda: runtime.scheduler.idle, message="no reservation left")
+
+
+def test_claims_gpusched_cannot_allocate_get_a_reason_and_the_rest_is_scheduled(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    api.create(dra.device_class("nic.example.com", "device.driver == 'nic.example.com'"))
+    api.create(dra.claim_template("nic", NS, 1, device_class_name="nic.example.com"))
+    cel = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"
+    api.create(dra.claim_template("big", NS, 1, selectors=(cel,)))
+    api.create(dra.pod("wants-nic", NS, template="nic"))
+    api.create(dra.pod("wants-big", NS, template="big"))
+    # A third node whose slice names a GPU its topology does not have.
+    api.create(dra.node("dra-3"))
+    api.create(dra.resource_slice("dra-3", replace={5: "GPU-00000000-dead-beef-0000-000000000000"}))
+    with running_operator(kubeconfig):
+        members = _gang(api, "fine", 2, 8)
+        wait_for(lambda: _all_bound(api, members), timeout=30, message="the good gang bound")
+        # Only dra-3 is left, and one of its 8 GPUs cannot be matched.
+        api.create(dra.claim_template("eight", NS, 8))
+        api.create(dra.pod("eight-on-dra-3", NS, template="eight"))
+
+        def reason(pod: str) -> str:
+            return " ".join(
+                e["message"] for e in events_for(api, pod, NS) if e["reason"] == "FailedScheduling"
+            )
+
+        assert wait_for(
+            lambda: "gpusched allocates only gpu.nvidia.com GPUs" in reason("wants-nic"),
+            message=lambda: reason("wants-nic"),
+        )
+        assert wait_for(
+            lambda: "beyond what gpusched evaluates" in reason("wants-big"),
+            message=lambda: reason("wants-big"),
+        )
+        assert wait_for(
+            lambda: (
+                "DRA node dra-3: device gpu-5 (uuid GPU-00000000-dead-beef"
+                in reason("eight-on-dra-3")
+            ),
+            message=lambda: reason("eight-on-dra-3"),
+        )
