@@ -337,6 +337,31 @@ def _documents(path: Path) -> list[Obj]:
 # -- the stories ---------------------------------------------------------------------------------
 
 
+def test_the_seed_workload_is_written_as_a_workload_controller_would_for_kube_scheduler() -> None:
+    """No cluster needed: the translation alone, object by object."""
+    story = zone_rack_training()
+    objects = upstream_workload(story.groups[0])
+    assert [(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("scheduling.k8s.io/v1beta1", "Workload", "train"),
+        ("scheduling.k8s.io/v1alpha3", "CompositePodGroup", "train-zone"),
+        ("scheduling.k8s.io/v1beta1", "PodGroup", "train-workers"),
+        ("scheduling.k8s.io/v1beta1", "PodGroup", "train-driver"),
+    ]
+    workers = objects[2]["spec"]
+    assert workers == {
+        "workloadRef": {"workloadName": "train", "templateName": "workers"},
+        "schedulingPolicy": {"gang": {"minCount": 8}},
+        "schedulingConstraints": {"topology": [{"key": RACK}]},
+        "parentCompositePodGroupName": "train-zone",
+    }
+    assert objects[1]["spec"]["schedulingConstraints"] == {"topology": [{"key": ZONE}]}
+    pod = upstream_pod(story.pods[0])
+    assert pod["spec"]["schedulerName"] == "default-scheduler"
+    assert pod["spec"]["schedulingGroup"] == {"podGroupName": "train-workers"}
+    assert GROUP_LABEL not in pod["metadata"]["labels"]
+    assert GROUP_LABEL in story.pods[0]["metadata"]["labels"], "the original is untouched"
+
+
 def zone_rack_training() -> Story:
     #           zone-a                     zone-b
     #      rack-1      rack-2         rack-1          rack-2 (RTX 4090)
