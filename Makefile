@@ -28,7 +28,7 @@ bench: ## run the engine, operator and telemetry benchmarks and print their tabl
 bench-openb: ## openb placement quality vs published FGD: 17 traces x 9 policies x 10 seeds (~30 min, 2 cores)
 	$(PYTHON) bench/openb.py --jobs 2 --plot bench/results/openb.png --json bench/results/openb.json
 
-bench-versus: ## gpusched vs kube-scheduler 1.37 on a real control plane, 500 nodes (needs Go; a few minutes)
+bench-versus: ## gpusched vs kube-scheduler 1.37 on a real control plane, 500 nodes (needs Go; ~7 min on 2 cores)
 	bash .ci/install-helm.sh
 	$(PYTHON) bench/versus.py
 
