@@ -1,7 +1,7 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench bench-openb chaos e2e simulate chart crds image controlplane cluster
+.PHONY: help setup test lint bench bench-openb bench-versus chaos e2e simulate chart crds image controlplane cluster
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -27,6 +27,10 @@ bench: ## run the engine, operator and telemetry benchmarks and print their tabl
 
 bench-openb: ## openb placement quality vs published FGD: 17 traces x 9 policies x 10 seeds (~30 min, 2 cores)
 	$(PYTHON) bench/openb.py --jobs 2 --plot bench/results/openb.png --json bench/results/openb.json
+
+bench-versus: ## gpusched vs kube-scheduler 1.37 on a real control plane, 500 nodes (needs Go; ~7 min on 2 cores)
+	bash .ci/install-helm.sh
+	$(PYTHON) bench/versus.py
 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
