@@ -28,7 +28,7 @@ from gpusched.api.crds import (
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError
-from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
+from gpusched.api.k8s import Node, Pod, PodStatus, parse_node, parse_pod
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
@@ -468,21 +468,25 @@ def _holds(record: PodRecord) -> bool:
 
 def _pod_fingerprint(body: Mapping[str, Any]) -> str | None:
     """The parts of a pod body that `parse_pod` reads (metadata but its versions and managed
-    fields, the spec, the phase) as one string: equal strings parse to equal records, so a
-    MODIFIED event that only touched the rest of the status (conditions, container states:
-    the kubelet's heartbeats) costs this instead of a pydantic parse. None when the body does
-    not serialise (it is parsed, and reported, as before)."""
+    fields, the spec, the status fields the Pod model has) as one string: equal strings parse
+    to equal records, so a MODIFIED event that only touched the rest of the status
+    (conditions, container states: the kubelet's heartbeats) costs this instead of a pydantic
+    parse. None when the body does not serialise (it is parsed, and reported, as before)."""
     metadata = _metadata(body)
     read = {k: v for k, v in metadata.items() if k not in _UNREAD_METADATA}
-    phase = _mapping(body.get("status")).get("phase")
+    status = _mapping(body.get("status"))
+    read_status = [status.get(key) for key in _READ_STATUS]
     try:
-        return json.dumps((read, body.get("spec"), phase), separators=(",", ":"), default=str)
+        return json.dumps((read, body.get("spec"), read_status), separators=(",", ":"), default=str)
     except (TypeError, ValueError):
         return None
 
 
 _UNREAD_METADATA = frozenset({"resourceVersion", "managedFields", "generation"})
 """Metadata that changes with every write and that `parse_pod` does not read."""
+_READ_STATUS = tuple(field.alias or name for name, field in PodStatus.model_fields.items())
+"""The status fields the Pod model reads (the phase, the ResourceClaims made for the pod):
+derived from the model, so a field added there is never missed here."""
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
