@@ -210,6 +210,16 @@ class Run:
         self.later: list[tuple[int, Callable[[], None]]] = []
         self.step = 0
         self.seen: set[str] = set()
+        election = self.config.operator.leader_election
+        self.renew_deadline = election.renew_deadline_seconds
+        self.lease_duration = election.lease_duration_seconds
+        self.renewed_at: dict[str, float] = {}
+        """When each replica last renewed the Lease (the runner's own account of it)."""
+        self.resume_at: dict[str, int] = {}
+        """Stopped replicas, by the step at which they are resumed."""
+        self.world.authority = self._may_write
+        self.world.now = self.clock
+        self.quieting = False
 
     # ----- replicas and leadership -----------------------------------------------------------
 
@@ -243,31 +253,62 @@ class Run:
     def leader(self) -> Replica | None:
         return next((r for r in self.replicas if r.leader), None)
 
+    def _may_write(self, name: str) -> bool:
+        """The Lease's truth: ``name`` holds it and renewed it within the renew deadline."""
+        holder = self.leader
+        renewed = self.renewed_at.get(name, float("-inf"))
+        return (
+            holder is not None
+            and holder.name == name
+            and self.clock.now - renewed < (self.renew_deadline)
+        )
+
+    def _renew(self, replica: Replica) -> None:
+        self.renewed_at[replica.name] = self.clock.now
+        replica.valid_until = self.clock.now + self.renew_deadline
+
     async def _lead(self, replica: Replica) -> None:
         replica.leader = True
+        self._renew(replica)
 
         async def pods() -> list[Body]:
             return fresh_pod_list(self.world)
 
         await replica.scheduler.take_leadership(pods())
 
+    def _lease_expires(self, old: Replica | None) -> None:
+        """Nobody leads until ``old``'s Lease expires: the clock moves on to that moment,
+        and what the server was still committing lands meanwhile."""
+        if old is not None:
+            expiry = self.renewed_at.get(old.name, float("-inf")) + self.lease_duration
+            self.clock.now = max(self.clock.now, expiry)
+        self.world.commit_late_binds()
+
     async def crash(self) -> None:
-        """The leader's process dies wherever it is; a new one starts and takes the Lease."""
+        """The leader's process dies wherever it is; a new one starts and takes the Lease
+        once it has expired."""
         old = self.leader
         if old is not None:
             old.crash()
             self.replicas.remove(old)
+        self._lease_expires(old)
         await self._lead(self._start_replica())
 
     async def leader_change(self) -> None:
         """The Lease moves to the standby (started now when there is none). The old holder
         stopped binding before the Lease could expire; the new one lists pods afresh."""
         old = self.leader
-        standby = next((r for r in self.replicas if not r.leader), None) or self._start_replica()
+        if old is not None and old.stopped:
+            return  # `_leases` moves it once it expires
+        standby = (
+            next((r for r in self.replicas if not r.leader and not r.stopped), None)
+            or self._start_replica()
+        )
         if old is not None:
             old.leader = False
             old.scheduler.lost_leadership()
-            await old.scheduler.settle()  # the renew deadline passed before the Lease expired
+            await old.settle()  # the renew deadline passed before the Lease expired
+        self._lease_expires(old)
         await self._lead(standby)
 
     # ----- actions -----------------------------------------------------------------------------
@@ -402,6 +443,48 @@ class Run:
         self.faults.other_rate = rng.choice([0, 0.1, 0.3])
         self.faults.max_latency = rng.choice([0, 1, 3, 6])
 
+    def stop_leader(self) -> None:
+        """SIGSTOP: the leader freezes wherever it is, now or as it writes one of its next
+        binds, and is resumed some steps later (`_leases`)."""
+        leader = self.leader
+        if leader is None or leader.stopped or leader.name in self.resume_at:
+            return
+        if self.rng.random() < 0.5:
+            leader.api.stop()
+        else:
+            leader.api.stop_at_bind = leader.api.binds_tried + self.rng.randint(1, 4)
+        self.resume_at[leader.name] = self.step + self.rng.randint(1, 8)
+        self.faults.injected["sigstop"] += 1
+
+    async def _leases(self) -> None:
+        """The Lease over time: the leader renews it unless it is stopped; a stopped one's
+        Lease is taken by another replica once it expires; a stopped replica is resumed when
+        due, and its elector, finding its renew deadline passed, ends its term first (then
+        re-takes the Lease if nobody else has it, listing everything afresh)."""
+        leader = self.leader
+        if leader is not None and not leader.stopped:
+            self._renew(leader)
+        elif leader is not None and (
+            self.clock.now - self.renewed_at[leader.name] >= self.lease_duration
+        ):
+            leader.leader = False
+            self.world.commit_late_binds()
+            standby = next((r for r in self.replicas if not r.stopped and r is not leader), None)
+            await self._lead(standby or self._start_replica())
+        for replica in list(self.replicas):
+            due = self.resume_at.get(replica.name)
+            if due is None or (due > self.step and not self.quieting):
+                continue
+            del self.resume_at[replica.name]
+            replica.api.stop_at_bind = None
+            replica.api.resume()
+            for _ in range(8):  # what was in flight runs on first, as after a real SIGCONT
+                await asyncio.sleep(0)
+            if self.clock.now >= replica.valid_until:
+                replica.scheduler.lost_leadership()
+                if replica.leader:
+                    await self._lead(replica)  # still its Lease: a new term, a fresh list
+
     def relist(self) -> None:
         replica = self.rng.choice(self.replicas)
         replica.watch.relist()
@@ -428,6 +511,7 @@ class Run:
         ("telemetry", 2),
         ("crash", 2),
         ("leader-change", 2),
+        ("sigstop", 2),
         ("idle", 6),
     )
 
@@ -447,6 +531,7 @@ class Run:
             "faults": self.set_faults,
             "relist": self.relist,
             "telemetry": self.telemetry_outage,
+            "sigstop": self.stop_leader,
             "idle": lambda: None,
         }
         if action in simple:
@@ -459,9 +544,13 @@ class Run:
     # ----- the loop ----------------------------------------------------------------------------
 
     async def _turn(self, everything: bool = False) -> None:
+        self.world.step = self.step
+        self.world.commit_late_binds(everything)
+        await self._leases()
         for replica in self.replicas:
             replica.watch.step = self.step
-            replica.deliver(everything)
+            if not replica.stopped:
+                replica.deliver(everything)
         due = [(s, f) for s, f in self.later if s <= self.step or everything]
         self.later = [(s, f) for s, f in self.later if not (s <= self.step or everything)]
         for _, work in due:
@@ -469,20 +558,22 @@ class Run:
 
     async def _cycle(self, quiet: bool = False) -> None:
         for replica in list(self.replicas):
-            await replica.scheduler.cycle()
+            if not replica.stopped:
+                await replica.scheduler.cycle()
         leader = self.leader
-        if leader is None:
+        if leader is None or leader.stopped:
             return
         if quiet or self.rng.random() < 0.5:
-            await leader.scheduler.settle()
-        if quiet or self.rng.random() < 0.5:
-            await leader.scheduler.outbox.flush()
-            await leader.scheduler.recorder.flush()
+            await leader.settle()
+        if (quiet or self.rng.random() < 0.5) and not leader.stopped:
+            await leader.unless_stopped(leader.scheduler.outbox.flush())
+            await leader.unless_stopped(leader.scheduler.recorder.flush())
         for _ in range(self.rng.randint(0, 3)):
             await asyncio.sleep(0)
 
     def _check_gpus(self, when: str) -> None:
-        for message in invariants.no_gpu_shared(self.world):
+        late, self.world.late_writes = self.world.late_writes, []
+        for message in [*invariants.no_gpu_shared(self.world), *late]:
             if message not in self.seen:  # each once, at the step it first held
                 self.seen.add(message)
                 self.totals.violations.append((self.seed, f"{when}: {message}"))
@@ -515,6 +606,7 @@ class Run:
         """Faults off, watches caught up, cycles until nothing moves."""
         self.faults.calm()
         self.telemetry_up = True
+        self.quieting = True
         last = -1
         for _ in range(QUIET_ROUNDS):
             self.step += 1

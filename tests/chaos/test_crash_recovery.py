@@ -59,6 +59,7 @@ async def _start(world: World, clock: Clock) -> Replica:
     )
     replica.scheduler.lost_leadership()
     replica.leader = True
+    replica.valid_until = float("inf")  # renews throughout
 
     async def pods() -> list[dict[str, Any]]:
         return fresh_pod_list(world)

@@ -9,9 +9,14 @@ Each cycle:
    priority then age, places each root group completely or not at all, and never lets a group
    that cannot fit hold anything, so it never blocks smaller groups behind it.
 4. Reserve and bind: every binding is reserved in the ledger before its request is sent; a
-   gang's binds go out concurrently (bounded). A failed bind releases its reservation at
-   once; its pod is pending again and the engine, seeing the group's other pods bound,
-   places it inside the group's domain.
+   gang's binds go out concurrently (bounded). A bind that failed keeps its reservation and
+   is sent again, the same pod to the same node and GPUs, with backoff: a gang that has
+   started binding owns its room, and a bind whose outcome is unknown (no answer, a
+   timeout, a 5xx: the server may still commit it) is harmless to repeat and harmful to
+   give away. The room is released only when the pod is gone, shown bound, replaced, or
+   definitively refused (a 4xx), or when its node is gone; the pod is then pending again
+   and the engine, seeing the group's other pods bound, places it inside the group's
+   domain.
 5. Report: group and Workload status from what the pods show, Events aggregated.
 """
 
@@ -45,7 +50,7 @@ from gpusched.engine.snapshot import GpuSample, SnapshotCache, build_snapshot
 from gpusched.scheduler import metrics, quality_metrics
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.outbox import StatusOutbox
-from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
+from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
 from gpusched.scheduler.state import ClusterState, GroupRecord, PodRecord, Reservation
 from gpusched.scheduler.status import (
     Attempt,
@@ -76,9 +81,10 @@ RESYNC_SECONDS = 300.0
 """How often the leader lists every pod to drop those the API server no longer has (see
 `Scheduler._resync`). Five minutes: a list of 10,000 pods is a few MB, and a ghost pod only
 wastes room, it never makes a GPU double-booked."""
-VERIFY_ATTEMPTS = 5
-"""How often an uncertain bind (no answer, or 409) is checked with a GET before giving up
-for now; the reservation is kept until the pod's real state is known."""
+REFUSED = frozenset({400, 403, 422})
+"""Answers to a bind that say it was not applied and never will be as sent: its room is
+released. 404 and 409 are read back (the pod may be gone, replaced or bound already); every
+other failure, an unanswered bind included, is retried as it was."""
 
 
 @dataclass(slots=True)
@@ -89,9 +95,26 @@ class _Backoff:
     capacity_seen: int = 0
 
 
+@dataclass(slots=True)
+class _Retry:
+    """A bind to send again (or, with ``read_first``, a pod to read back first)."""
+
+    ref: ObjectRef
+    reservation: Reservation
+    root: str
+    attempts: int
+    next_try: float
+    read_first: bool = False
+
+
 def _pod_ref(record: PodRecord) -> ObjectRef:
     meta = record.pod.metadata
     return ObjectRef("v1", "Pod", meta.namespace, meta.name, record.uid)
+
+
+def _reserved_ref(key: str, reservation: Reservation) -> ObjectRef:
+    namespace, name = key.split("/", 1)
+    return ObjectRef("v1", "Pod", namespace, name, reservation.uid)
 
 
 def _group_ref(record: GroupRecord) -> ObjectRef:
@@ -124,8 +147,11 @@ class Scheduler:
         self._attempts: dict[str, Attempt] = {}
         self._binding: dict[str, set[str]] = defaultdict(set)
         """Root key → pods whose bind is in flight (for the gang latency metric)."""
-        self._unverified: dict[str, tuple[ObjectRef, Reservation]] = {}
-        """Reservations of uncertain binds whose pods could not be read back yet."""
+        self._retries: dict[str, _Retry] = {}
+        """Reserved pods whose bind failed without a final answer: sent again when due."""
+        self._term = 0
+        """Bumped whenever this replica stops leading: a decision belongs to the term it was
+        made in, and its binds are fenced to that term."""
         self._creating: dict[str, float] = {}
         """Groups created for a Workload, by when: not created again until the watch shows
         them (or, should it never, for ``CREATE_GRACE_SECONDS``)."""
@@ -179,6 +205,7 @@ class Scheduler:
 
     def _next_retry(self) -> float:
         upcoming = [b.next_try for b in self._backoff.values()]
+        upcoming += [r.next_try for r in self._retries.values()]
         return min(upcoming, default=self._quality_at + QUALITY_SECONDS)
 
     async def _resync(self) -> None:
@@ -212,9 +239,22 @@ class Scheduler:
 
     # ----- one cycle ---------------------------------------------------------------------------
 
+    def may_write(self) -> bool:
+        """Whether this replica may write to the cluster now: it leads, within its renew
+        deadline, and has read the cluster afresh since it took the Lease. The API client
+        asks this at the moment each write goes out (`gpusched.k8s.client`)."""
+        return self._synced and self.leading()
+
+    def _fence(self, term: int) -> Fence:
+        """`may_write`, and only in ``term``: a decision made in an earlier term (before a
+        stop, say) is never bound in a later one, whose fresh list it did not see."""
+        return lambda: self._term == term and self.may_write()
+
     def lost_leadership(self) -> None:
         self._synced = False
+        self._term += 1
         self.outbox.reset()
+        self.recorder.reset()
         quality_metrics.default().clear()
 
     async def take_leadership(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
@@ -234,19 +274,33 @@ class Scheduler:
         # Only pods known before the list was asked for can be missing from it for being
         # deleted: one the watch showed meanwhile may be newer than the list.
         self.state.forget_missing(known, bodies)
+        self._keep_or_drop_old_reservations()
         self._synced = True
         self._resynced_at = self.clock()
         self.wake()
+
+    def _keep_or_drop_old_reservations(self) -> None:
+        """Reservations left from an earlier term are binds whose outcome was unknown. The
+        fresh list shows most of them bound (dropped by `ClusterState.upsert_pod`) or gone;
+        one still pending is sent again, unless another leader has since given its GPUs to
+        a pod it bound: then they are that pod's."""
+        now = self.clock()
+        for key, reservation in list(self.state.reservations.items()):
+            if self.state.taken_by_others(key, reservation):
+                self._retries.pop(key, None)
+                self.state.release(key, reservation)
+            elif key not in self._retries:
+                root = self._root(reservation.request)
+                ref = _reserved_ref(key, reservation)
+                self._retries[key] = _Retry(ref, reservation, root, 1, now, read_first=True)
 
     async def cycle(self) -> None:
         if not (self._synced and self.leading()):
             return
         self.cycles += 1
         now = self.clock()
-        for key, (ref, reservation) in list(self._unverified.items()):
-            del self._unverified[key]
-            if self.state.reservations.get(key) is reservation:
-                self.spawn(self._verify(key, ref, reservation))
+        term = self._term
+        self._send_retries(now, term)
         if now - self._resynced_at >= self.resync_seconds:
             self._resynced_at = now
             self.spawn(self._resync())
@@ -257,7 +311,9 @@ class Scheduler:
         if ready or groups_changed:
             self._groups_seen = self.state.groups_generation
             result = await self._decide(ready)
-            self._apply(result, roots, now, wall)
+            if term != self._term:
+                return  # leadership changed while the engine ran: the decision is stale
+            self._apply(result, roots, now, wall, term)
         self._report(wall)
         metrics.RESERVED_GPUS.set(self.state.reserved_gpus())
         self._measure_quality(now)
@@ -344,7 +400,9 @@ class Scheduler:
 
     # ----- acting on a decision ----------------------------------------------------------------
 
-    def _apply(self, result: ScheduleResult, roots: set[str], now: float, wall: datetime) -> None:
+    def _apply(
+        self, result: ScheduleResult, roots: set[str], now: float, wall: datetime, term: int
+    ) -> None:
         for decision in result.groups:
             root = self.state.root_of(decision.name)
             if root in roots or not self._backing_off(root, now):
@@ -369,7 +427,8 @@ class Scheduler:
             self._placed.append(binding)
             root = self._root(reservation.request)
             self._binding[root].add(binding.pod)
-            self.spawn(self._bind(binding.pod, reservation, root))
+            ref = _reserved_ref(binding.pod, reservation)
+            self.spawn(self._bind(binding.pod, ref, reservation, root, term, 1))
 
     def _root_outcome(self, decision: GroupDecision, now: float) -> None:
         record = self.state.groups.get(decision.name)
@@ -404,18 +463,25 @@ class Scheduler:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _bind(self, key: str, reservation: Reservation, root: str) -> None:
-        namespace, name = key.split("/", 1)
-        ref = ObjectRef("v1", "Pod", namespace, name, reservation.uid)
+    async def _bind(
+        self,
+        key: str,
+        ref: ObjectRef,
+        reservation: Reservation,
+        root: str,
+        term: int,
+        attempt: int,
+    ) -> None:
         annotations = {}
         if reservation.request.wants_gpu:
             annotations[GPUS_ANNOTATION] = ",".join(str(g) for g in reservation.gpus)
+        fence = self._fence(term)
         async with self._slots:
             started = self.clock()
             try:
-                if not self.leading():  # fencing: the Lease may be someone else's by now
-                    raise ApiError(503, "not the leader any more; not binding")
-                await self.api.bind(ref, reservation.node, annotations)
+                if not fence():  # early out; the client asks again as the request goes out
+                    raise FencedError(f"bind of {key}")
+                await self.api.bind(ref, reservation.node, annotations, fence)
                 error = None
             except ApiError as failure:
                 error = failure
@@ -423,7 +489,7 @@ class Scheduler:
         if error is None:
             self._bound(key, ref, reservation, root)
         else:
-            await self._bind_failed(key, ref, reservation, root, error)
+            self._bind_failed(key, ref, reservation, root, error, attempt)
         self.wake()
 
     def _bound(self, key: str, ref: ObjectRef, reservation: Reservation, root: str) -> None:
@@ -432,6 +498,9 @@ class Scheduler:
         gpus = f", GPUs {','.join(map(str, reservation.gpus))}" if reservation.gpus else ""
         message = f"Successfully assigned {key} to {reservation.node}{gpus}"
         self.recorder.record(ref, "Normal", "Scheduled", message)
+        self._bind_over(key, root)
+
+    def _bind_over(self, key: str, root: str) -> None:
         in_flight = self._binding.get(root)
         if in_flight is not None:
             in_flight.discard(key)
@@ -439,44 +508,110 @@ class Scheduler:
                 del self._binding[root]
                 self._gang_done(root)
 
-    async def _bind_failed(
-        self, key: str, ref: ObjectRef, reservation: Reservation, root: str, error: ApiError
+    def _bind_failed(
+        self,
+        key: str,
+        ref: ObjectRef,
+        reservation: Reservation,
+        root: str,
+        error: ApiError,
+        attempt: int,
     ) -> None:
-        metrics.BINDS.labels("error").inc()
-        if error.status in (0, 409):
-            # No answer, or "already bound": the bind may have happened. Learn the truth
-            # before freeing anything, or the GPUs could go to a second pod.
-            await self._verify(key, ref, reservation)
-        else:
+        if isinstance(error, FencedError):
+            # Nothing was sent: the room goes back, and whoever leads next decides afresh.
+            metrics.BINDS.labels("fenced").inc()
             self.state.release(key, reservation)
-        self._binding.get(root, set()).discard(key)
-        self._failed(root, self.clock(), soon=True)
-        self.recorder.record(
-            ref, "Warning", "FailedScheduling", f"Binding rejected: {error.message}"
-        )
-        logger.warning("bind of %s to %s failed: %s", key, reservation.node, error)
-
-    async def _verify(self, key: str, ref: ObjectRef, reservation: Reservation) -> None:
-        delay = 0.1
-        for _ in range(VERIFY_ATTEMPTS):
-            try:
-                body = await self.api.get_pod(ref)
-            except ApiError:
-                await asyncio.sleep(delay)
-                delay *= 2
-                continue
-            if body is None:
-                self.state.delete_pod(key)
-            elif (body.get("metadata") or {}).get("uid") != reservation.uid:
-                self.state.release(key, reservation)
-            else:
-                self.state.upsert_pod(body)
-                self.state.release(key, reservation)
+            self._bind_over(key, root)
             return
-        logger.warning("state of %s unknown after a failed bind; keeping its reservation", key)
-        # Checked again next cycle: kept unchecked, it would hold the GPUs (and keep the pod
-        # from being scheduled) until some watch event about the pod happened to come.
-        self._unverified[key] = (ref, reservation)
+        metrics.BINDS.labels("error").inc()
+        logger.warning("bind of %s to %s failed: %s", key, reservation.node, error)
+        if error.status in REFUSED:
+            self.state.release(key, reservation)
+            self._bind_over(key, root)
+            self._failed(root, self.clock(), soon=True)
+            self.recorder.record(
+                ref, "Warning", "FailedScheduling", f"Binding rejected: {error.message}"
+            )
+            return
+        # Unknown (the server may have applied it, or may still), or bound or gone (a 409 or
+        # 404, read back first). The room stays this pod's meanwhile.
+        self.recorder.record(
+            ref,
+            "Warning",
+            "FailedScheduling",
+            f"Binding rejected: {error.message} (sent again, same node and GPUs)",
+        )
+        answered = error.status in (404, 409)
+        self._retry(key, ref, reservation, root, attempt, read_first=answered, at_once=answered)
+
+    def _retry(
+        self,
+        key: str,
+        ref: ObjectRef,
+        reservation: Reservation,
+        root: str,
+        attempt: int,
+        *,
+        read_first: bool,
+        at_once: bool = False,
+    ) -> None:
+        if self.state.reservations.get(key) is not reservation:
+            self._bind_over(key, root)
+            return  # the watch showed the pod bound, replaced or gone meanwhile
+        delay = min(
+            self.settings.initial_backoff_seconds * 2 ** (attempt - 1),
+            self.settings.max_backoff_seconds,
+        )
+        if at_once:
+            delay = 0.0  # a GET costs little, and its answer decides what comes next
+        self._retries[key] = _Retry(
+            ref, reservation, root, attempt + 1, self.clock() + delay, read_first
+        )
+
+    def _send_retries(self, now: float, term: int) -> None:
+        """Sends the binds due again; drops those the watch has settled, and releases the
+        room of those whose node is gone (the pod is then placed afresh)."""
+        for key, retry in list(self._retries.items()):
+            reservation = retry.reservation
+            if self.state.reservations.get(key) is not reservation:
+                del self._retries[key]
+                self._bind_over(key, retry.root)
+            elif reservation.node not in self.state.nodes:
+                del self._retries[key]
+                self.state.release(key, reservation)
+                self._bind_over(key, retry.root)
+            elif retry.next_try <= now:
+                del self._retries[key]
+                self._binding[retry.root].add(key)
+                if retry.read_first:
+                    self.spawn(self._read_back(key, retry, term))
+                else:
+                    work = self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
+                    self.spawn(work)
+
+    async def _read_back(self, key: str, retry: _Retry, term: int) -> None:
+        """After a 404 or 409 (or a leadership change): what the pod is now decides. Gone or
+        replaced: the room is released. Bound: the pod itself says where, from now on. Still
+        pending: the same bind is sent again."""
+        reservation = retry.reservation
+        try:
+            body = await self.api.get_pod(retry.ref)
+        except ApiError:
+            self._retry(key, retry.ref, reservation, retry.root, retry.attempts, read_first=True)
+            return
+        if body is None:
+            self.state.delete_pod(key, reservation.uid)
+        elif (body.get("metadata") or {}).get("uid") != reservation.uid:
+            self.state.release(key, reservation)
+        elif (body.get("spec") or {}).get("nodeName"):
+            self.state.upsert_pod(body)
+        else:
+            self._binding[retry.root].add(key)
+            await self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
+            return
+        self.state.release(key, reservation)  # no-op unless the body was older than ours
+        self._bind_over(key, retry.root)
+        self.wake()
 
     def _gang_done(self, root: str) -> None:
         pods = self.state.pods_of(self.state.descendants(root))
