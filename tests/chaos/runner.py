@@ -432,6 +432,14 @@ class Run:
 
         self.later.append((self.step + 1, collect))
 
+    def relabel_node(self) -> None:
+        """A label change on a node: the snapshot's node facts are rebuilt."""
+        if self.world.nodes:
+            name = self.rng.choice(sorted(self.world.nodes))
+            body = copy.deepcopy(self.world.nodes[name])
+            body["metadata"]["labels"]["team"] = self._name("t")
+            self.world.put_node(body)
+
     def add_node(self) -> None:
         rack = self.rng.choice(["rack-1", "rack-2"])
         self.world.put_node(gpu_node(self._name("n"), rack, self.rng.choice([4, 8])))
@@ -506,6 +514,7 @@ class Run:
         ("touch", 4),
         ("remove-node", 1),
         ("add-node", 1),
+        ("relabel-node", 2),
         ("faults", 4),
         ("relist", 2),
         ("telemetry", 2),
@@ -528,6 +537,7 @@ class Run:
             "touch": self.touch_pod,
             "remove-node": self.remove_node,
             "add-node": self.add_node,
+            "relabel-node": self.relabel_node,
             "faults": self.set_faults,
             "relist": self.relist,
             "telemetry": self.telemetry_outage,

@@ -67,13 +67,16 @@ class World:
     """Whether replica ``writer`` holds the Lease within its renew deadline now: the
     runner's own account of the Lease, not the replica's."""
     late_writes: list[str] = field(default_factory=list)
-    """Writes that reached the server from a replica without that authority."""
+    """Writes that reached the server from a replica without that authority, and binds
+    that put a node over its GPUs although the replica knew every pod on it."""
     late_binds: list[tuple[float, ObjectRef, str, dict[str, str]]] = field(default_factory=list)
     """Binds the server took but commits only later, by the clock (after the client gave
     up): within `LATE_COMMIT_SECONDS`, as a real server's write reaches etcd or fails
     within its own deadline."""
     now: Callable[[], float] = lambda: 0.0
     step: int = 0
+    bound_at: dict[str, int] = field(default_factory=dict)
+    """The version at which each pod got its node."""
 
     def authorise(self, writer: str, what: str) -> None:
         if writer and not self.authority(writer):
@@ -114,6 +117,8 @@ class World:
         assert key not in self.pods, key
         self.pods[key] = body
         self.publish("Pod", "ADDED", body)
+        if body["spec"].get("nodeName"):
+            self.bound_at[key] = self.version
         self._note_gang(body)
 
     def modify_pod(self, key: str, change: Callable[[Body], None]) -> None:
@@ -139,6 +144,7 @@ class World:
         body["metadata"].setdefault("annotations", {}).update(annotations)
         self.binds += 1
         self.publish("Pod", "MODIFIED", body)
+        self.bound_at[ref.key] = self.version
         self._note_gang(body)
 
     def put_group(self, body: Body) -> None:
@@ -187,6 +193,13 @@ GROUP_LABEL = "scheduling.gpusched.io/pod-group"
 
 def _key(body: Mapping[str, Any]) -> str:
     return f"{body['metadata'].get('namespace', 'default')}/{body['metadata']['name']}"
+
+
+def _gpu_request(pod: Mapping[str, Any]) -> int:
+    return sum(
+        int(c.get("resources", {}).get("requests", {}).get("nvidia.com/gpu", 0))
+        for c in pod["spec"].get("containers") or []
+    )
 
 
 def _finished(pod: Mapping[str, Any]) -> bool:
@@ -331,6 +344,8 @@ class ChaosApi:
     stop_at_bind: int | None = None
     """Stop the process as its bind number ``stop_at_bind`` (counted from 1) is written."""
     binds_tried: int = 0
+    knows: Callable[[str], str | None] = lambda key: None
+    """Where the replica's cache has pod ``key`` (None: unbound or unknown)."""
     _resumed: asyncio.Event | None = None
 
     def _check(self) -> None:
@@ -358,6 +373,33 @@ class ChaosApi:
             await self._resumed.wait()
         self._check()
 
+    def _judge_count(self, key: str, node: str, decided: int) -> None:
+        """A bind that would put ``node`` over its GPUs is a violation when every pod the
+        node holds was there before the bind was decided and the replica's cache has them
+        there: it had what it needed to see the node was full. (Another scheduler's pod
+        landing unseen, or while the bind was on its way, is a race any two schedulers
+        have, counted by `invariants.overcommitted`.)"""
+        body = self.world.nodes.get(node)
+        pod = self.world.pods.get(key)
+        if body is None or pod is None or not _gpu_request(pod):
+            return
+        capacity = int(body["status"]["allocatable"]["nvidia.com/gpu"])
+        others = [
+            p
+            for p in self.world.live_pods()
+            if p["spec"].get("nodeName") == node and _key(p) != key
+        ]
+        used = sum(_gpu_request(p) for p in others) + _gpu_request(pod)
+        known = all(
+            self.knows(_key(p)) == node and self.world.bound_at.get(_key(p), 0) <= decided
+            for p in others
+        )
+        if used > capacity and known:
+            self.world.late_writes.append(
+                f"{self.name} bound {key} onto {node}: {used} GPUs of {capacity}, "
+                "every pod there known"
+            )
+
     def _write(self, what: str, fence: Fence | None = None) -> None:
         """The last moment before a write lands: fenced, then authorised by the world."""
         if not (self.fence() and (fence is None or fence())):
@@ -371,6 +413,7 @@ class ChaosApi:
         annotations: Mapping[str, str],
         fence: Fence | None = None,
     ) -> None:
+        decided = self.world.version  # what the world was when the scheduler chose this
         await self.faults.latency()
         self._check()
         self.binds_tried += 1
@@ -381,6 +424,7 @@ class ChaosApi:
         if fault in ("bind-409", "bind-500", "bind-410", "bind-0-lost"):
             raise _status_error(fault.replace("-lost", ""))
         self._write(f"bind {pod.key} to {node}", fence)
+        self._judge_count(pod.key, node, decided)
         if fault == "bind-0-commits-later":
             later = self.world.now() + self.faults.rng.uniform(0.0, LATE_COMMIT_SECONDS)
             self.world.late_binds.append((later, pod, node, dict(annotations)))
@@ -486,6 +530,7 @@ class Replica:
         )
         scheduler.resync_seconds = RESYNC_SECONDS
         api.fence = scheduler.may_write  # as `gpusched.handlers` wires the real client
+        api.knows = lambda key: state.pods[key].node if key in state.pods else None
         replica = Replica(name, world, watch, api, state, scheduler, clock=clock)
         holder.append(replica)
         for kind, type_, body in _listing(world):

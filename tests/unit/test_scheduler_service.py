@@ -540,3 +540,53 @@ async def test_the_periodic_resync_drops_pods_and_nodes_deleted_while_a_watch_wa
     assert sorted(scheduler.state.nodes) == ["a"]
     assert "default/ghost" not in scheduler.state.pods
     assert bound_to(api) == {"default/p": "a"}
+
+
+# ----- other schedulers' pods that do not say which GPUs they hold ---------------------------
+
+
+@pytest.mark.asyncio
+async def test_after_a_restart_a_foreign_pods_gpus_are_not_assumed_onto_ours() -> None:
+    # Node a, 8 GPUs. Ours holds 6,7 (annotated); x, another scheduler's 2-GPU pod, says
+    # nothing and comes first in the fresh list. 4 GPUs are free: p (6 GPUs) must wait.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("x", 2, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(
+        pod("ours", 2, node_name="a", annotations={"gpusched.io/gpus": "6,7"})
+    )
+    scheduler.state.upsert_pod(pod("p", 6))
+    await run_cycle(scheduler)
+    assert api.binds == []
+    held = {b.pod.key: b.gpus for b in scheduler.state.bound()}
+    assert held == {"default/x": (4, 5), "default/ours": (6, 7)}
+    scheduler.state.upsert_pod(pod("q", 4))
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert api.binds == [("default/q", "a", {"gpusched.io/gpus": "0,1,2,3"})]
+
+
+@pytest.mark.asyncio
+async def test_a_foreign_pods_assumed_gpus_stay_put_when_the_snapshot_is_rebuilt() -> None:
+    # x (another scheduler's, 4 GPUs) is bound into room ours freed; p then gets the other
+    # four. A node label change rebuilds the snapshot: x's assumption must not move onto
+    # p's GPUs, and nothing more fits on the node.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("x", 4, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("p", 4))
+    await run_cycle(scheduler)
+    assert api.binds == [("default/p", "a", {"gpusched.io/gpus": "0,1,2,3"})]
+    api.pods["default/p"] = pod("p", 4, node_name="a", annotations={"gpusched.io/gpus": "0,1,2,3"})
+    scheduler.state.upsert_pod(api.pods["default/p"])
+    relabelled = node("a")
+    relabelled["metadata"]["labels"]["team"] = "vision"
+    scheduler.state.upsert_node(relabelled)
+    scheduler.state.upsert_pod(pod("late", 1))
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    held = {b.pod.key: b.gpus for b in scheduler.state.bound()}
+    assert held == {"default/x": (4, 5, 6, 7), "default/p": (0, 1, 2, 3)}
+    assert len(api.binds) == 1  # late waits: the node's 8 GPUs are all held

@@ -103,6 +103,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
     await telemetry.start()  # an unreadable CA file fails here, loudly
     scheduler = Scheduler(opts.config, state, api, telemetry.samples)
+    api.fence = scheduler.may_write  # asked as each write goes out, not before it queues
     elector = _elector(opts.config, api, scheduler)
     server = None
     if opts.metrics_port:

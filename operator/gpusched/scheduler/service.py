@@ -583,16 +583,17 @@ class Scheduler:
             elif retry.next_try <= now:
                 del self._retries[key]
                 self._binding[retry.root].add(key)
-                if retry.read_first:
+                if retry.read_first or self.state.taken_by_others(key, reservation):
                     self.spawn(self._read_back(key, retry, term))
                 else:
                     work = self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
                     self.spawn(work)
 
     async def _read_back(self, key: str, retry: _Retry, term: int) -> None:
-        """After a 404 or 409 (or a leadership change): what the pod is now decides. Gone or
-        replaced: the room is released. Bound: the pod itself says where, from now on. Still
-        pending: the same bind is sent again."""
+        """After a 404 or 409, a leadership change, or when another pod took the room: what
+        the pod is now decides. Gone or replaced: the room is released. Bound: the pod itself
+        says where, from now on. Still pending: the same bind is sent again, unless its GPUs
+        are held by another pod now (then released)."""
         reservation = retry.reservation
         try:
             body = await self.api.get_pod(retry.ref)
@@ -605,6 +606,10 @@ class Scheduler:
             self.state.release(key, reservation)
         elif (body.get("spec") or {}).get("nodeName"):
             self.state.upsert_pod(body)
+        elif self.state.taken_by_others(key, reservation):
+            # Another scheduler's pod landed in this room while the bind was retried: the
+            # node cannot take this pod now, so it is placed afresh (in its gang's domain).
+            logger.warning("%s: its GPUs on %s were taken meanwhile", key, reservation.node)
         else:
             self._binding[retry.root].add(key)
             await self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
