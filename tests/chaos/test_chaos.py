@@ -31,3 +31,19 @@ def test_seeded_chaos_runs_keep_every_invariant() -> None:
 def test_a_seed_replays_the_same_run() -> None:
     first, again = run_one(75), run_one(75)
     assert (first.binds, first.faults, first.actions) == (again.binds, again.faults, again.actions)
+
+
+GANG_RUNS = 25
+"""Runs of the gangs class in the default suite (about 5 s)."""
+
+
+def test_gangs_whose_binds_fail_while_newcomers_arrive_end_whole() -> None:
+    # Gangs of up to 16 pods, 500s, drops, late commits, SIGSTOPs and leader changes on their
+    # binds, newcomers all the while; nothing deleted. Once the faults stop, no gang may be
+    # left below its minCount (unless two partial gangs share one full rack: counted).
+    runs = int(os.environ.get("GPUSCHED_CHAOS_GANG_RUNS", GANG_RUNS))
+    first = int(os.environ.get("GPUSCHED_CHAOS_FIRST", 0))
+    totals = run_many(range(first, first + runs), mode="gangs")
+    print(totals.report())
+    assert totals.faults["bind-500"] + totals.faults["bind-0-commits-later"] > 0
+    assert not totals.violations, totals.report()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.api.config import SchedulerConfig
+from gpusched.api.config import BIND_TIMEOUT_SECONDS, SchedulerConfig
 from gpusched.api.crds import (
     API_VERSION,
     DEFAULT_SCHEDULE_TIMEOUT_SECONDS,
@@ -53,7 +54,11 @@ from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
 from gpusched.scheduler.state import ClusterState, GroupRecord, PodRecord, Reservation
 from gpusched.scheduler.status import (
+    REASON_BINDING,
+    REASON_DEGRADED,
     Attempt,
+    Counts,
+    Partial,
     composite_phase,
     count,
     group_status,
@@ -149,6 +154,8 @@ class Scheduler:
         """Root key → pods whose bind is in flight (for the gang latency metric)."""
         self._retries: dict[str, _Retry] = {}
         """Reserved pods whose bind failed without a final answer: sent again when due."""
+        self._sent_at: dict[str, float] = {}
+        """When the latest bind of each reserved pod went out (our clock)."""
         self._term = 0
         """Bumped whenever this replica stops leading: a decision belongs to the term it was
         made in, and its binds are fenced to that term."""
@@ -281,12 +288,15 @@ class Scheduler:
 
     def _keep_or_drop_old_reservations(self) -> None:
         """Reservations left from an earlier term are binds whose outcome was unknown. The
-        fresh list shows most of them bound (dropped by `ClusterState.upsert_pod`) or gone;
-        one still pending is sent again, unless another leader has since given its GPUs to
-        a pod it bound: then they are that pod's."""
+        fresh list shows most of them bound (dropped by `ClusterState.upsert_pod`) or gone.
+        One still pending whose last bind went out more than the bind timeout ago can no
+        longer land (the server commits a write within that, or never), so its room is
+        released: another leader may have promised it since. One sent more recently is
+        read back and sent again, unless another pod holds its GPUs now."""
         now = self.clock()
         for key, reservation in list(self.state.reservations.items()):
-            if self.state.taken_by_others(key, reservation):
+            sent = self._sent_at.get(key, float("-inf"))
+            if now - sent > BIND_TIMEOUT_SECONDS or self.state.taken_by_others(key, reservation):
                 self._retries.pop(key, None)
                 self.state.release(key, reservation)
             elif key not in self._retries:
@@ -340,6 +350,7 @@ class Scheduler:
         roots: set[str] = set()
         waiting: set[str] = set()
         created: list[float] = []
+        started = self._started_roots()
         for record in self.state.pending():
             if record.request is None:
                 self.recorder.record(
@@ -352,13 +363,30 @@ class Scheduler:
             root = self._root(record.request)
             waiting.add(root)
             created.append(record.request.created)
-            if self._backing_off(root, now):
-                continue
-            ready.append(record.request)
+            if root not in started and self._backing_off(root, now):
+                continue  # (a gang that has started binding never waits behind newcomers)
+            request = record.request
+            if root in started:
+                # Its gang has started binding: it comes before newcomers of its priority
+                # (the engine orders by priority, then age).
+                request = dataclasses.replace(request, created=0.0)
+            ready.append(request)
             roots.add(root)
         metrics.PENDING_GROUPS.set(len(waiting))
         quality_metrics.default().pending(created, time.time())
         return ready, roots
+
+    def _started_roots(self) -> set[str]:
+        """Roots of gangs with a pod bound or reserved."""
+        roots = set()
+        for record in self.state.pods.values():
+            request = record.request
+            if request is not None and request.group is not None and record.node is not None:
+                roots.add(self._root(request))
+        for reservation in self.state.reservations.values():
+            if reservation.request.group is not None:
+                roots.add(self._root(reservation.request))
+        return roots
 
     def _root(self, request: PodRequest) -> str:
         if request.group is None:
@@ -478,6 +506,7 @@ class Scheduler:
         fence = self._fence(term)
         async with self._slots:
             started = self.clock()
+            self._sent_at[key] = started
             try:
                 if not fence():  # early out; the client asks again as the request goes out
                     raise FencedError(f"bind of {key}")
@@ -501,6 +530,7 @@ class Scheduler:
         self._bind_over(key, root)
 
     def _bind_over(self, key: str, root: str) -> None:
+        self._sent_at.pop(key, None)
         in_flight = self._binding.get(root)
         if in_flight is not None:
             in_flight.discard(key)
@@ -712,7 +742,22 @@ class Scheduler:
             record.spec.topology_key, self.config.topology_levels, pods, self.state.nodes
         )
         previous = self.outbox.last(_group_ref(record)) or record.raw_status
-        return group_status(record, phase, counts, where, self._attempts.get(key), previous, wall)
+        attempt = self._attempts.get(key)
+        partial = self._partial(record, pods, counts)
+        return group_status(record, phase, counts, where, attempt, previous, wall, partial)
+
+    def _partial(
+        self, record: GroupRecord, pods: list[PodRecord], counts: Counts
+    ) -> Partial | None:
+        """A gang with some pods bound but fewer than its minCount: named, not hidden."""
+        minimum = record.spec.minimum
+        if record.spec.kind is not GroupKind.POD_GROUP or not 0 < counts.scheduled < minimum:
+            return None
+        waiting = sorted(
+            p.pod.metadata.name for p in pods if p.node is None and not p.pod.is_terminal
+        )
+        binding = any(p.key in self.state.reservations for p in pods)
+        return Partial(REASON_BINDING if binding else REASON_DEGRADED, minimum, tuple(waiting))
 
     def _timed_out(
         self, root: str, by_group: Mapping[str, list[PodRecord]], wall: datetime
