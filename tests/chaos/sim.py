@@ -373,10 +373,11 @@ class ChaosApi:
             await self._resumed.wait()
         self._check()
 
-    def _judge_count(self, key: str, node: str, decided: int) -> None:
+    def _judge_count(self, key: str, node: str, decided: int, known: set[str]) -> None:
         """A bind that would put ``node`` over its GPUs is a violation when every pod the
-        node holds was there before the bind was decided and the replica's cache has them
-        there: it had what it needed to see the node was full. (Another scheduler's pod
+        node holds was there before the bind was decided and the replica's cache had them
+        there then (``known``): it had what it needed to see the node was full. (Another
+        scheduler's pod
         landing unseen, or while the bind was on its way, is a race any two schedulers
         have, counted by `invariants.overcommitted`.)"""
         body = self.world.nodes.get(node)
@@ -390,11 +391,10 @@ class ChaosApi:
             if p["spec"].get("nodeName") == node and _key(p) != key
         ]
         used = sum(_gpu_request(p) for p in others) + _gpu_request(pod)
-        known = all(
-            self.knows(_key(p)) == node and self.world.bound_at.get(_key(p), 0) <= decided
-            for p in others
+        seen = all(
+            _key(p) in known and self.world.bound_at.get(_key(p), 0) <= decided for p in others
         )
-        if used > capacity and known:
+        if used > capacity and seen:
             self.world.late_writes.append(
                 f"{self.name} bound {key} onto {node}: {used} GPUs of {capacity}, "
                 "every pod there known"
@@ -413,7 +413,9 @@ class ChaosApi:
         annotations: Mapping[str, str],
         fence: Fence | None = None,
     ) -> None:
-        decided = self.world.version  # what the world was when the scheduler chose this
+        # What the world was, and what the cache knew of it, when the scheduler chose this.
+        decided = self.world.version
+        known = {k for k in self.world.pods if self.knows(k) == node}
         await self.faults.latency()
         self._check()
         self.binds_tried += 1
@@ -424,7 +426,7 @@ class ChaosApi:
         if fault in ("bind-409", "bind-500", "bind-410", "bind-0-lost"):
             raise _status_error(fault.replace("-lost", ""))
         self._write(f"bind {pod.key} to {node}", fence)
-        self._judge_count(pod.key, node, decided)
+        self._judge_count(pod.key, node, decided, known)
         if fault == "bind-0-commits-later":
             later = self.world.now() + self.faults.rng.uniform(0.0, LATE_COMMIT_SECONDS)
             self.world.late_binds.append((later, pod, node, dict(annotations)))
@@ -578,6 +580,8 @@ class Replica:
                 scheduler.recorder.forget(str(body["metadata"].get("uid", "")))
             else:
                 state.upsert_pod(body)
+                if type_ is None:
+                    scheduler.relisted()
         elif type_ == "DELETED":
             scheduler.forget_group(_key(body))
         else:

@@ -590,3 +590,33 @@ async def test_a_foreign_pods_assumed_gpus_stay_put_when_the_snapshot_is_rebuilt
     held = {b.pod.key: b.gpus for b in scheduler.state.bound()}
     assert held == {"default/x": (4, 5, 6, 7), "default/p": (0, 1, 2, 3)}
     assert len(api.binds) == 1  # late waits: the node's 8 GPUs are all held
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_watch_drops_pods_deleted_while_it_was_down_at_once() -> None:
+    # ghost was deleted while the watch was down (the relist never says so) and holds the
+    # GPUs fresh needs. No periodic resync is due.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=2))
+    ghost = pod("ghost", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    scheduler.state.upsert_pod(ghost)
+    fresh = pod("fresh", 2)
+    scheduler.state.upsert_pod(fresh)
+
+    async def list_pods() -> list[dict[str, Any]]:
+        return [fresh]
+
+    async def list_nodes() -> list[dict[str, Any]]:
+        return [node("a", gpus=2)]
+
+    api.list_pods = list_pods  # type: ignore[attr-defined]
+    api.list_nodes = list_nodes  # type: ignore[attr-defined]
+    await run_cycle(scheduler)
+    assert "default/ghost" in scheduler.state.pods  # nothing said the watch restarted
+    scheduler.relisted()
+    await run_cycle(scheduler)  # the reconciling list
+    clock.now += 1.0  # fresh's shortest backoff, far below the periodic resync's 30 s
+    await run_cycle(scheduler)  # and the decision it allows
+    assert "default/ghost" not in scheduler.state.pods
+    assert bound_to(api) == {"default/fresh": "a"}

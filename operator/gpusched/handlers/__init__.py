@@ -227,6 +227,8 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         scheduler.recorder.forget(str(metadata.get("uid", "")))
     else:
         scheduler.state.upsert_pod(body)
+        if event["type"] is None:  # a (re)started watch's list: deletions it never tells
+            scheduler.relisted()
     scheduler.wake()
 
 
