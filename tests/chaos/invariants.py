@@ -53,11 +53,32 @@ def gangs_whole_and_in_one_domain(world: World) -> tuple[list[str], int]:
         # Finished pods were bound too: the gang got its minCount even if one ended early.
         bound = [p for p in world.members(key) if p["spec"].get("nodeName")]
         if 0 < len(bound) < minimum and key not in world.satisfied:
-            phase = (group.get("status") or {}).get("phase")
+            status = group.get("status") or {}
+            phase = status.get("phase")
             if phase not in WAITING_PHASES | {"Failed"}:  # Failed: see status_agrees
                 found.append(f"gang {key}: {len(bound)}/{minimum} bound but phase is {phase}")
+            reason = next(iter(status.get("conditions") or []), {}).get("reason")
+            if phase in WAITING_PHASES and reason not in ("Binding", "Degraded"):
+                found.append(f"gang {key}: {len(bound)}/{minimum} bound but reason is {reason}")
             partial += 1
     return found, partial
+
+
+def partial_gangs_alone_in_their_rack(world: World) -> list[str]:
+    """Gangs bound below their minCount with no other such gang in their rack."""
+    partial: dict[str, set[str | None]] = {}
+    for key, group in world.groups.items():
+        policy = group["spec"]["schedulingPolicy"]
+        if group["kind"] != "PodGroup" or "gang" not in policy:
+            continue
+        bound = [p for p in world.members(key) if p["spec"].get("nodeName")]
+        if 0 < len(bound) < policy["gang"]["minCount"]:
+            partial[key] = {_rack(world, p) for p in bound}
+    return sorted(
+        key
+        for key, racks in partial.items()
+        if not any(racks & other for k, other in partial.items() if k != key)
+    )
 
 
 def status_agrees_with_pods(world: World) -> list[str]:
@@ -99,7 +120,7 @@ def ledger_and_cache_agree(world: World, replicas: Iterable[Replica]) -> list[st
     for replica in replicas:
         state = replica.state
         for key, reservation in state.reservations.items():
-            if not replica.leader and key in replica.scheduler._unverified:
+            if not replica.leader and key in replica.scheduler._retries:
                 continue  # an uncertain bind of its last term, read back once it leads
             pod = world.pods.get(key)
             if pod is None or pod["metadata"]["uid"] != reservation.uid:

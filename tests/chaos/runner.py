@@ -71,6 +71,10 @@ class Totals:
     binds: int = 0
     violations: list[tuple[int, str]] = field(default_factory=list)
     partial_gangs: int = 0
+    competing_partial_gangs: int = 0
+    """Gangs-mode runs' partial gangs that share their rack with another partial gang: each
+    holds part of the room the other needs (their in-flight binds were fenced at a leader
+    change and the rack filled with the rest). Named Degraded in their status; counted."""
     overcommitted_nodes: int = 0
     relist_ghosts: list[tuple[int, str]] = field(default_factory=list)
     """Findings of runs where a watch was relisted after missing a node's deletion: Kopf does
@@ -85,6 +89,7 @@ class Totals:
         self.binds += other.binds
         self.violations.extend(other.violations)
         self.partial_gangs += other.partial_gangs
+        self.competing_partial_gangs += other.competing_partial_gangs
         self.overcommitted_nodes += other.overcommitted_nodes
         self.relist_ghosts.extend(other.relist_ghosts)
 
@@ -96,7 +101,8 @@ class Totals:
             "  actions: " + _counts(self.actions),
             f"  restarts survived: {self.actions['crash']}, "
             f"leader changes: {self.actions['leader-change']}, "
-            f"partial gangs with a true status: {self.partial_gangs}, "
+            f"partial gangs with a true status: {self.partial_gangs} "
+            f"({self.competing_partial_gangs} competing in one rack, gangs mode), "
             f"nodes overcommitted by a default-scheduler race: {self.overcommitted_nodes}",
             f"  known gap: findings after a relist that missed a node's deletion: "
             f"{len(self.relist_ghosts)} in {len({s for s, _ in self.relist_ghosts})} runs",
@@ -197,9 +203,17 @@ def composite(name: str, min_groups: int) -> Body:
 
 class Run:
     def __init__(
-        self, seed: int, steps: int = STEPS, trace: Callable[[str], None] | None = None
+        self,
+        seed: int,
+        steps: int = STEPS,
+        trace: Callable[[str], None] | None = None,
+        mode: str = "all",
     ) -> None:
         self.seed = seed
+        self.mode = mode
+        """``all``: every attack; ``gangs``: gangs big and small, newcomers and faults on
+        their binds (500s, drops, late commits, stops, leader changes), nothing deleted,
+        nothing foreign: then no gang may end below its minCount."""
         self.rng = random.Random(seed)
         self.steps = steps
         self.clock = Clock()
@@ -217,6 +231,16 @@ class Run:
         self.seen: set[str] = set()
         self.tracer = Tracer(self.world, trace) if trace is not None else None
         """Writes the run's steps as they happen (``--trace``); None: silent."""
+        election = self.config.operator.leader_election
+        self.renew_deadline = election.renew_deadline_seconds
+        self.lease_duration = election.lease_duration_seconds
+        self.renewed_at: dict[str, float] = {}
+        """When each replica last renewed the Lease (the runner's own account of it)."""
+        self.resume_at: dict[str, int] = {}
+        """Stopped replicas, by the step at which they are resumed."""
+        self.world.authority = self._may_write
+        self.world.now = self.clock
+        self.quieting = False
 
     # ----- replicas and leadership -----------------------------------------------------------
 
@@ -250,31 +274,62 @@ class Run:
     def leader(self) -> Replica | None:
         return next((r for r in self.replicas if r.leader), None)
 
+    def _may_write(self, name: str) -> bool:
+        """The Lease's truth: ``name`` holds it and renewed it within the renew deadline."""
+        holder = self.leader
+        renewed = self.renewed_at.get(name, float("-inf"))
+        return (
+            holder is not None
+            and holder.name == name
+            and self.clock.now - renewed < (self.renew_deadline)
+        )
+
+    def _renew(self, replica: Replica) -> None:
+        self.renewed_at[replica.name] = self.clock.now
+        replica.valid_until = self.clock.now + self.renew_deadline
+
     async def _lead(self, replica: Replica) -> None:
         replica.leader = True
+        self._renew(replica)
 
         async def pods() -> list[Body]:
             return fresh_pod_list(self.world)
 
         await replica.scheduler.take_leadership(pods())
 
+    def _lease_expires(self, old: Replica | None) -> None:
+        """Nobody leads until ``old``'s Lease expires: the clock moves on to that moment,
+        and what the server was still committing lands meanwhile."""
+        if old is not None:
+            expiry = self.renewed_at.get(old.name, float("-inf")) + self.lease_duration
+            self.clock.now = max(self.clock.now, expiry)
+        self.world.commit_late_binds()
+
     async def crash(self) -> None:
-        """The leader's process dies wherever it is; a new one starts and takes the Lease."""
+        """The leader's process dies wherever it is; a new one starts and takes the Lease
+        once it has expired."""
         old = self.leader
         if old is not None:
             old.crash()
             self.replicas.remove(old)
+        self._lease_expires(old)
         await self._lead(self._start_replica())
 
     async def leader_change(self) -> None:
         """The Lease moves to the standby (started now when there is none). The old holder
         stopped binding before the Lease could expire; the new one lists pods afresh."""
         old = self.leader
-        standby = next((r for r in self.replicas if not r.leader), None) or self._start_replica()
+        if old is not None and old.stopped:
+            return  # `_leases` moves it once it expires
+        standby = (
+            next((r for r in self.replicas if not r.leader and not r.stopped), None)
+            or self._start_replica()
+        )
         if old is not None:
             old.leader = False
             old.scheduler.lost_leadership()
-            await old.scheduler.settle()  # the renew deadline passed before the Lease expired
+            await old.settle()  # the renew deadline passed before the Lease expired
+        self._lease_expires(old)
         await self._lead(standby)
 
     # ----- actions -----------------------------------------------------------------------------
@@ -284,6 +339,9 @@ class Run:
         return f"{prefix}{self.names}"
 
     def new_gang(self) -> None:
+        if self.mode == "gangs" and self.rng.random() < 0.4:
+            self._big_gang()
+            return
         name = self._name("g")
         minimum = self.rng.randint(1, 4)
         size = minimum + self.rng.choice([0, 0, 1])
@@ -291,6 +349,13 @@ class Run:
         pods = [gpu_pod(f"{name}-{i}", gpus, group=name) for i in range(size)]
         group = pod_group(name, minimum, rack=self.rng.random() < 0.7)
         self._create_together(group, pods)
+
+    def _big_gang(self) -> None:
+        """Up to 16 one-GPU pods in one rack, all needed."""
+        name = self._name("g")
+        size = self.rng.randint(5, 16)
+        pods = [gpu_pod(f"{name}-{i}", 1, group=name) for i in range(size)]
+        self._create_together(pod_group(name, size, rack=True), pods)
 
     def new_composite(self) -> None:
         name = self._name("c")
@@ -398,6 +463,14 @@ class Run:
 
         self.later.append((self.step + 1, collect))
 
+    def relabel_node(self) -> None:
+        """A label change on a node: the snapshot's node facts are rebuilt."""
+        if self.world.nodes:
+            name = self.rng.choice(sorted(self.world.nodes))
+            body = copy.deepcopy(self.world.nodes[name])
+            body["metadata"]["labels"]["team"] = self._name("t")
+            self.world.put_node(body)
+
     def add_node(self) -> None:
         rack = self.rng.choice(["rack-1", "rack-2"])
         self.world.put_node(gpu_node(self._name("n"), rack, self.rng.choice([4, 8])))
@@ -408,6 +481,48 @@ class Run:
         self.faults.status_rate = rng.choice([0, 0.2, 0.5])
         self.faults.other_rate = rng.choice([0, 0.1, 0.3])
         self.faults.max_latency = rng.choice([0, 1, 3, 6])
+
+    def stop_leader(self) -> None:
+        """SIGSTOP: the leader freezes wherever it is, now or as it writes one of its next
+        binds, and is resumed some steps later (`_leases`)."""
+        leader = self.leader
+        if leader is None or leader.stopped or leader.name in self.resume_at:
+            return
+        if self.rng.random() < 0.5:
+            leader.api.stop()
+        else:
+            leader.api.stop_at_bind = leader.api.binds_tried + self.rng.randint(1, 4)
+        self.resume_at[leader.name] = self.step + self.rng.randint(1, 8)
+        self.faults.injected["sigstop"] += 1
+
+    async def _leases(self) -> None:
+        """The Lease over time: the leader renews it unless it is stopped; a stopped one's
+        Lease is taken by another replica once it expires; a stopped replica is resumed when
+        due, and its elector, finding its renew deadline passed, ends its term first (then
+        re-takes the Lease if nobody else has it, listing everything afresh)."""
+        leader = self.leader
+        if leader is not None and not leader.stopped:
+            self._renew(leader)
+        elif leader is not None and (
+            self.clock.now - self.renewed_at[leader.name] >= self.lease_duration
+        ):
+            leader.leader = False
+            self.world.commit_late_binds()
+            standby = next((r for r in self.replicas if not r.stopped and r is not leader), None)
+            await self._lead(standby or self._start_replica())
+        for replica in list(self.replicas):
+            due = self.resume_at.get(replica.name)
+            if due is None or (due > self.step and not self.quieting):
+                continue
+            del self.resume_at[replica.name]
+            replica.api.stop_at_bind = None
+            replica.api.resume()
+            for _ in range(8):  # what was in flight runs on first, as after a real SIGCONT
+                await asyncio.sleep(0)
+            if self.clock.now >= replica.valid_until:
+                replica.scheduler.lost_leadership()
+                if replica.leader:
+                    await self._lead(replica)  # still its Lease: a new term, a fresh list
 
     def relist(self) -> None:
         replica = self.rng.choice(self.replicas)
@@ -430,12 +545,25 @@ class Run:
         ("touch", 4),
         ("remove-node", 1),
         ("add-node", 1),
+        ("relabel-node", 2),
         ("faults", 4),
         ("relist", 2),
         ("telemetry", 2),
         ("crash", 2),
         ("leader-change", 2),
+        ("sigstop", 2),
         ("idle", 6),
+    )
+
+    GANG_ACTIONS: tuple[tuple[str, int], ...] = (
+        ("gang", 10),
+        ("loose", 6),
+        ("faults", 6),
+        ("relist", 2),
+        ("leader-change", 2),
+        ("sigstop", 2),
+        ("add-node", 1),
+        ("idle", 4),
     )
 
     async def act(self, action: str) -> None:
@@ -453,9 +581,11 @@ class Run:
             "touch": self.touch_pod,
             "remove-node": self.remove_node,
             "add-node": self.add_node,
+            "relabel-node": self.relabel_node,
             "faults": self.set_faults,
             "relist": self.relist,
             "telemetry": self.telemetry_outage,
+            "sigstop": self.stop_leader,
             "idle": lambda: None,
         }
         if action in simple:
@@ -468,9 +598,13 @@ class Run:
     # ----- the loop ----------------------------------------------------------------------------
 
     async def _turn(self, everything: bool = False) -> None:
+        self.world.step = self.step
+        self.world.commit_late_binds(everything)
+        await self._leases()
         for replica in self.replicas:
             replica.watch.step = self.step
-            replica.deliver(everything)
+            if not replica.stopped:
+                replica.deliver(everything)
         due = [(s, f) for s, f in self.later if s <= self.step or everything]
         self.later = [(s, f) for s, f in self.later if not (s <= self.step or everything)]
         for _, work in due:
@@ -478,20 +612,22 @@ class Run:
 
     async def _cycle(self, quiet: bool = False) -> None:
         for replica in list(self.replicas):
-            await replica.scheduler.cycle()
+            if not replica.stopped:
+                await replica.scheduler.cycle()
         leader = self.leader
-        if leader is None:
+        if leader is None or leader.stopped:
             return
         if quiet or self.rng.random() < 0.5:
-            await leader.scheduler.settle()
-        if quiet or self.rng.random() < 0.5:
-            await leader.scheduler.outbox.flush()
-            await leader.scheduler.recorder.flush()
+            await leader.settle()
+        if (quiet or self.rng.random() < 0.5) and not leader.stopped:
+            await leader.unless_stopped(leader.scheduler.outbox.flush())
+            await leader.unless_stopped(leader.scheduler.recorder.flush())
         for _ in range(self.rng.randint(0, 3)):
             await asyncio.sleep(0)
 
     def _check_gpus(self, when: str) -> None:
-        for message in invariants.no_gpu_shared(self.world):
+        late, self.world.late_writes = self.world.late_writes, []
+        for message in [*invariants.no_gpu_shared(self.world), *late]:
             if message not in self.seen:  # each once, at the step it first held
                 self.seen.add(message)
                 self.totals.violations.append((self.seed, f"{when}: {message}"))
@@ -503,8 +639,9 @@ class Run:
         await self._lead(self._start_replica())
         if self.rng.random() < 0.5:
             self._start_replica()  # a standby
-        names = [a for a, _ in self.ACTIONS]
-        weights = [w for _, w in self.ACTIONS]
+        actions = self.GANG_ACTIONS if self.mode == "gangs" else self.ACTIONS
+        names = [a for a, _ in actions]
+        weights = [w for _, w in actions]
         for step in range(1, self.steps + 1):
             self.step = step
             self.clock.now += self.rng.choice([0.0, 0.3, 1.0, 2.0, 5.0])
@@ -529,6 +666,7 @@ class Run:
         if self.tracer is not None:
             self.tracer.step(self.step + 1, self.clock.now)
             self.tracer.action("quiet spell: faults off, telemetry up, watches caught up")
+        self.quieting = True
         last = -1
         for _ in range(QUIET_ROUNDS):
             self.step += 1
@@ -548,6 +686,12 @@ class Run:
         found += invariants.status_agrees_with_pods(self.world)
         found += invariants.ledger_and_cache_agree(self.world, self.replicas)
         self.totals.partial_gangs += partial
+        if self.mode == "gangs" and partial:
+            alone = invariants.partial_gangs_alone_in_their_rack(self.world)
+            if alone:
+                found.append(f"gang(s) left below minCount after the faults stopped: {alone}")
+            else:
+                self.totals.competing_partial_gangs += partial
         self.totals.overcommitted_nodes += len(invariants.overcommitted(self.world))
         lost = sum(r.watch.lost_node_deletions for r in self.replicas)
         findings = self.totals.relist_ghosts if lost else self.totals.violations
@@ -558,14 +702,19 @@ def _key(body: Body) -> str:
     return f"{body['metadata'].get('namespace', 'default')}/{body['metadata']['name']}"
 
 
-def run_one(seed: int, steps: int = STEPS, trace: Callable[[str], None] | None = None) -> Totals:
+def run_one(
+    seed: int,
+    steps: int = STEPS,
+    trace: Callable[[str], None] | None = None,
+    mode: str = "all",
+) -> Totals:
     """One seeded run, in its own event loop; the scheduler's warnings (expected, under
     injected faults) are not printed. ``trace`` is given the run's steps as they happen, one
     line at a time."""
     quiet = logging.getLogger("gpusched")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
-    run = Run(seed, steps, trace)
+    run = Run(seed, steps, trace, mode)
     schedule = service.schedule if run.tracer is None else run.tracer.wrap(service.schedule)
     try:
         with (
@@ -579,7 +728,10 @@ def run_one(seed: int, steps: int = STEPS, trace: Callable[[str], None] | None =
 
 
 def run_many(
-    seeds: range, deadline: float | None = None, progress: Callable[[int], None] | None = None
+    seeds: range,
+    deadline: float | None = None,
+    progress: Callable[[int], None] | None = None,
+    mode: str = "all",
 ) -> Totals:
     """Runs ``seeds`` in order, stopping early (counted) once ``deadline`` (time.monotonic)
     has passed."""
@@ -587,7 +739,7 @@ def run_many(
     for seed in seeds:
         if deadline is not None and time.monotonic() > deadline:
             break
-        totals.add(run_one(seed))
+        totals.add(run_one(seed, mode=mode))
         if progress is not None:
             progress(seed)
     return totals
@@ -604,16 +756,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --seed: print each step's actions, object changes and engine decisions",
     )
+    parser.add_argument("--mode", choices=("all", "gangs"), default="all")
     args = parser.parse_args(argv)
     if args.trace and args.seed is None:
         parser.error("--trace needs --seed: it prints the steps of one run")
     started = time.monotonic()
     if args.seed is not None:
-        totals = run_one(args.seed, args.steps, print if args.trace else None)
+        totals = run_one(args.seed, args.steps, print if args.trace else None, args.mode)
     else:
         totals = Totals()
         for seed in range(args.first, args.first + args.runs):
-            totals.add(run_one(seed, args.steps))
+            totals.add(run_one(seed, args.steps, args.mode))
     print(totals.report())
     print(f"  took {time.monotonic() - started:.1f} s")
     return 1 if totals.violations else 0

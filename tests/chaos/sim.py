@@ -12,17 +12,18 @@ world; `Faults` says which call fails how. A replica is the real `ClusterState` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import GPUS_ANNOTATION
 from gpusched.engine.groups import GroupKind
-from gpusched.scheduler.ports import ApiError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 from gpusched.scheduler.service import Scheduler, Telemetry
 from gpusched.scheduler.state import ClusterState
 
@@ -30,6 +31,10 @@ Body = dict[str, Any]
 RESYNC_SECONDS = 15.0
 """The scheduler's periodic pod resync, shortened to fit a run's few minutes of fake time."""
 KINDS = {"PodGroup": GroupKind.POD_GROUP, "CompositePodGroup": GroupKind.COMPOSITE}
+LATE_COMMIT_SECONDS = 4.0
+"""How long after a bind the server may still commit it, the client having given up at
+once: up to the bind timeout. The Lease's gap (leaseDuration − renewDeadline, longer than
+the bind timeout by configuration) is what keeps another leader from acting before."""
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -60,6 +65,31 @@ class World:
     """Gangs (PodGroup keys) that had ``minCount`` pods bound at some moment."""
     observers: list[Callable[[str, str | None, Body], None]] = field(default_factory=list)
     """Told every change as it happens, before any watch delivers it (the runner's trace)."""
+    authority: Callable[[str], bool] = lambda writer: True
+    """Whether replica ``writer`` holds the Lease within its renew deadline now: the
+    runner's own account of the Lease, not the replica's."""
+    late_writes: list[str] = field(default_factory=list)
+    """Writes that reached the server from a replica without that authority, and binds
+    that put a node over its GPUs although the replica knew every pod on it."""
+    late_binds: list[tuple[float, ObjectRef, str, dict[str, str]]] = field(default_factory=list)
+    """Binds the server took but commits only later, by the clock (after the client gave
+    up): within `LATE_COMMIT_SECONDS`, as a real server's write reaches etcd or fails
+    within its own deadline."""
+    now: Callable[[], float] = lambda: 0.0
+    step: int = 0
+    bound_at: dict[str, int] = field(default_factory=dict)
+    """The version at which each pod got its node."""
+
+    def authorise(self, writer: str, what: str) -> None:
+        if writer and not self.authority(writer):
+            self.late_writes.append(f"{writer} wrote after its renew deadline: {what}")
+
+    def commit_late_binds(self, everything: bool = False) -> None:
+        due = [b for b in self.late_binds if everything or b[0] <= self.now()]
+        self.late_binds = [b for b in self.late_binds if b not in due]
+        for _, ref, node, extra in due:
+            with contextlib.suppress(ApiError):  # the pod was bound, replaced or deleted since
+                self.bind(ref, node, extra)
 
     def publish(self, kind: str, type_: str | None, body: Body) -> None:
         self.version += 1
@@ -91,6 +121,8 @@ class World:
         assert key not in self.pods, key
         self.pods[key] = body
         self.publish("Pod", "ADDED", body)
+        if body["spec"].get("nodeName"):
+            self.bound_at[key] = self.version
         self._note_gang(body)
 
     def modify_pod(self, key: str, change: Callable[[Body], None]) -> None:
@@ -116,6 +148,7 @@ class World:
         body["metadata"].setdefault("annotations", {}).update(annotations)
         self.binds += 1
         self.publish("Pod", "MODIFIED", body)
+        self.bound_at[ref.key] = self.version
         self._note_gang(body)
 
     def put_group(self, body: Body) -> None:
@@ -166,6 +199,13 @@ def _key(body: Mapping[str, Any]) -> str:
     return f"{body['metadata'].get('namespace', 'default')}/{body['metadata']['name']}"
 
 
+def _gpu_request(pod: Mapping[str, Any]) -> int:
+    return sum(
+        int(c.get("resources", {}).get("requests", {}).get("nvidia.com/gpu", 0))
+        for c in pod["spec"].get("containers") or []
+    )
+
+
 def _finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -214,7 +254,14 @@ class Watch:
 
 # ----- faults ----------------------------------------------------------------------------------
 
-BIND_FAULTS = ("bind-409", "bind-500", "bind-410", "bind-0-lost", "bind-0-applied")
+BIND_FAULTS = (
+    "bind-409",
+    "bind-500",
+    "bind-410",
+    "bind-0-lost",
+    "bind-0-applied",
+    "bind-0-commits-later",
+)
 STATUS_FAULTS = ("status-500", "status-0-applied", "status-0-lost")
 
 
@@ -279,25 +326,115 @@ def _status_error(kind: str) -> ApiError:
     return ApiError(status, messages.get(status, "connection reset by peer"))
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass(eq=False)
 class ChaosApi:
-    """One replica's `ClusterApi` on the world."""
+    """One replica's `ClusterApi` on the world.
+
+    Like `gpusched.k8s.client.KubeClusterApi`, every write asks ``fence`` (and a bind its
+    own) right before it reaches the world, with no await in between. A stopped process
+    (`stop`, as SIGSTOP) sits in whatever call it was in, before that check, until `resume`."""
 
     world: World
     faults: Faults
     alive: bool = True
     events: int = 0
+    name: str = ""
+    fence: Fence = _always
+    stopped: bool = False
+    stop_at_bind: int | None = None
+    """Stop the process as its bind number ``stop_at_bind`` (counted from 1) is written."""
+    binds_tried: int = 0
+    knows: Callable[[str], str | None] = lambda key: None
+    """Where the replica's cache has pod ``key`` (None: unbound or unknown)."""
+    _resumed: asyncio.Event | None = None
 
     def _check(self) -> None:
         if not self.alive:
             raise asyncio.CancelledError  # the process is gone; nothing it sends arrives
 
-    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
+    on_stop: asyncio.Event | None = None
+    """Set when the process stops (for `Replica.settle`)."""
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.on_stop is not None:
+            self.on_stop.set()
+
+    def resume(self) -> None:
+        self.stopped = False
+        if self._resumed is not None:
+            self._resumed.set()
+            self._resumed = None
+
+    async def _gate(self) -> None:
+        while self.stopped:
+            if self._resumed is None:
+                self._resumed = asyncio.Event()
+            await self._resumed.wait()
+        self._check()
+
+    def _judge_count(self, key: str, node: str, decided: int, known: set[str]) -> None:
+        """A bind that would put ``node`` over its GPUs is a violation when every pod the
+        node holds was there before the bind was decided and the replica's cache had them
+        there then (``known``): it had what it needed to see the node was full. (Another
+        scheduler's pod
+        landing unseen, or while the bind was on its way, is a race any two schedulers
+        have, counted by `invariants.overcommitted`.)"""
+        body = self.world.nodes.get(node)
+        pod = self.world.pods.get(key)
+        if body is None or pod is None or not _gpu_request(pod):
+            return
+        capacity = int(body["status"]["allocatable"]["nvidia.com/gpu"])
+        others = [
+            p
+            for p in self.world.live_pods()
+            if p["spec"].get("nodeName") == node and _key(p) != key
+        ]
+        used = sum(_gpu_request(p) for p in others) + _gpu_request(pod)
+        seen = all(
+            _key(p) in known and self.world.bound_at.get(_key(p), 0) <= decided for p in others
+        )
+        if used > capacity and seen:
+            self.world.late_writes.append(
+                f"{self.name} bound {key} onto {node}: {used} GPUs of {capacity}, "
+                "every pod there known"
+            )
+
+    def _write(self, what: str, fence: Fence | None = None) -> None:
+        """The last moment before a write lands: fenced, then authorised by the world."""
+        if not (self.fence() and (fence is None or fence())):
+            raise FencedError(what)
+        self.world.authorise(self.name, what)
+
+    async def bind(
+        self,
+        pod: ObjectRef,
+        node: str,
+        annotations: Mapping[str, str],
+        fence: Fence | None = None,
+    ) -> None:
+        # What the world was, and what the cache knew of it, when the scheduler chose this.
+        decided = self.world.version
+        known = {k for k in self.world.pods if self.knows(k) == node}
         await self.faults.latency()
         self._check()
+        self.binds_tried += 1
+        if self.binds_tried == self.stop_at_bind:
+            self.stop()
+        await self._gate()
         fault = self.faults.pick(BIND_FAULTS, self.faults.bind_rate)
         if fault in ("bind-409", "bind-500", "bind-410", "bind-0-lost"):
             raise _status_error(fault.replace("-lost", ""))
+        self._write(f"bind {pod.key} to {node}", fence)
+        self._judge_count(pod.key, node, decided, known)
+        if fault == "bind-0-commits-later":
+            later = self.world.now() + self.faults.rng.uniform(0.0, LATE_COMMIT_SECONDS)
+            self.world.late_binds.append((later, pod, node, dict(annotations)))
+            raise ApiError(0, "TimeoutError: the client gave up; the server commits later")
         self.world.bind(pod, node, annotations)
         await self.faults.latency()
         if fault == "bind-0-applied":
@@ -305,7 +442,7 @@ class ChaosApi:
 
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         await self.faults.latency()
-        self._check()
+        await self._gate()
         if self.faults.pick(("get-0",), self.faults.other_rate):
             raise ApiError(0, "timeout")
         body = self.world.pods.get(pod.key)
@@ -313,41 +450,45 @@ class ChaosApi:
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         await self.faults.latency()
-        self._check()
+        await self._gate()
         fault = self.faults.pick(STATUS_FAULTS, self.faults.status_rate)
         if fault in ("status-500", "status-0-lost"):
             raise _status_error(fault.replace("-lost", ""))
+        self._write(f"status of {obj.kind} {obj.key}")
         self.world.patch_status(obj, status)
         if fault == "status-0-applied":
             raise ApiError(0, "connection reset by peer (after the patch was applied)")
 
     async def create_event(self, body: Mapping[str, Any]) -> str:
         await self.faults.latency()
-        self._check()
+        await self._gate()
         if self.faults.pick(("event-500",), self.faults.other_rate):
             raise ApiError(500, "etcdserver: leader changed")
+        self._write(f"event {body.get('reason')} on {body['involvedObject']['name']}")
         self.events += 1
         return f"event-{self.events}"
 
     async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._check()
+        await self._gate()
+        self._write(f"event {name}")
 
     async def list_pods(self) -> list[dict[str, Any]]:
         await self.faults.latency()
-        self._check()
+        await self._gate()
         if self.faults.pick(("list-0",), self.faults.other_rate):
             raise ApiError(0, "timeout")
         return fresh_pod_list(self.world)
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         await self.faults.latency()
-        self._check()
+        await self._gate()
         if self.faults.pick(("list-0",), self.faults.other_rate):
             raise ApiError(0, "timeout")
         return [copy.deepcopy(b) for b in self.world.nodes.values()]
 
     async def create_custom(self, body: Mapping[str, Any]) -> None:
-        self._check()
+        await self._gate()
+        self._write(f"create {body['kind']} {_key(body)}")
         if _key(body) in self.world.groups:
             raise ApiError(409, "already exists")
         self.world.put_group(copy.deepcopy(dict(body)))
@@ -367,6 +508,11 @@ class Replica:
     state: ClusterState
     scheduler: Scheduler
     leader: bool = False
+    background: set[asyncio.Future[None]] = field(default_factory=set)
+    """Work of the runner's on this process, left to finish after a stop."""
+    valid_until: float = float("-inf")
+    """The replica's renew deadline, on the shared clock: it may act only before it."""
+    clock: Callable[[], float] = lambda: 0.0
 
     @staticmethod
     def start(
@@ -382,21 +528,47 @@ class Replica:
         """A fresh process: its watches start with a full list of every object."""
         watch = Watch(world, max_lag, rng)
         world.watches.append(watch)
-        api = ChaosApi(world, faults)
+        api = ChaosApi(world, faults, name=name)
         state = ClusterState()
         holder: list[Replica] = []
         scheduler = Scheduler(
             config, state, api, telemetry, clock, leading=lambda: holder[0].leading()
         )
         scheduler.resync_seconds = RESYNC_SECONDS
-        replica = Replica(name, world, watch, api, state, scheduler)
+        api.fence = scheduler.may_write  # as `gpusched.handlers` wires the real client
+        api.knows = lambda key: state.pods[key].node if key in state.pods else None
+        replica = Replica(name, world, watch, api, state, scheduler, clock=clock)
         holder.append(replica)
         for kind, type_, body in _listing(world):
             replica.feed(kind, type_, body)
         return replica
 
     def leading(self) -> bool:
-        return self.leader and self.api.alive
+        """What the replica's elector says: it holds the Lease and its renew deadline has
+        not passed on its clock."""
+        return self.leader and self.api.alive and self.clock() < self.valid_until
+
+    @property
+    def stopped(self) -> bool:
+        return self.api.stopped
+
+    async def settle(self) -> None:
+        """`Scheduler.settle`, unless the process stops meanwhile (its tasks then wait)."""
+        await self.unless_stopped(self.scheduler.settle())
+
+    async def unless_stopped(self, work: Awaitable[None]) -> None:
+        """Awaits ``work`` of this process, or until the process stops; what still runs of
+        ``work`` then goes on after the resume (cancelling it would cancel what it awaits,
+        which a SIGSTOP never does)."""
+        task = asyncio.ensure_future(work)
+        self.api.on_stop = asyncio.Event()
+        stopping = asyncio.ensure_future(self.api.on_stop.wait())
+        if not self.stopped:
+            await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not task.done():
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
 
     def feed(self, kind: str, type_: str | None, body: Body) -> None:
         """What `gpusched.handlers` does with one watch event."""
@@ -412,6 +584,8 @@ class Replica:
                 scheduler.recorder.forget(str(body["metadata"].get("uid", "")))
             else:
                 state.upsert_pod(body)
+                if type_ is None:
+                    scheduler.relisted()
         elif type_ == "DELETED":
             scheduler.forget_group(_key(body))
         else:
@@ -425,7 +599,7 @@ class Replica:
         """The process dies: in-flight requests stop where they are; its watch ends."""
         self.api.alive = False
         self.leader = False
-        for task in list(self.scheduler._tasks):
+        for task in [*self.scheduler._tasks, *self.background]:
             task.cancel()
         if self.watch in self.world.watches:
             self.world.watches.remove(self.watch)

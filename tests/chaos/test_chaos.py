@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
-
 from tests.chaos.runner import run_many, run_one
 
 SHORT_RUNS = 60
@@ -35,19 +33,13 @@ def test_a_seed_replays_the_same_run() -> None:
     assert (first.binds, first.faults, first.actions) == (again.binds, again.faults, again.actions)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the scheduler's half: a new leader lists pods and nodes afresh but not PodGroups, so "
-        "bound pods of a child group its watch has not shown yet count for no CompositePodGroup "
-        "(c28-1 on rack-2, then c28-2 placed on rack-1 at step 30). Passes once take_leadership "
-        "lists the groups too; then drop this mark."
-    ),
-)
 def test_seed_7574_keeps_a_composite_pod_group_in_one_rack() -> None:
     # Two paths spread CompositePodGroup c28 over both racks in this run. The engine's (a
     # group whose bound pods sit in two racks was extended anyway, step 36) is fixed and
-    # covered by tests/unit/test_placement_defects.py; the trace shows both:
+    # covered by tests/unit/test_placement_defects.py. The other (a new leader lists pods
+    # and nodes afresh but not PodGroups, so bound pods of a child group its watch has not
+    # shown yet count for no CompositePodGroup) no longer shows in this seed's run since the
+    # reliability work changed its steps, but is not fixed at its cause: see the CHANGELOG.
     #     python -m tests.chaos.runner --seed 7574 --trace
     totals = run_one(7574)
     assert totals.violations == [], totals.report()
@@ -60,3 +52,19 @@ def test_trace_prints_the_steps_of_a_seed() -> None:
     assert [s.split(" (")[0] for s in steps] == [f"step {n}" for n in range(1, 8)], lines
     assert any(line.startswith("  bind ") for line in lines), lines
     assert any(line.startswith("  decide ") for line in lines), lines
+
+
+GANG_RUNS = 25
+"""Runs of the gangs class in the default suite (about 5 s)."""
+
+
+def test_gangs_whose_binds_fail_while_newcomers_arrive_end_whole() -> None:
+    # Gangs of up to 16 pods, 500s, drops, late commits, SIGSTOPs and leader changes on their
+    # binds, newcomers all the while; nothing deleted. Once the faults stop, no gang may be
+    # left below its minCount (unless two partial gangs share one full rack: counted).
+    runs = int(os.environ.get("GPUSCHED_CHAOS_GANG_RUNS", GANG_RUNS))
+    first = int(os.environ.get("GPUSCHED_CHAOS_FIRST", 0))
+    totals = run_many(range(first, first + runs), mode="gangs")
+    print(totals.report())
+    assert totals.faults["bind-500"] + totals.faults["bind-0-commits-later"] > 0
+    assert not totals.violations, totals.report()

@@ -98,6 +98,18 @@ class _Recorder(KubeClusterApi):
         self.calls.append((method, path))
         return {}
 
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        body: object,
+        content_type: str = "application/json",
+        timeout: float = 0.0,
+        fence: Any = None,
+    ) -> dict[str, Any]:
+        """Fenced writes (binds, status, Events, created groups) take their own path."""
+        return await self._request(method, path, body, content_type, timeout)
+
 
 def rbac_of(method: str, path: str) -> tuple[str, str, str, str]:
     """(API group, resource[/subresource], verb, namespace) that RBAC checks for a request."""

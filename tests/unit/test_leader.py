@@ -156,3 +156,20 @@ async def test_a_released_lease_is_taken_at_once() -> None:
 def test_settings_that_could_let_two_replicas_act_are_refused() -> None:
     with pytest.raises(ValueError, match="renewDeadlineSeconds must be shorter"):
         LeaderElectionConfig(leaseDurationSeconds=10, renewDeadlineSeconds=10)
+
+
+@pytest.mark.parametrize(
+    ("story", "lease", "renew"),
+    [
+        ("8/5 s leaves 3 s, shorter than a 4 s bind", 8, 5),
+        ("a gap exactly the bind timeout cannot fence either", 14, 10),
+    ],
+)
+def test_timing_whose_gap_is_not_longer_than_a_bind_is_refused_naming_the_keys(
+    story: str, lease: float, renew: float
+) -> None:
+    with pytest.raises(ValueError, match=r"leaseDurationSeconds .* renewDeadlineSeconds") as error:
+        LeaderElectionConfig(
+            leaseDurationSeconds=lease, renewDeadlineSeconds=renew, retryPeriodSeconds=2
+        )
+    assert "bind timeout (4 s)" in str(error.value), story

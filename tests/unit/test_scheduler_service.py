@@ -16,7 +16,7 @@ import pytest
 from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.snapshot import GpuSample
-from gpusched.scheduler.ports import ApiError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from tests.builders import topology_annotation
@@ -39,10 +39,21 @@ class FakeApi:
     event_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)
 
-    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
+    async def bind(
+        self,
+        pod: ObjectRef,
+        node: str,
+        annotations: Mapping[str, str],
+        fence: Fence | None = None,
+    ) -> None:
+        if fence is not None and not fence():
+            raise FencedError(f"bind of {pod.key}")
         pending = self.failures.get(pod.key)
         if pending:
             raise pending.pop(0)
+        known = self.pods.get(pod.key)
+        if known is not None and (known.get("spec") or {}).get("nodeName"):
+            raise ApiError(409, f"pod {pod.name} is already assigned to a node")
         self.binds.append((pod.key, node, dict(annotations)))
 
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
@@ -211,17 +222,41 @@ def test_a_pod_replaced_under_the_same_name_drops_the_old_reservation() -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_rejected_bind_releases_at_once_and_the_pod_is_bound_on_retry() -> None:
+async def test_a_bind_answered_500_keeps_its_room_and_is_sent_again_to_the_same_gpus() -> None:
+    # One 2-GPU node; q (younger) waits for the same GPUs while p's bind is retried.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=2))
+    scheduler.state.upsert_pod(pod("p", 2))
+    scheduler.state.upsert_pod(pod("q", 2, created="2099-01-01T00:00:00Z"))
+    api.failures["default/p"] = [ApiError(500, "etcd timeout"), ApiError(500, "etcd timeout")]
+    await run_cycle(scheduler)
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert list(scheduler.state.reservations) == ["default/p"]
+    assert [r.key for r in scheduler.state.pending()] == ["default/q"]
+    assert any(
+        e["message"] == "Binding rejected: etcd timeout (sent again, same node and GPUs)"
+        for e in api.events
+    )
+    clock.now += 2.0  # the second retry's backoff
+    await run_cycle(scheduler)
+    assert api.binds == [("default/p", "a", {"gpusched.io/gpus": "0,1"})]
+
+
+@pytest.mark.asyncio
+async def test_a_refused_bind_releases_its_room_at_once_and_the_pod_is_bound_on_retry() -> None:
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a"))
     scheduler.state.upsert_pod(pod("p", 2))
-    api.failures["default/p"] = [ApiError(500, "etcd timeout")]
+    api.failures["default/p"] = [ApiError(422, "spec.nodeName: Invalid value")]
     await run_cycle(scheduler)
     assert api.binds == []
     assert scheduler.state.reservations == {}
     assert [r.key for r in scheduler.state.pending()] == ["default/p"]
-    assert any(e["message"] == "Binding rejected: etcd timeout" for e in api.events)
+    assert any(e["message"] == "Binding rejected: spec.nodeName: Invalid value" for e in api.events)
     clock.now += 1.0
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/p": "a"}
@@ -241,6 +276,7 @@ async def test_a_bind_without_an_answer_keeps_its_gpus_until_the_pod_is_read_bac
     api.pods["default/p"] = pod("p", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
     await run_cycle(scheduler)
     clock.now += 1.0
+    await run_cycle(scheduler)  # sent again: "already assigned", so it is read back
     await run_cycle(scheduler)
     assert api.binds == []
     record = scheduler.state.pods["default/p"]
@@ -250,7 +286,7 @@ async def test_a_bind_without_an_answer_keeps_its_gpus_until_the_pod_is_read_bac
 
 
 @pytest.mark.asyncio
-async def test_a_conflict_on_a_pod_that_is_not_bound_frees_the_reservation() -> None:
+async def test_a_conflict_on_a_pod_that_is_not_bound_is_read_back_and_the_bind_sent_again() -> None:
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a"))
@@ -258,7 +294,7 @@ async def test_a_conflict_on_a_pod_that_is_not_bound_frees_the_reservation() -> 
     api.failures["default/p"] = [ApiError(409, "the object has been modified")]
     api.pods["default/p"] = pod("p", 2)
     await run_cycle(scheduler)
-    assert scheduler.state.reservations == {}
+    assert list(scheduler.state.reservations) == ["default/p"]
     clock.now += 1.0
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/p": "a"}
@@ -504,3 +540,83 @@ async def test_the_periodic_resync_drops_pods_and_nodes_deleted_while_a_watch_wa
     assert sorted(scheduler.state.nodes) == ["a"]
     assert "default/ghost" not in scheduler.state.pods
     assert bound_to(api) == {"default/p": "a"}
+
+
+# ----- other schedulers' pods that do not say which GPUs they hold ---------------------------
+
+
+@pytest.mark.asyncio
+async def test_after_a_restart_a_foreign_pods_gpus_are_not_assumed_onto_ours() -> None:
+    # Node a, 8 GPUs. Ours holds 6,7 (annotated); x, another scheduler's 2-GPU pod, says
+    # nothing and comes first in the fresh list. 4 GPUs are free: p (6 GPUs) must wait.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("x", 2, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(
+        pod("ours", 2, node_name="a", annotations={"gpusched.io/gpus": "6,7"})
+    )
+    scheduler.state.upsert_pod(pod("p", 6))
+    await run_cycle(scheduler)
+    assert api.binds == []
+    held = {b.pod.key: b.gpus for b in scheduler.state.bound()}
+    assert held == {"default/x": (4, 5), "default/ours": (6, 7)}
+    scheduler.state.upsert_pod(pod("q", 4))
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert api.binds == [("default/q", "a", {"gpusched.io/gpus": "0,1,2,3"})]
+
+
+@pytest.mark.asyncio
+async def test_a_foreign_pods_assumed_gpus_stay_put_when_the_snapshot_is_rebuilt() -> None:
+    # x (another scheduler's, 4 GPUs) is bound into room ours freed; p then gets the other
+    # four. A node label change rebuilds the snapshot: x's assumption must not move onto
+    # p's GPUs, and nothing more fits on the node.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a"))
+    scheduler.state.upsert_pod(pod("x", 4, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("p", 4))
+    await run_cycle(scheduler)
+    assert api.binds == [("default/p", "a", {"gpusched.io/gpus": "0,1,2,3"})]
+    api.pods["default/p"] = pod("p", 4, node_name="a", annotations={"gpusched.io/gpus": "0,1,2,3"})
+    scheduler.state.upsert_pod(api.pods["default/p"])
+    relabelled = node("a")
+    relabelled["metadata"]["labels"]["team"] = "vision"
+    scheduler.state.upsert_node(relabelled)
+    scheduler.state.upsert_pod(pod("late", 1))
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    held = {b.pod.key: b.gpus for b in scheduler.state.bound()}
+    assert held == {"default/x": (4, 5, 6, 7), "default/p": (0, 1, 2, 3)}
+    assert len(api.binds) == 1  # late waits: the node's 8 GPUs are all held
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_watch_drops_pods_deleted_while_it_was_down_at_once() -> None:
+    # ghost was deleted while the watch was down (the relist never says so) and holds the
+    # GPUs fresh needs. No periodic resync is due.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=2))
+    ghost = pod("ghost", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    scheduler.state.upsert_pod(ghost)
+    fresh = pod("fresh", 2)
+    scheduler.state.upsert_pod(fresh)
+
+    async def list_pods() -> list[dict[str, Any]]:
+        return [fresh]
+
+    async def list_nodes() -> list[dict[str, Any]]:
+        return [node("a", gpus=2)]
+
+    api.list_pods = list_pods  # type: ignore[attr-defined]
+    api.list_nodes = list_nodes  # type: ignore[attr-defined]
+    await run_cycle(scheduler)
+    assert "default/ghost" in scheduler.state.pods  # nothing said the watch restarted
+    scheduler.relisted()
+    await run_cycle(scheduler)  # the reconciling list
+    clock.now += 1.0  # fresh's shortest backoff, far below the periodic resync's 30 s
+    await run_cycle(scheduler)  # and the decision it allows
+    assert "default/ghost" not in scheduler.state.pods
+    assert bound_to(api) == {"default/fresh": "a"}

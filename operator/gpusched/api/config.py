@@ -246,6 +246,13 @@ class TelemetryConfig(_Strict):
         return self
 
 
+BIND_TIMEOUT_SECONDS = 4.0
+"""How long the operator waits for the answer to one bind before it counts the bind's outcome
+as unknown (its GPUs stay held until the pod is read back). The Lease's fencing relies on it:
+a bind written just before the renew deadline is answered, or given up, before another
+replica can take the Lease."""
+
+
 class LeaderElectionConfig(_Strict):
     """Only the holder of a ``coordination.k8s.io/v1`` Lease schedules (see
     `gpusched.scheduler.leader`). Defaults are client-go's."""
@@ -269,6 +276,15 @@ class LeaderElectionConfig(_Strict):
             raise ValueError("retryPeriodSeconds must be shorter than renewDeadlineSeconds")
         if not self.renew_deadline_seconds < self.lease_duration_seconds:
             raise ValueError("renewDeadlineSeconds must be shorter than leaseDurationSeconds")
+        gap = self.lease_duration_seconds - self.renew_deadline_seconds
+        if self.enabled and not gap > BIND_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"leaseDurationSeconds ({self.lease_duration_seconds:g}) minus "
+                f"renewDeadlineSeconds ({self.renew_deadline_seconds:g}) is {gap:g} s, which "
+                f"must be longer than the bind timeout ({BIND_TIMEOUT_SECONDS:g} s): a bind "
+                "sent just before the renew deadline could otherwise still be in flight when "
+                "another replica takes the Lease"
+            )
         return self
 
 

@@ -122,6 +122,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
     await telemetry.start()  # an unreadable CA file fails here, loudly
     scheduler = Scheduler(opts.config, state, api, telemetry.samples, claims=KubeClaimApi(api))
+    api.fence = scheduler.may_write  # asked as each write goes out, not before it queues
     elector = _elector(opts.config, api, scheduler)
     server = None
     if opts.metrics_port:
@@ -254,6 +255,8 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         scheduler.recorder.forget(str(metadata.get("uid", "")))
     else:
         scheduler.state.upsert_pod(body)
+        if event["type"] is None:  # a (re)started watch's list: deletions it never tells
+            scheduler.relisted()
     scheduler.wake()
 
 

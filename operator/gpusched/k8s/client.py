@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractStreamWriter
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpusched.api.config import BIND_TIMEOUT_SECONDS
 from gpusched.api.crds import GROUP, VERSION
-from gpusched.scheduler.ports import ApiError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 
 MERGE_PATCH = "application/merge-patch+json"
 PLURALS = {
@@ -28,11 +30,8 @@ PLURALS = {
 }
 LEASES = "/apis/coordination.k8s.io/v1"
 REQUEST_TIMEOUT_SECONDS = 30.0
-BIND_TIMEOUT_SECONDS = 4.0
-"""A bind gets less: it is sent only while this replica holds the Lease, and must be answered
-(or given up) before another replica could take the Lease — leaseDuration − renewDeadline
-after the last renewal, 5 s with the defaults. An unanswered bind is read back, not lost."""
-"""No single API request may take longer; the caller decides whether to retry."""
+"""No single API request may take longer; the caller decides whether to retry. A bind gets
+`BIND_TIMEOUT_SECONDS`."""
 
 
 async def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
@@ -57,16 +56,59 @@ def _error(error: Exception) -> ApiError:
 _FAILURES = (ApiException, aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
+def _always() -> bool:
+    return True
+
+
+class _RefusedError(Exception):
+    """The fence said no as the body was about to be written."""
+
+
+class _FencedBody(aiohttp.BytesPayload):
+    """A request body that asks the fence at the last moment before its bytes are written.
+
+    aiohttp holds a request's headers back until its body's first bytes, then hands both to
+    the transport in one synchronous call (``StreamWriter.write``): nothing can run between
+    the fence's answer and the socket write, so a process stopped anywhere before this point
+    (SIGSTOP, a long GC pause) asks again when it resumes. A refused body is never written:
+    the server sees at most headers announcing a body that never comes, and commits
+    nothing."""
+
+    def __init__(self, data: bytes, content_type: str, fence: Fence) -> None:
+        super().__init__(data, content_type=content_type)
+        self._fence = fence
+        self.refused = False
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        if not self._fence():
+            self.refused = True
+            raise _RefusedError
+        await super().write_with_length(writer, content_length)
+
+
 class KubeClusterApi:
     """`gpusched.scheduler.ports.ClusterApi` over kubernetes_asyncio.
 
     Requests go through ``ApiClient.call_api`` with ``_preload_content=False``: the binding
     endpoint answers with a Status that the typed client cannot parse, and patches of our
     objects need a merge-patch body the typed methods would not send. Without preloading,
-    kubernetes_asyncio does not check the status code, so `_request` does."""
+    kubernetes_asyncio does not check the status code, so `_request` does.
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    ``fence`` is asked right before every write this replica makes on the cluster's state
+    (binds, status patches, Events, created groups) and a bind may bring one of its own; the
+    Lease calls and reads are not fenced. Writes go through the client's aiohttp session
+    directly, so that the fence sits in the body writer (`_FencedBody`): checking it before
+    ``call_api`` would leave awaits (auth, connection, serialisation) between the check and
+    the write."""
+
+    def __init__(self, api_client: client.ApiClient, fence: Fence = _always) -> None:
         self.api_client = api_client
+        self.fence = fence
 
     async def close(self) -> None:
         await self.api_client.close()
@@ -79,6 +121,7 @@ class KubeClusterApi:
         content_type: str = "application/json",
         timeout: float = REQUEST_TIMEOUT_SECONDS,
     ) -> dict[str, Any]:
+        """An unfenced request (reads and the Lease)."""
         try:
             response = await self.api_client.call_api(
                 path,
@@ -94,16 +137,60 @@ class KubeClusterApi:
                 status = int(response.status)
         except _FAILURES as error:
             raise _error(error) from None
-        try:
-            document = json.loads(data) if data else {}
-        except ValueError:
-            document = {}
-        if not 200 <= status <= 299:
-            message = document.get("message") if isinstance(document, dict) else None
-            raise ApiError(status, str(message or data[:200].decode(errors="replace")))
-        return document if isinstance(document, dict) else {}
+        return _answer(status, data)
 
-    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        body: object,
+        content_type: str = "application/json",
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
+        fence: Fence | None = None,
+    ) -> dict[str, Any]:
+        """A fenced write: `FencedError` when this replica may not write now (nothing was sent)."""
+
+        def allowed() -> bool:
+            return self.fence() and (fence is None or fence())
+
+        what = f"{method} {path}"
+        if not allowed():
+            raise FencedError(what)  # cheap early answer; the one that counts is in the body
+        rest = self.api_client.rest_client
+        headers = {
+            **self.api_client.default_headers,
+            "Content-Type": content_type,
+            "Accept": "application/json",
+        }
+        await self.api_client.update_params_for_auth(headers, [], ["BearerToken"])
+        payload = _FencedBody(json.dumps(body).encode(), content_type, allowed)
+        options: dict[str, Any] = {"timeout": aiohttp.ClientTimeout(total=timeout)}
+        if rest.proxy:
+            options["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            options["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            options["server_hostname"] = rest.server_hostname
+        url = str(self.api_client.configuration.host) + path
+        try:
+            async with rest.pool_manager.request(
+                method, url, data=payload, headers=headers, **options
+            ) as response:
+                data = await response.read()
+                status = int(response.status)
+        except _FAILURES as error:
+            if payload.refused:
+                raise FencedError(what) from None
+            raise _error(error) from None
+        return _answer(status, data)
+
+    async def bind(
+        self,
+        pod: ObjectRef,
+        node: str,
+        annotations: Mapping[str, str],
+        fence: Fence | None = None,
+    ) -> None:
         metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
         if pod.uid:
             metadata["uid"] = pod.uid  # the server refuses to bind a same-named new pod
@@ -116,7 +203,7 @@ class KubeClusterApi:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
-        await self._request("POST", path, body, timeout=BIND_TIMEOUT_SECONDS)
+        await self._write("POST", path, body, timeout=BIND_TIMEOUT_SECONDS, fence=fence)
 
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         try:
@@ -129,21 +216,21 @@ class KubeClusterApi:
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         collection = f"/apis/{GROUP}/{VERSION}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
         path = f"{collection}/{obj.name}/status"
-        await self._request("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
+        await self._write("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
 
     async def create_event(self, body: Mapping[str, Any]) -> str:
         namespace = body["metadata"]["namespace"]
-        created = await self._request("POST", f"/api/v1/namespaces/{namespace}/events", dict(body))
+        created = await self._write("POST", f"/api/v1/namespaces/{namespace}/events", dict(body))
         return str(created.get("metadata", {}).get("name", ""))
 
     async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         path = f"/api/v1/namespaces/{namespace}/events/{name}"
-        await self._request("PATCH", path, dict(patch), MERGE_PATCH)
+        await self._write("PATCH", path, dict(patch), MERGE_PATCH)
 
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         namespace = body["metadata"].get("namespace", "default")
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURALS[body['kind']]}"
-        await self._request("POST", path, dict(body))
+        await self._write("POST", path, dict(body))
 
     async def get_lease(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
@@ -171,3 +258,15 @@ class KubeClusterApi:
         document = await self._request("GET", "/api/v1/pods")
         items: list[dict[str, Any]] = document.get("items") or []
         return items
+
+
+def _answer(status: int, data: bytes) -> dict[str, Any]:
+    """The JSON document of a 2xx answer; `ApiError` naming the server's message otherwise."""
+    try:
+        document = json.loads(data) if data else {}
+    except ValueError:
+        document = {}
+    if not 200 <= status <= 299:
+        message = document.get("message") if isinstance(document, dict) else None
+        raise ApiError(status, str(message or data[:200].decode(errors="replace")))
+    return document if isinstance(document, dict) else {}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
+from gpusched.scheduler.ports import ApiError, ClusterApi, FencedError, ObjectRef
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,12 @@ class EventRecorder:
         except asyncio.QueueFull:
             logger.warning("event queue full; dropped %s %s on %s", reason, message, obj.key)
 
+    def reset(self) -> None:
+        """Drops the Events not sent yet: this replica stopped leading, and what it noted in
+        its last term is for nobody now (the API client would refuse them anyway)."""
+        while not self._queue.empty():
+            self._queue.get_nowait()
+
     def forget(self, uid: str) -> None:
         """Drops the series of a deleted object."""
         for key in self._by_object.pop(uid, ()):
@@ -110,6 +116,8 @@ class EventRecorder:
     async def _deliver(self, outgoing: _Outgoing) -> None:
         try:
             await self._send(outgoing)
+        except FencedError:
+            pass  # no longer leading: nothing was sent, and nothing should be
         except ApiError as error:
             logger.warning(
                 "cannot post event %s on %s: %s", outgoing.reason, outgoing.obj.key, error

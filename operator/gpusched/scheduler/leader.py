@@ -72,6 +72,12 @@ class LeaderElector:
     async def attempt(self) -> bool:
         """One try to acquire or renew; returns whether we lead afterwards."""
         started = self.clock()
+        if self._leading and started >= self._valid_until:
+            # The renew deadline passed before this try: the process was stopped (SIGSTOP, a
+            # paused VM) or starved. Another replica may have led meanwhile, so this term is
+            # over even if the Lease turns out to be still ours: a renewal below starts a new
+            # one, which reads the cluster afresh before acting.
+            self._set(False)
         try:
             won = await self._try(started)
         except ApiError as error:

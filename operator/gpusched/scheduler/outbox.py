@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
+from gpusched.scheduler.ports import ApiError, ClusterApi, FencedError, ObjectRef
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,9 @@ class StatusOutbox:
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
+        self._epoch = 0
+        """Bumped by `reset`: a retry planned before it is dropped, never sent in a later
+        term with what was true in an earlier one."""
         self._trust_current = True
         """Whether an object's watched status may stand for what it shows now. Not after a
         leadership change: our watch may lag behind what the other leader wrote."""
@@ -89,6 +92,7 @@ class StatusOutbox:
         self._offered.clear()
         self._sent.clear()
         self._pending.clear()
+        self._epoch += 1
         self._trust_current = False
 
     @property
@@ -111,8 +115,12 @@ class StatusOutbox:
     ) -> None:
         async with self._slots:
             self.in_flight += 1
+            epoch = self._epoch
             try:
                 await self.api.patch_status(ref, status)
+            except FencedError:
+                self._sent.pop(key, None)  # not sent; the next leader writes its own
+                return
             except ApiError as error:
                 if error.status == 404:
                     self._sent.pop(key, None)
@@ -122,7 +130,7 @@ class StatusOutbox:
                 # still show an older status: send the next offer whatever they say.
                 self._sent[key] = (UNKNOWN, float("-inf"))
                 asyncio.get_running_loop().call_later(
-                    RETRY_SECONDS, self._retry, key, ref, status, sig
+                    RETRY_SECONDS, self._retry, key, ref, status, sig, epoch
                 )
                 return
             finally:
@@ -130,8 +138,15 @@ class StatusOutbox:
         self._sent[key] = (sig, self.clock())
 
     def _retry(
-        self, key: tuple[str, str], ref: ObjectRef, status: dict[str, Any], sig: str
+        self,
+        key: tuple[str, str],
+        ref: ObjectRef,
+        status: dict[str, Any],
+        sig: str,
+        epoch: int,
     ) -> None:
+        if epoch != self._epoch:
+            return  # planned in an earlier term
         # A newer offer made meanwhile wins over this stale one.
         self._pending.setdefault(key, (ref, status, sig))
         self._wake.set()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,6 +21,19 @@ class ApiError(Exception):
         return self.status in (0, 408, 429) or self.status >= 500
 
 
+Fence = Callable[[], bool]
+"""Whether this replica may write now; asked by the client at the last moment before a
+write's bytes go out (see `gpusched.k8s.client.KubeClusterApi`)."""
+
+
+class FencedError(ApiError):
+    """A write this replica refused itself because its fence said no: not one byte of its
+    body was sent, so the server cannot have applied it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(0, f"not sent, this replica may not write now: {what}")
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
     """Names the object an Event or status patch is about."""
@@ -37,8 +50,16 @@ class ObjectRef:
 
 
 class ClusterApi(Protocol):
-    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
-        """POSTs ``pods/{name}/binding``; the annotations land on the pod with the bind."""
+    async def bind(
+        self,
+        pod: ObjectRef,
+        node: str,
+        annotations: Mapping[str, str],
+        fence: Fence | None = None,
+    ) -> None:
+        """POSTs ``pods/{name}/binding``; the annotations land on the pod with the bind.
+        ``fence``, besides the client's own, is asked at the moment the request is written
+        (`FencedError` when it says no)."""
 
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         """The pod's body as the API server has it now; None when it does not exist."""

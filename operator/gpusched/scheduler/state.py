@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
@@ -57,6 +58,8 @@ class PodRecord:
     so the snapshot cache can tell unchanged pods by identity)."""
     source: str | None = None
     """`_pod_fingerprint` of the body this record was parsed from (None: not from a body)."""
+    version: str = ""
+    """``metadata.resourceVersion``: a resync parses only the pods whose version moved."""
 
     @property
     def key(self) -> str:
@@ -124,6 +127,11 @@ class ClusterState:
     groups_generation: int = 0
     """Bumped when a group's spec appears, changes or goes."""
     _children_index: tuple[int, dict[str, list[str]]] | None = None
+    _pins: dict[str, tuple[BoundPod, BoundPod]] = field(default_factory=dict)
+    """Bound pods holding whole GPUs without saying which (other schedulers' pods carry no
+    ``gpusched.io/gpus``), by uid: (their holding, the same with GPUs assumed). The
+    assumption is made once and kept, so that it never moves onto GPUs one of our pods
+    was given meanwhile (see `_pinned`)."""
     capacity_generation: int = 0
     """Bumped by every change that could make room: a pod gone or finished, a node added or
     changed, a reservation released. Groups backing off retry at once when it moves."""
@@ -160,7 +168,12 @@ class ClusterState:
         seen = _pod_fingerprint(body)
         before = self.pods.get(key)
         if before is not None and seen is not None and before.source == seen:
-            return  # a status heartbeat: nothing a decision reads changed, nothing to parse
+            # A status heartbeat: nothing a decision reads changed, nothing to parse; only the
+            # version moves, so that a resync does not parse it either.
+            version = str(_metadata(body).get("resourceVersion") or "")
+            if version != before.version:
+                self.pods[key] = replace(before, version=version)
+            return
         record = self._pod_record(key, body)
         if record is None:
             self.delete_pod(key)
@@ -235,7 +248,8 @@ class ClusterState:
         holding = None
         if pod.spec.node_name and not pod.is_terminal:
             holding = BoundPod(request, pod.spec.node_name, assigned)
-        return PodRecord(pod, uid, request, assigned, holding=holding)
+        version = str(_metadata(body).get("resourceVersion") or "")
+        return PodRecord(pod, uid, request, assigned, holding=holding, version=version)
 
     def resync_pods(self, bodies: Iterable[Mapping[str, Any]]) -> None:
         """Replaces every pod with a fresh list from the API (a new leader's first step)."""
@@ -289,11 +303,85 @@ class ClusterState:
 
     def bound(self) -> Iterator[BoundPod]:
         """Every pod holding resources: bound ones of any scheduler, and our reservations."""
+        pinned = self._pinned()
         for record in self.pods.values():
             if record.holding is not None:
+                yield pinned.get(record.uid, record.holding)
+        for reservation in self.reservations.values():
+            yield reservation.holding
+
+    def _pinned(self) -> dict[str, BoundPod]:
+        """Holdings with GPUs assumed for the bound pods that do not say which they hold.
+
+        Left to the engine, the assumption (the highest free GPUs) would be remade at every
+        snapshot rebuild, in whatever order the pods come, and could land on GPUs one of our
+        pods holds: both would then count as one, and the node would take more GPUs than it
+        has. Here each such pod gets GPUs once, kept while it is bound: GPUs no pod says it
+        holds and no other assumption took, highest first; when too few are left (another
+        scheduler over-committed the node) the rest overlap, so the node shows none free."""
+        unknown = [
+            r
+            for r in self.pods.values()
+            if r.holding is not None
+            and r.holding.gpus is None
+            and r.holding.pod.gpus
+            and not r.holding.pod.gpu_milli
+        ]
+        if not unknown and not self._pins:
+            return {}
+        nodes = {r.holding.node for r in unknown if r.holding is not None}
+        taken: dict[str, set[int]] = {n: set() for n in nodes}
+        for named in self._explicit():
+            if named.node in taken and named.gpus is not None:
+                taken[named.node].update(named.gpus)
+        pins: dict[str, tuple[BoundPod, BoundPod]] = {}
+        fresh = []
+        for record in unknown:
+            holding = record.holding
+            assert holding is not None
+            kept = self._pins.get(record.uid)
+            gpus = kept[1].gpus if kept is not None and kept[1].node == holding.node else None
+            if gpus is None or len(gpus) != holding.pod.gpus or taken[holding.node] & set(gpus):
+                fresh.append(record)  # new, resized, or one of ours says it holds them
+                continue
+            taken[holding.node].update(gpus)
+            same = kept is not None and kept[0] is holding
+            pins[record.uid] = kept if same and kept else (holding, _assume(holding, gpus))
+        for record in sorted(fresh, key=lambda r: r.key):
+            holding = record.holding
+            assert holding is not None
+            gpus = _assumed_gpus(self._gpu_count(holding.node), taken[holding.node], holding)
+            taken[holding.node].update(gpus)
+            pins[record.uid] = (holding, _assume(holding, gpus))
+        self._pins = pins
+        return {uid: pinned for uid, (_, pinned) in pins.items()}
+
+    def _explicit(self) -> Iterator[BoundPod]:
+        """Holdings that name their GPUs: annotated bound pods and our reservations."""
+        for record in self.pods.values():
+            if record.holding is not None and record.holding.gpus is not None:
                 yield record.holding
         for reservation in self.reservations.values():
             yield reservation.holding
+
+    def _gpu_count(self, node: str) -> int:
+        known = self.nodes.get(node)
+        return known.allocatable_resources().get(GPU_RESOURCE, 0) if known is not None else 0
+
+    def taken_by_others(self, key: str, reservation: Reservation) -> bool:
+        """Whether another pod now holds (or is assumed to hold) GPUs of ``reservation``, or
+        the node's GPUs are all held without it."""
+        node, mine = reservation.node, set(reservation.gpus)
+        held = 0
+        pinned = self._pinned()
+        for record in self.pods.values():
+            seen = pinned.get(record.uid, record.holding)
+            if seen is None or seen.node != node or record.key == key:
+                continue
+            held += seen.pod.gpus
+            if mine & set(seen.gpus or ()):
+                return True
+        return bool(mine) and held + len(mine) > self._gpu_count(node)
 
     # ----- the ledger ------------------------------------------------------------------------
 
@@ -459,6 +547,19 @@ class ClusterState:
         self.generation += 1
         if capacity:
             self.capacity_generation += 1
+
+
+def _assume(holding: BoundPod, gpus: tuple[int, ...]) -> BoundPod:
+    return BoundPod(holding.pod, holding.node, gpus)
+
+
+def _assumed_gpus(count: int, taken: set[int], holding: BoundPod) -> tuple[int, ...]:
+    """``holding.pod.gpus`` GPUs of a node of ``count``: free ones first, highest first (the
+    far end from where the engine allocates), then taken ones if it must."""
+    wanted = min(holding.pod.gpus, count)
+    order = [g for g in reversed(range(count)) if g not in taken]
+    order += [g for g in reversed(range(count)) if g in taken]
+    return tuple(sorted(order[:wanted]))
 
 
 def _holds(record: PodRecord) -> bool:

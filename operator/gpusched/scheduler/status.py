@@ -126,6 +126,29 @@ def placement(
     return where
 
 
+REASON_BINDING = "Binding"
+"""A gang below its minCount has pods bound and binds of the rest in flight or retried."""
+REASON_DEGRADED = "Degraded"
+"""A gang below its minCount has pods bound and the rest waiting to be placed again (their
+room was lost: a refused bind, a node gone, a pod re-created); it is placed first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """A gang partly bound below its minCount: which reason, and the pods not bound."""
+
+    reason: str
+    minimum: int
+    missing: tuple[str, ...]
+
+    def message(self, counts: Counts, attempt: Attempt | None) -> str:
+        names = ", ".join(self.missing[:10]) + (", …" if len(self.missing) > 10 else "")
+        text = f"{counts.scheduled} of {self.minimum} pods bound; not yet: {names or 'none'}"
+        if self.reason == REASON_DEGRADED and attempt is not None:
+            text += f"; {attempt.message}"
+        return text
+
+
 def group_status(
     record: GroupRecord,
     phase: GroupPhase,
@@ -134,9 +157,13 @@ def group_status(
     attempt: Attempt | None,
     previous: Mapping[str, Any],
     now: datetime,
+    partial: Partial | None = None,
 ) -> GroupStatus:
     if record.spec.invalid is not None:
         condition = _condition(previous, "False", "Invalid", record.spec.invalid, now)
+    elif partial is not None and phase in (GroupPhase.PENDING, GroupPhase.UNSCHEDULABLE):
+        message = partial.message(counts, attempt)
+        condition = _condition(previous, "False", partial.reason, message, now)
     elif phase in (GroupPhase.SCHEDULED, GroupPhase.RUNNING, GroupPhase.SUCCEEDED):
         message = _scheduled_message(record, counts, where)
         condition = _condition(previous, "True", REASON_SCHEDULED, message, now)
