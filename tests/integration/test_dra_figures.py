@@ -3,7 +3,7 @@ they depend on the machine): a 64-pod gang's created→all-bound time with claim
 gpusched and with device-plugin GPUs, and the share of DRA pods whose allocated devices are
 the set the engine picks for the same pods asking ``nvidia.com/gpu``.
 
-    PYTHONPATH=operator python3 -m pytest -q -s tests/integration/test_dra_figures.py
+    python bench/dra.py      (runs this file with GPUSCHED_FIGURES=1; the suite leaves it out)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tests.integration.test_dra import (
     _gang,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("real_cluster")]
+pytestmark = [pytest.mark.figures, pytest.mark.usefixtures("real_cluster")]
 DRA_NODES = [f"dra-{i}" for i in range(8)]
 PLUGIN_NODES = [f"plugin-{i}" for i in range(8)]
 
