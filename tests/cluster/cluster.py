@@ -32,6 +32,7 @@ from tests.integration.apiserver import ApiClient, ApiStatusError, ResourceSpec
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 OUR_GROUP = "scheduling.gpusched.io"
+DRA_GROUP = "resource.k8s.io"
 NAMESPACED_RESETS = (
     ("workloads", OUR_GROUP),
     ("compositepodgroups", OUR_GROUP),
@@ -175,22 +176,43 @@ class RealCluster:
     def reset(self, timeout: float = 60) -> None:
         """Back to an empty cluster: no pods, groups, Events, Leases or Nodes; no faults."""
         self.proxy.faults.clear()
+        self.proxy.forget_requests()
         self.proxy.expire_watches(0, drop=False)
         namespaces = [
             n["metadata"]["name"]
             for n in self.admin.list("namespaces")
             if n["metadata"]["name"] not in KEEP_NAMESPACES
         ]
+        self._unprotect_claims()
         for namespace in namespaces:
             for plural, group in NAMESPACED_RESETS:
                 self._delete_collection(plural, group, namespace)
             self._delete_collection("leases", "coordination.k8s.io", namespace)
+            for plural in ("resourceclaims", "resourceclaimtemplates"):
+                self._delete_collection(plural, DRA_GROUP, namespace)
+        for plural in ("resourceslices", "deviceclasses"):
+            self._delete_collection(plural, DRA_GROUP, None)
         self._delete_collection("nodes", "", None)
         deadline = time.monotonic() + timeout
         while self._leftovers(namespaces):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reset left objects behind: {self._leftovers(namespaces)}")
             time.sleep(0.1)
+
+    def _unprotect_claims(self) -> None:
+        """ResourceClaims keep their delete-protection finalizer until their allocation is
+        undone; a reset takes it off so that they go at once."""
+        for claim in self.admin.list("resourceclaims", group=DRA_GROUP):
+            meta = claim["metadata"]
+            if meta.get("finalizers"):
+                with contextlib.suppress(ApiStatusError):
+                    self.admin.patch(
+                        "resourceclaims",
+                        meta["name"],
+                        {"metadata": {"finalizers": None}},
+                        meta["namespace"],
+                        group=DRA_GROUP,
+                    )
 
     def _delete_collection(self, plural: str, group: str, namespace: str | None) -> None:
         path = self.admin.path(plural, namespace, group=group or None)
@@ -200,7 +222,7 @@ class RealCluster:
 
     def _leftovers(self, namespaces: list[str]) -> list[str]:
         left = [f"node/{n['metadata']['name']}" for n in self.admin.list("nodes")]
-        for plural, group in NAMESPACED_RESETS[:-1]:
+        for plural, group in (*NAMESPACED_RESETS[:-1], ("resourceclaims", DRA_GROUP)):
             for item in self.admin.list(plural, group=group or None):
                 if item["metadata"]["namespace"] in namespaces:
                     left.append(

@@ -58,6 +58,15 @@ class Request:
     path: str
     watch: bool
 
+    @property
+    def name(self) -> str | None:
+        """The object's name in the path (``p`` of ``…/namespaces/ns/pods/p/binding``)."""
+        parts = urlsplit(self.path).path.strip("/").split("/")
+        start = 2 if parts[:1] == ["api"] else 3  # /api/v1/… or /apis/group/version/…
+        if parts[start : start + 1] == ["namespaces"] and len(parts) > start + 2:
+            start += 2
+        return parts[start + 1] if len(parts) > start + 1 else None
+
 
 class ProxyFaults(Faults):
     """The emulator's rules plus connection cuts before (`drop`) or after (`lose`) the server."""
@@ -232,6 +241,11 @@ class FaultProxy:
         with self._lock:
             return list(self._requests)
 
+    def forget_requests(self) -> None:
+        """Start the request log (and `request_count`) afresh."""
+        with self._lock:
+            self._requests.clear()
+
     @property
     def watch_count(self) -> int:
         return self.call(lambda: len(self._watches))
@@ -273,6 +287,15 @@ class FaultProxy:
         watch = _is_watch(query)
         method = request.method.upper()
         target = request.path_qs
+        try:
+            body = await request.read()
+        except (ConnectionError, aiohttp.ClientError, asyncio.IncompleteReadError):
+            body = None
+        announced = request.content_length
+        if body is None or (announced is not None and len(body) < announced):
+            # The client stopped before its body was whole (a fenced write ends so): nothing
+            # a server could act on arrived, so nothing is forwarded or counted.
+            return self._cut(request)
         with self._lock:
             self._requests.append(Request(method, target, watch))
         delay, failure = self.faults.take(method, target, watch)
@@ -285,7 +308,7 @@ class FaultProxy:
             return await self._fail(request, failure, watch)
         if watch and self._is_expired(query):
             return await self._expired(request)
-        return await self._forward(request, watch, lose=cut == "lose")
+        return await self._forward(request, body, watch, lose=cut == "lose")
 
     def _is_expired(self, query: dict[str, list[str]]) -> bool:
         version = query.get("resourceVersion", [""])[0]
@@ -319,10 +342,9 @@ class FaultProxy:
         return response
 
     async def _forward(
-        self, request: web.BaseRequest, watch: bool, *, lose: bool
+        self, request: web.BaseRequest, body: bytes, watch: bool, *, lose: bool
     ) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        body = await request.read()
         async with self._session.request(
             request.method,
             self.upstream + request.path_qs,

@@ -167,13 +167,17 @@ def test_a_refused_claim_write_leaves_every_claim_of_the_gang_free_and_no_pod_bo
     apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
 ) -> None:
     refusal = apiserver.faults.fail(
-        422, method="PUT", path=r"resourceclaims/train-3-gpus-[a-z0-9]+/status", times=None
+        422, method="PUT", path=r"resourceclaims/halt-3-gpus-[a-z0-9]+/status", times=None
     )
-    with running_operator(kubeconfig) as runtime:
-        members = _gang(api, "train", 4, 4)
+    # Its own pod names: a pod re-created under the name of one just deleted (the previous
+    # story's) can wait on the resource-claim controller's backoff for its claim.
+    # Retries a few seconds apart, so that the released state between two is there to see.
+    slow_retries = {"operator": {"initialBackoffSeconds": 4, "maxBackoffSeconds": 8}}
+    with running_operator(kubeconfig, slow_retries) as runtime:
+        members = _gang(api, "halt", 4, 4)
 
         def refused_and_released() -> bool:
-            events = [e["message"] for e in events_for(api, "train-3", NS)]
+            events = [e["message"] for e in events_for(api, "halt-3", NS)]
             claims = _claims(api)
             return (
                 any("allocating ResourceClaim" in m for m in events)
@@ -221,7 +225,7 @@ def test_killed_between_claim_writes_and_binds_then_restarted_nothing_is_held_tw
 ) -> None:
     # The binds never reach the server: the operator stops with claims written, pods unbound.
     apiserver.faults.drop(method="POST", path=r"/binding", times=None)
-    members = _gang(api, "train", 4, 4)
+    members = _gang(api, "again", 4, 4)
     with running_operator(kubeconfig):
         wait_for(
             lambda: sum(1 for c in _claims(api) if (c.get("status") or {}).get("reservedFor")),
@@ -230,9 +234,9 @@ def test_killed_between_claim_writes_and_binds_then_restarted_nothing_is_held_tw
         )
     assert not any(p["spec"].get("nodeName") for p in pods(api, NS).values())
     # While it is down, one pod goes away; its claim is kube-controller-manager's to free.
-    api.delete("pods", "train-3", NS)
-    api.create(dra.pod("train-4", NS, template="train-gpus", group="train"))
-    members = [*members[:3], "train-4"]
+    api.delete("pods", "again-3", NS)
+    api.create(dra.pod("again-4", NS, template="again-gpus", group="again"))
+    members = [*members[:3], "again-4"]
     apiserver.faults.clear()  # the cut too
     with running_operator(kubeconfig) as runtime:
         bound = wait_for(lambda: _all_bound(api, members), timeout=45, message="all bound")

@@ -16,7 +16,7 @@ from gpusched.api.config import load_config
 from gpusched.api.k8s import parse_node
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.schedule import schedule
-from gpusched.scheduler.ports import ApiError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from tests import dra
@@ -90,8 +90,14 @@ class FakeClaims:
 class LoggingApi(FakeApi):
     log: list[tuple[str, ...]] = field(default_factory=list)
 
-    async def bind(self, pod: ObjectRef, node: str, annotations: Mapping[str, str]) -> None:
-        await super().bind(pod, node, annotations)
+    async def bind(
+        self,
+        pod: ObjectRef,
+        node: str,
+        annotations: Mapping[str, str],
+        fence: Fence | None = None,
+    ) -> None:
+        await super().bind(pod, node, annotations, fence)
         self.log.append(("bind", pod.key, node))
 
 
