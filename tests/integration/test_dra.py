@@ -133,10 +133,10 @@ def test_claims_from_templates_are_allocated_by_gpusched_as_the_engine_chooses(
     apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
 ) -> None:
     with running_operator(kubeconfig) as runtime:
-        members = _gang(api, "train", 4, 4)
+        members = _gang(api, "tmpl", 4, 4)
         bound = wait_for(
             lambda: _all_bound(api, members),
-            timeout=30,
+            timeout=90,
             message=lambda: f"the gang bound: {_why(api, runtime, members)}",
         )
         placed = []
@@ -188,14 +188,14 @@ def test_a_refused_claim_write_leaves_every_claim_of_the_gang_free_and_no_pod_bo
 
         wait_for(
             refused_and_released,
-            timeout=30,
+            timeout=90,
             message=lambda: f"claims released: {dump(_claims(api))}",
         )
         assert not any(p["spec"].get("nodeName") for p in pods(api, NS).values())
         for claim in _claims(api):
             assert FINALIZER not in claim["metadata"].get("finalizers", []), claim
         apiserver.faults.remove(refusal)
-        wait_for(lambda: _all_bound(api, members), timeout=30, message="bound once allowed")
+        wait_for(lambda: _all_bound(api, members), timeout=90, message="bound once allowed")
         _assert_no_device_twice(api)
 
 
@@ -215,9 +215,9 @@ def test_a_refused_bind_gives_that_pods_claim_back(
                 and not (claims[0].get("status") or {}).get("allocation")
             )
 
-        wait_for(released, timeout=30, message=lambda: f"released: {dump(_claims(api))}")
+        wait_for(released, timeout=90, message=lambda: f"released: {dump(_claims(api))}")
         apiserver.faults.remove(refusal)
-        wait_for(lambda: _all_bound(api, ["solo-0"]), timeout=30, message="bound once allowed")
+        wait_for(lambda: _all_bound(api, ["solo-0"]), timeout=90, message="bound once allowed")
 
 
 def test_killed_between_claim_writes_and_binds_then_restarted_nothing_is_held_twice(
@@ -229,7 +229,7 @@ def test_killed_between_claim_writes_and_binds_then_restarted_nothing_is_held_tw
     with running_operator(kubeconfig):
         wait_for(
             lambda: sum(1 for c in _claims(api) if (c.get("status") or {}).get("reservedFor")),
-            timeout=30,
+            timeout=90,
             message=lambda: f"some claims written: {dump(_claims(api))}",
         )
     assert not any(p["spec"].get("nodeName") for p in pods(api, NS).values())
@@ -255,7 +255,7 @@ def test_killed_between_claim_writes_and_binds_then_restarted_nothing_is_held_tw
                 for c in _claims(api)
                 for r in (c.get("status") or {}).get("reservedFor", [])
             ),
-            timeout=30,
+            timeout=90,
             message=lambda: f"no claim reserved for a gone pod: {dump(_claims(api))}",
         )
         wait_for(lambda: runtime.scheduler.idle, message="no reservation left")
@@ -275,7 +275,7 @@ def test_claims_gpusched_cannot_allocate_get_a_reason_and_the_rest_is_scheduled(
     api.create(dra.resource_slice("dra-3", replace={5: "GPU-00000000-dead-beef-0000-000000000000"}))
     with running_operator(kubeconfig):
         members = _gang(api, "fine", 2, 8)
-        wait_for(lambda: _all_bound(api, members), timeout=30, message="the good gang bound")
+        wait_for(lambda: _all_bound(api, members), timeout=90, message="the good gang bound")
         # Only dra-3 is left, and one of its 8 GPUs cannot be matched.
         api.create(dra.claim_template("eight", NS, 8))
         api.create(dra.pod("eight-on-dra-3", NS, template="eight"))
