@@ -202,8 +202,13 @@ class FaultProxy:
         context = ssl.create_default_context(cafile=str(self.ca))
         connector = aiohttp.TCPConnector(ssl=context, limit=0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+        # Nothing compressed upstream: a gzip-encoded watch would sit in the decompressor until
+        # a block fills, holding small events back (a watch that looks silent).
         async with aiohttp.ClientSession(
-            connector=connector, timeout=timeout, auto_decompress=True
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=True,
+            skip_auto_headers=("Accept-Encoding",),
         ) as session:
             self._session = session
             server = web.Server(self._handle, access_log=None)
@@ -344,7 +349,11 @@ class FaultProxy:
     async def _forward(
         self, request: web.BaseRequest, body: bytes, watch: bool, *, lose: bool
     ) -> web.StreamResponse:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in HOP_BY_HOP and k.lower() != "accept-encoding"
+        }
         async with self._session.request(
             request.method,
             self.upstream + request.path_qs,

@@ -117,7 +117,13 @@ def _assert_no_device_twice(api: ApiClient) -> None:
 def _why(api: ApiClient, runtime: Any, members: list[str]) -> str:
     events = {m: [e["message"] for e in events_for(api, m, NS)] for m in members}
     attempts = {k: str(v) for k, v in runtime.scheduler._attempts.items()}
-    return dump({"events": events, "attempts": attempts, "claims": _claims(api)})
+    seen = {
+        m: str(r.pod.status) + " src=" + str(r.source)[-120:] + " v=" + r.version
+        for m in members
+        if (r := runtime.scheduler.state.pods.get(f"{NS}/{m}")) is not None
+    }
+    server = {m: pods(api, NS).get(f"{NS}/{m}", {}).get("status", {}) for m in members}
+    return dump({"seen": seen, "server": server, "attempts": attempts, "claims": _claims(api)})
 
 
 def _engine_choice(nodes: list[str], size: int, gpus: int) -> list[tuple[str, tuple[int, ...]]]:

@@ -241,8 +241,9 @@ class Scheduler:
     async def _resync(self) -> None:
         """Reconciles the cache with a fresh list: drops the pods and nodes the API server no
         longer has (such a pod would hold its GPUs, and count in its group's status; such a
-        node would keep being offered to pods). Pods the watch never delivered are not taken
-        from the list yet: doing so broke a chaos invariant in testing, not yet understood."""
+        node would keep being offered to pods), and takes newer versions of the pods it knows
+        (a change whose watch event never reached us). Pods the watch never delivered at all
+        are not taken from the list yet: doing so broke a chaos invariant in testing."""
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
         try:
@@ -258,6 +259,9 @@ class Scheduler:
         gone += self.state.forget_missing_nodes(known_nodes, node_bodies)
         if gone:
             logger.info("deleted while a watch was down: %s", ", ".join(gone))
+            self.wake()
+        if refreshed := self.state.refresh(bodies):
+            logger.info("changed without a watch event reaching us: %s", ", ".join(refreshed))
             self.wake()
 
     async def settle(self) -> None:

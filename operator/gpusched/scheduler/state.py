@@ -167,6 +167,10 @@ class ClusterState:
             return  # an older pod of this name: its deletion is known already
         seen = _pod_fingerprint(body)
         before = self.pods.get(key)
+        if before is not None and _older_than(body, before):
+            # A list read before a watch event we already took (a new leader's list answered
+            # after the event that followed it): taking it would undo that event for good.
+            return
         if before is not None and seen is not None and before.source == seen:
             # A status heartbeat: nothing a decision reads changed, nothing to parse; only the
             # version moves, so that a resync does not parse it either.
@@ -259,6 +263,20 @@ class ClusterState:
             seen.add(f"{_namespace(body)}/{_name(body)}")
         for key in [k for k in self.pods if k not in seen]:
             self.delete_pod(key)
+
+    def refresh(self, bodies: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Takes the listed versions of known pods that are newer than the ones we hold (a
+        watch event that never reached us), and returns their keys. Pods we do not know are
+        left to the watch."""
+        taken = []
+        for body in bodies:
+            key = f"{_namespace(body)}/{_name(body)}"
+            before = self.pods.get(key)
+            if before is None or not _newer_than(body, before):
+                continue
+            self.upsert_pod(body)
+            taken.append(key)
+        return taken
 
     def forget_missing(
         self, known: Mapping[str, str], bodies: Iterable[Mapping[str, Any]]
@@ -565,6 +583,30 @@ def _assumed_gpus(count: int, taken: set[int], holding: BoundPod) -> tuple[int, 
 def _holds(record: PodRecord) -> bool:
     """Bound and not finished: a terminating pod still holds its GPUs until it is gone."""
     return record.node is not None and not record.pod.is_terminal
+
+
+def _older_than(body: Mapping[str, Any], record: PodRecord) -> bool:
+    """Whether ``body`` is an older version of the very pod ``record`` holds. Versions are
+    compared as numbers where both are (etcd's revisions, as every kube-apiserver has them);
+    anything else is taken as newer, as before."""
+    metadata = _metadata(body)
+    version = str(metadata.get("resourceVersion") or "")
+    if str(metadata.get("uid") or "") != record.uid:
+        return False
+    if not (version.isdigit() and record.version.isdigit()):
+        return False
+    return int(version) < int(record.version)
+
+
+def _newer_than(body: Mapping[str, Any], record: PodRecord) -> bool:
+    """Whether ``body`` is a newer version of the very pod ``record`` holds (numbers only)."""
+    metadata = _metadata(body)
+    version = str(metadata.get("resourceVersion") or "")
+    if str(metadata.get("uid") or "") != record.uid:
+        return False
+    if not (version.isdigit() and record.version.isdigit()):
+        return False
+    return int(version) > int(record.version)
 
 
 def _pod_fingerprint(body: Mapping[str, Any]) -> str | None:
