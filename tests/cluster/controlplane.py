@@ -531,7 +531,8 @@ class ControlPlane:
                 raise RuntimeError(f"{process.name} exited:\n{process.tail()}")
 
     def stop(self, keep: bool = False) -> None:
-        """Stop every process, newest first; remove the work folder unless `keep`."""
+        """Stop every process, newest first; remove the work folder (logs included) unless
+        `keep` or ``GPUSCHED_KEEP_CLUSTER=1``."""
         for process in reversed(list(self.processes.values())):
             with contextlib.suppress(Exception):
                 process.stop()
@@ -539,7 +540,7 @@ class ControlPlane:
             for process in self.processes.values():
                 print(f"--- {process.name} (log {process.log}) ---\n{process.tail()}")
         self.processes.clear()
-        if not keep:
+        if not keep and os.environ.get("GPUSCHED_KEEP_CLUSTER") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> Self:

@@ -123,7 +123,15 @@ def _why(api: ApiClient, runtime: Any, members: list[str]) -> str:
         if (r := runtime.scheduler.state.pods.get(f"{NS}/{m}")) is not None
     }
     server = {m: pods(api, NS).get(f"{NS}/{m}", {}).get("status", {}) for m in members}
-    return dump({"seen": seen, "server": server, "attempts": attempts, "claims": _claims(api)})
+    return dump(
+        {
+            "events": events,
+            "seen": seen,
+            "server": server,
+            "attempts": attempts,
+            "claims": _claims(api),
+        }
+    )
 
 
 def _engine_choice(nodes: list[str], size: int, gpus: int) -> list[tuple[str, tuple[int, ...]]]:
