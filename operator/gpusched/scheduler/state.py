@@ -167,7 +167,7 @@ class ClusterState:
             return  # an older pod of this name: its deletion is known already
         seen = _pod_fingerprint(body)
         before = self.pods.get(key)
-        if before is not None and _older_than(body, before):
+        if before is not None and _version_order(body, before) < 0:
             # A list read before a watch event we already took (a new leader's list answered
             # after the event that followed it): taking it would undo that event for good.
             return
@@ -272,7 +272,7 @@ class ClusterState:
         for body in bodies:
             key = f"{_namespace(body)}/{_name(body)}"
             before = self.pods.get(key)
-            if before is None or not _newer_than(body, before):
+            if before is None or _version_order(body, before) <= 0:
                 continue
             self.upsert_pod(body)
             taken.append(key)
@@ -585,28 +585,17 @@ def _holds(record: PodRecord) -> bool:
     return record.node is not None and not record.pod.is_terminal
 
 
-def _older_than(body: Mapping[str, Any], record: PodRecord) -> bool:
-    """Whether ``body`` is an older version of the very pod ``record`` holds. Versions are
-    compared as numbers where both are (etcd's revisions, as every kube-apiserver has them);
-    anything else is taken as newer, as before."""
+def _version_order(body: Mapping[str, Any], record: PodRecord) -> int:
+    """-1, 0 or 1 as ``body`` is an older, unknown-order or newer version of the very pod
+    ``record`` holds. Versions are compared as numbers where both are (etcd's revisions, as
+    every kube-apiserver has them); another pod, or versions that are not numbers, give 0."""
     metadata = _metadata(body)
     version = str(metadata.get("resourceVersion") or "")
     if str(metadata.get("uid") or "") != record.uid:
-        return False
+        return 0
     if not (version.isdigit() and record.version.isdigit()):
-        return False
-    return int(version) < int(record.version)
-
-
-def _newer_than(body: Mapping[str, Any], record: PodRecord) -> bool:
-    """Whether ``body`` is a newer version of the very pod ``record`` holds (numbers only)."""
-    metadata = _metadata(body)
-    version = str(metadata.get("resourceVersion") or "")
-    if str(metadata.get("uid") or "") != record.uid:
-        return False
-    if not (version.isdigit() and record.version.isdigit()):
-        return False
-    return int(version) > int(record.version)
+        return 0
+    return (int(version) > int(record.version)) - (int(version) < int(record.version))
 
 
 def _pod_fingerprint(body: Mapping[str, Any]) -> str | None:
