@@ -473,6 +473,31 @@ REASON_STORIES = [
             "2 × nodeSelector example.com/pool=none-such does not match: node-a, node-b"
         },
     ),
+    # A later cycle sees what an earlier one bound: the group keeps running (Scheduled) and the
+    # pod that still does not fit says so in the same words as in the cycle that placed the rest.
+    Story(
+        "a running basic group's pod that fits nowhere beside the bound ones: group stays placed",
+        two_racks(held("web-0", "node-a", "web"), held("web-1", "node-b", "web")),
+        [pod("web-2", gpus=4, group="web")],
+        [gang("web", 0, basic=True, topology=RACK)],
+        want_bindings={},
+        want_groups={"web": g(SCHEDULED, "z1/rack-1")},
+        want_pending={"web-2": "Unschedulable"},
+        want_messages={
+            "web-2": "0/2 nodes of z1/rack-1 available beside its group's other pods: "
+            "2 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4), node-b "
+            "(0 free usable GPUs, needs 4)"
+        },
+    ),
+    Story(
+        "a running gang's pod beyond minCount that does not fit: the gang stays placed",
+        two_racks(held("train-0", "node-a", "train"), held("train-1", "node-b", "train")),
+        [pod("train-2", gpus=8, group="train")],
+        [gang("train", 2, topology=RACK)],
+        want_bindings={},
+        want_groups={"train": g(SCHEDULED, "z1/rack-1")},
+        want_pending={"train-2": "Unschedulable"},
+    ),
     #        z1
     #   /   |    |   \
     # r-0  r-1  r-2  r-3      one node each: no rack holds two 8-GPU pods
@@ -518,7 +543,7 @@ def test_every_reason_says_the_real_cause(story: Story) -> None:
 
 def test_explored_counts_the_domains_refused_before_a_trial() -> None:
     # Four racks of one node, two 8-GPU pods: each rack is refused by its count alone.
-    story = REASON_STORIES[4]
+    story = next(s for s in REASON_STORIES if s.id.startswith("the summary names every rack"))
     result = schedule(story.snapshot, story.pods, story.groups)
     (train,) = result.groups
     assert (train.explored, len(train.attempts)) == (4, 4), train

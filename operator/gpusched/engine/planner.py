@@ -176,9 +176,10 @@ class Planner:
     def needed(self, group: GroupSpec) -> int:
         """Pods that must be placed for a PodGroup to count as placed."""
         pods = self.pods.get(group.key, [])
+        bound = len(self.bound.get(group.key, []))
         if not group.gang:
-            return 1 if pods else 0
-        return max(0, group.minimum - len(self.bound.get(group.key, [])))
+            return 1 if pods and not bound else 0
+        return max(0, group.minimum - bound)
 
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         pods = self.pods.get(group.key, [])
@@ -283,7 +284,9 @@ class Planner:
                 continue
             snapshot.assume(pod, choice.node, choice.gpus)
             placed += 1
-        if placed >= needed and (placed or not pods):
+        # A group already running (pods bound) is placed even when none of its pending pods
+        # fit: those stay pending beside the others, whichever cycle first sees them.
+        if placed >= needed and (placed or not pods or bool(self.bound.get(group.key))):
             message = f"{placed} of {len(pods)} pending pods placed in {domain.name}"
             left_out = self._left_out(failed, domain)
             self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
