@@ -460,13 +460,15 @@ def gang_problems(outcome: Outcome) -> list[str]:
 
 def _child_placed(outcome: Outcome, group: GroupSpec) -> bool:
     """Could the engine have counted ``group`` as placed? Yes if pods of it were bound now; a
-    PodGroup without pending pods counts when it is not waiting for pods; a CompositePodGroup
-    without new pods counts when enough of its own children do."""
+    PodGroup with no new pods counts when it is not waiting for pods and either has none
+    pending or is already running (pods bound: its pending ones wait beside them); a
+    CompositePodGroup without new pods counts when enough of its own children do."""
     if outcome.new_in(outcome.subtree(group)):
         return True
     if group.kind is GroupKind.POD_GROUP:
-        waiting = group.gang and len(outcome.bound_in([group])) < group.minimum
-        return not outcome.pending_in([group]) and not waiting
+        bound = len(outcome.bound_in([group]))
+        waiting = group.gang and bound < group.minimum
+        return not waiting and (bound > 0 or not outcome.pending_in([group]))
     placed = [c for c in outcome.children(group) if _child_placed(outcome, c)]
     return len(placed) >= group.minimum
 
