@@ -19,7 +19,7 @@ from gpusched.commands import (
 if TYPE_CHECKING:
     from gpusched.api.config import SchedulerConfig
     from gpusched.engine.snapshot import GpuSample
-    from gpusched.explain import Cluster
+    from gpusched.offline.inputs import ClusterObjects
 
 EXIT_UNREACHABLE = 1
 """The live cluster could not be read."""
@@ -70,20 +70,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gpusched.commands.simulate import read_metrics
-    from gpusched.explain import ExplainError, Target, decide, explain
-    from gpusched.simulate import InputError, read_config
+    from gpusched.offline.explain import ExplainError, Target, explain_target
+    from gpusched.offline.inputs import InputError, read_config, read_metrics
 
     try:
         target = Target.parse(args.target, args.namespace)
         config = read_config(args.config)
-        cluster = _read_cluster(args)
-        metrics = read_metrics(args.metrics, cluster.objects, config)
+        objects = _read_cluster(args)
+        metrics = read_metrics(args.metrics, objects, config)
         telemetry = metrics.samples if metrics is not None else None
         if telemetry is None and not args.paths:
-            telemetry = _read_prometheus(cluster, config)
-        run = decide(cluster, config, telemetry)
-        explanation = explain(run, cluster, target)
+            telemetry = _read_prometheus(objects, config)
+        run, explanation = explain_target(objects, config, telemetry, target)
     except (ExplainError, InputError) as error:
         print(f"gpusched explain: {error}", file=err)
         return EXIT_BAD_INPUT
@@ -92,7 +90,7 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_UNREACHABLE
     write_output(args.output, explanation.to_dict(), explanation.render(), out)
     if args.plot is not None:
-        from gpusched.plot import PlotError, plot_run
+        from gpusched.offline.plot import PlotError, plot_run
 
         try:
             plot_run(run, args.plot, highlight=explanation.highlight, title=explanation.headline)
@@ -106,12 +104,11 @@ class _UnreachableError(Exception):
     pass
 
 
-def _read_cluster(args: argparse.Namespace) -> Cluster:
-    from gpusched.explain import from_documents, from_objects
-    from gpusched.simulate import load
+def _read_cluster(args: argparse.Namespace) -> ClusterObjects:
+    from gpusched.offline.inputs import from_documents, load
 
     if args.paths:
-        return from_objects(load(args.paths))
+        return load(args.paths)
     _check_credentials(args.kubeconfig)
     import asyncio
 
@@ -150,7 +147,7 @@ def _check_credentials(kubeconfig: str | None) -> None:
 
 
 def _read_prometheus(
-    cluster: Cluster, config: SchedulerConfig
+    objects: ClusterObjects, config: SchedulerConfig
 ) -> Mapping[tuple[str, int], GpuSample] | None:
     """For a live cluster, telemetry as the operator reads it, when the config names a
     Prometheus (one query; a failed one leaves every GPU unknown, as in the operator)."""
@@ -160,7 +157,7 @@ def _read_prometheus(
 
     from gpusched.telemetry.cache import TelemetryCache
 
-    known = {n.name for n in cluster.objects.nodes}
+    known = {n.name for n in objects.nodes}
     cache = TelemetryCache(config.telemetry, known_nodes=lambda: known, registry=None)
 
     async def once() -> Mapping[tuple[str, int], GpuSample] | None:

@@ -94,6 +94,9 @@ class ScheduleResult:
     bindings: list[Binding] = field(default_factory=list)
     groups: list[GroupDecision] = field(default_factory=list)
     unschedulable: list[PodFailure] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    """The queue: every unit's key (a root group's, or a group-less pod's) in the order the
+    engine took them (priority, then age, then name)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``simulate -o json`` document (DESIGN §5)."""
