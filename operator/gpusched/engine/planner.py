@@ -21,54 +21,48 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gpusched.engine import wording
+from gpusched.engine.blockers import node_check
 from gpusched.engine.domains import Domain, copies, subdomains
-from gpusched.engine.fit import explain
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.result import GroupDecision, Phase, Reason
-from gpusched.engine.snapshot import BoolArray, Holding, IntArray, Snapshot
+from gpusched.engine.result import (
+    Attempt,
+    Counted,
+    GroupDecision,
+    NodeCheck,
+    Phase,
+    Reason,
+    Waiting,
+)
+from gpusched.engine.room import ChildBounds, Room
+from gpusched.engine.snapshot import BoolArray, Holding, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
-class Line:
-    """Why one domain did not take a group: ``domain: summary[: detail]``. The detail is
-    rendered only if the group fails: explaining a rejected domain walks its nodes, which a
-    successful placement should not pay for. The group's summary names every domain tried
-    with its summary; its attempts carry the details."""
+class _Tried:
+    """A domain tried, with why the nodes refused worked out only if the group fails:
+    checking a refused domain's nodes walks them, which a successful placement should not
+    pay for."""
 
-    domain: str | None
-    """None for a reason that is not about one domain (the bound pods pin the group)."""
-    summary: str
-    detail: Callable[[], str] | None = None
+    attempt: Attempt
+    nodes: Callable[[], NodeCheck] | None = None
 
-    def short(self) -> str:
-        return self.summary if self.domain is None else f"{self.domain}: {self.summary}"
-
-    def full(self) -> str:
-        return self.short() if self.detail is None else f"{self.short()}: {self.detail()}"
-
-    def about(self, parent: Domain, full: bool) -> str:
-        """The line inside a message that already says "in ``parent``"."""
-        text = self.full() if full else self.short()
-        if parent.labels and self.domain == parent.name:
-            return text.removeprefix(f"{self.domain}: ")
-        return text
-
-
-def _fixed(text: str) -> Callable[[], str]:
-    return lambda: text
+    def done(self) -> Attempt:
+        if self.nodes is None:
+            return self.attempt
+        return replace(self.attempt, nodes=self.nodes())
 
 
 @dataclass(slots=True)
 class _Candidates:
     domains: list[Domain]
-    lines: list[Line] = field(default_factory=list)
+    lines: list[_Tried] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -138,11 +132,11 @@ class Planner:
         else:
             domains = subdomains(self.snapshot, parent, group.topology_key)
             if not domains:
-                line = Line(parent.name, f"no node has label {group.topology_key}")
-                return _Candidates([], [line])
+                note = f"no node has label {group.topology_key}"
+                return _Candidates([], [_Tried(Attempt(parent.name, note=note))])
             pinned = self._pin(group, parent, domains)
             if isinstance(pinned, str):
-                return _Candidates([], [Line(None, pinned)])
+                return _Candidates([], [_Tried(Attempt(None, note=pinned))])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
@@ -184,9 +178,9 @@ class Planner:
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         pods = self.pods.get(group.key, [])
         needed = self.needed(group)
-        room = _Room(self.snapshot, pods)
+        room = Room(self.snapshot, pods)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
-        lines: list[Line] = []
+        lines: list[_Tried] = []
         biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key)) if pods else None
         for domain in domains:
             estimate = room.estimate(domain)
@@ -198,26 +192,34 @@ class Planner:
         ranked.sort(key=lambda item: item[0])
         return _Candidates([d for _, d in ranked], lines)
 
-    def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> Line:
-        def render() -> str:
+    def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> _Tried:
+        def nodes() -> NodeCheck:
             capacity = copies(self.snapshot, pod)
-            return explain(self.snapshot, pod, domain.nodes(), capacity=capacity)
+            return node_check(self.snapshot, pod, domain.nodes(), capacity=capacity)
 
-        return Line(domain.name, f"at most {estimate} of {needed} pods fit", render)
+        return _Tried(Attempt(domain.name, estimate, needed, estimate=True), nodes)
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
         # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
-        room = _Room(self.snapshot, self._pending_pods(group))
-        bounds = _ChildBounds(self, self.children.get(group.key, []))
+        room = Room(self.snapshot, self._pending_pods(group))
+        children = self.children.get(group.key, [])
+        bounds = ChildBounds(self.snapshot, children, self.pods, self.needed)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
-        lines: list[Line] = []
+        lines: list[_Tried] = []
         for domain in domains:
             most = bounds.at_most(domain)
             if most < group.minimum:
                 self.explored += 1  # looked at and refused: a domain tried, without a trial
-                summary = f"at most {most} of {group.minimum} child groups could fit"
-                lines.append(Line(domain.name, f"{summary} ({bounds.describe(domain)})"))
+                attempt = Attempt(
+                    domain.name,
+                    most,
+                    group.minimum,
+                    Counted.CHILD_GROUPS,
+                    estimate=True,
+                    bounds=bounds.describe(domain),
+                )
+                lines.append(_Tried(attempt))
                 continue
             ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
@@ -230,10 +232,7 @@ class Planner:
         snapshot is as before."""
         self.explored = 0  # both per root group: one gang's search never starves another's
         self.budget = self.snapshot.config.backtracking_budget
-        waiting = self._waiting(group)
-        if waiting is not None:
-            self._decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
-            self._inherit(group, Phase.PENDING, Reason.WAITING_FOR_PODS)
+        if self._waits(group):
             return False
         found = self.candidates(group, parent)
         lines = list(found.lines)
@@ -245,33 +244,42 @@ class Planner:
         self._fail(group, parent, lines, final=True)
         return False
 
-    def _waiting(self, group: GroupSpec) -> str | None:
+    def _waits(self, group: GroupSpec) -> bool:
+        """Whether the group waits for pods (or child groups); if so, decided so, and so is
+        everything under it: its pods say what it waits for, not that they did not fit."""
+        wait = self._waiting(group)
+        if wait is None:
+            return False
+        message = wording.waiting(wait)
+        self._decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, message, wait=wait)
+        self._inherit(group, Phase.PENDING, Reason.WAITING_FOR_PODS)
+        return True
+
+    def _waiting(self, group: GroupSpec) -> Waiting | None:
         if group.kind is GroupKind.COMPOSITE:
             children = self.children.get(group.key, [])
             if len(children) < group.minimum:
-                return f"{len(children)} of {group.minimum} child groups exist (minGroupCount)"
+                return Waiting(Counted.CHILD_GROUPS, len(children), group.minimum)
             ready = sum(1 for child in children if self._waiting(child) is None)
             if ready < group.minimum:
-                return f"{ready} of {group.minimum} child groups have their pods (minGroupCount)"
+                return Waiting(Counted.CHILD_GROUPS, ready, group.minimum, ready=True)
             return None
         present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
         gated = self.gated.get(group.key, 0)
-        verb = "is" if gated == 1 else "are"
-        also = f"; {gated} more {verb} held back by scheduling gates" if gated else ""
         if group.gang and present < group.minimum:
-            return f"{present} of {group.minimum} valid pods exist (minCount {group.minimum}){also}"
+            return Waiting(Counted.PODS, present, group.minimum, gated=gated)
         if not present:
-            return f"no valid pods exist{also}"
+            return Waiting(Counted.PODS, 0, None, gated=gated)
         return None
 
-    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
+    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, _Tried]:
         """One trial of ``group`` in ``domain``: (placed, line for the report)."""
         self.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
         return self._composite_in(group, domain)
 
-    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
+    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, _Tried]:
         snapshot = self.snapshot
         checkpoint = snapshot.checkpoint()
         pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
@@ -287,31 +295,31 @@ class Planner:
         # A group already running (pods bound) is placed even when none of its pending pods
         # fit: those stay pending beside the others, whichever cycle first sees them.
         if placed >= needed and (placed or not pods or bool(self.bound.get(group.key))):
-            message = f"{placed} of {len(pods)} pending pods placed in {domain.name}"
+            message = wording.placed(placed, len(pods), Counted.PODS, domain.name)
             left_out = self._left_out(failed, domain)
             self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
-            return True, Line(domain.name, "fits")
-        why = explain(snapshot, failed[0], domain.nodes()) if failed else "no pods"
+            return True, _Tried(Attempt(domain.name, fits=True))
+        # Why the first pod that failed did not fit, on the cluster as the trial left it.
+        nodes = node_check(snapshot, failed[0], domain.nodes()) if failed else None
         snapshot.rollback(checkpoint)
-        return False, Line(domain.name, f"{placed} of {needed} pods fit", _fixed(why))
+        attempt = Attempt(domain.name, placed, needed, nodes=nodes, no_pods=not failed)
+        return False, _Tried(attempt)
 
     def _left_out(self, failed: list[PodRequest], domain: Domain) -> dict[str, str]:
         """Why each pod a placed group leaves pending did not fit (a basic group's extra
         pods, a gang's pods beyond minCount), explained once per pod shape."""
-        where = f" of {domain.name}" if domain.labels else ""
+        where = domain.name if domain.labels else None
         total = int(domain.mask.sum())
         said: dict[tuple[object, ...], str] = {}
         for pod in failed:
             if pod.shape_key not in said:
-                why = explain(self.snapshot, pod, domain.nodes())
-                said[pod.shape_key] = (
-                    f"0/{total} nodes{where} available beside its group's other pods: {why}"
-                )
+                nodes = node_check(self.snapshot, pod, domain.nodes())
+                said[pod.shape_key] = wording.left_out(total, where, nodes)
         return {pod.key: said[pod.shape_key] for pod in failed}
 
     # ----- phase 3: composite groups with backtracking --------------------------------------
 
-    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Line]:
+    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, _Tried]:
         snapshot = self.snapshot
         start = snapshot.checkpoint()
         best = _Best()
@@ -320,13 +328,18 @@ class Planner:
             snapshot.rollback(start)
         if best.placed < group.minimum:
             failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
-            detail = "; ".join(f"{d.name}: {d.message}" for d in failed[:3])
             self.decisions.update(best.decisions)
-            summary = f"{max(best.placed, 0)} of {group.minimum} child groups fit"
-            line = Line(domain.name, summary + (f" ({detail})" if detail else ""))
-            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, line.full())
+            attempt = Attempt(
+                domain.name,
+                max(best.placed, 0),
+                group.minimum,
+                Counted.CHILD_GROUPS,
+                children=tuple((d.name, d.message) for d in failed[:3]),
+            )
+            message = wording.full(attempt)
+            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
             self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
-            return False, line
+            return False, _Tried(attempt)
         for added, holding in best.journal:
             if added:
                 snapshot.assume(holding.pod, holding.node, holding.gpus)
@@ -334,9 +347,9 @@ class Planner:
                 snapshot.forget(holding.pod.key)
         self.decisions.update(best.decisions)
         children = self.children.get(group.key, [])
-        message = f"{best.placed} of {len(children)} child groups placed in {domain.name}"
+        message = wording.placed(best.placed, len(children), Counted.CHILD_GROUPS, domain.name)
         self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-        return True, Line(domain.name, "fits")
+        return True, _Tried(Attempt(domain.name, fits=True))
 
     def _sibling_orders(
         self, group: GroupSpec, domain: Domain, best: _Best
@@ -445,7 +458,7 @@ class Planner:
         if any_placed:
             if not self._spend():
                 return False
-            message = f"did not fit beside its sibling groups in {domain.name}"
+            message = wording.beside_siblings(domain.name)
             self._decide(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
             self._inherit(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
         elif found.domains:  # every trial failed: its own reasons, not a stale decision
@@ -453,12 +466,7 @@ class Planner:
         return self._search(children, index + 1, placed, domain, start, best, (*missing, child.key))
 
     def _child_options(self, child: GroupSpec, domain: Domain) -> _Candidates:
-        waiting = self._waiting(child)
-        if waiting is not None:
-            # A sub-group short of pods (or of child groups) waits, and so does everything
-            # under it: its pods say what it waits for, not that they did not fit.
-            self._decide(child, Phase.PENDING, Reason.WAITING_FOR_PODS, waiting)
-            self._inherit(child, Phase.PENDING, Reason.WAITING_FOR_PODS)
+        if self._waits(child):
             return _Candidates([])
         found = self.candidates(child, domain)
         if not found.domains:
@@ -474,7 +482,7 @@ class Planner:
     # ----- decisions -------------------------------------------------------------------------
 
     def _fail(
-        self, group: GroupSpec, parent: Domain, lines: list[Line], final: bool = False
+        self, group: GroupSpec, parent: Domain, lines: list[_Tried], final: bool = False
     ) -> None:
         """The group was placed nowhere in ``parent``: its message names every domain tried
         with why in short (up to ``maxDomainsReported``), or the one domain tried in full; its
@@ -483,32 +491,35 @@ class Planner:
         too (their own reasons were about one of the root's domains only; the root's name
         them all)."""
         limit = self.snapshot.config.max_domains_reported
-        shown = [line.full() for line in lines[:limit]]
+        tried = tuple(line.done() for line in lines[:limit])
+        more = max(0, len(lines) - limit)
         # A line about the parent itself (a child without a key of its own) names it once.
-        said = [line.about(parent, full=len(lines) == 1) for line in lines[:limit]]
-        summary = "; ".join(said)
-        if len(lines) > limit:
-            more = f"… {len(lines) - limit} more domains"
-            shown.append(more)
-            summary += f"; {more}"
-        where = f"in {parent.name}" if parent.labels else "in any domain"
-        message = f"no placement {where}" + (f": {summary}" if summary else "")
-        self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message, attempts=shown)
-        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, replace=final)
+        message = wording.no_placement(parent.name if parent.labels else None, tried, more)
+        self._decide(
+            group,
+            Phase.UNSCHEDULABLE,
+            Reason.UNSCHEDULABLE,
+            message,
+            tried=tried,
+            attempts=wording.attempt_lines(tried, more),
+        )
+        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, overriding=final)
 
     def _inherit(
-        self, group: GroupSpec, phase: Phase, reason: Reason, replace: bool = False
+        self, group: GroupSpec, phase: Phase, reason: Reason, overriding: bool = False
     ) -> None:
         """Descendants of a group that was not placed are not placed either: each one that
-        has no failure of its own gets its ancestor's, so its pods say why. ``replace``: an
+        has no failure of its own gets its ancestor's, so its pods say why. ``overriding``: an
         own Unschedulable is replaced too (a wait for pods never is: that is what to fix)."""
         decision = self.decisions[group.key]
         for member in self._descendants(group)[1:]:
             own = self.decisions.get(member.key)
-            replaceable = replace and own is not None and own.phase is Phase.UNSCHEDULABLE
+            replaceable = overriding and own is not None and own.phase is Phase.UNSCHEDULABLE
             if own is None or own.phase is Phase.SCHEDULED or replaceable:
-                message = f"{group.kind.value} {group.key}: {decision.message}"
-                self._decide(member, phase, reason, message)
+                message = wording.inherited(group.kind.value, group.key, decision.message)
+                self._decide(
+                    member, phase, reason, message, wait=decision.waiting, inherited=group.key
+                )
 
     def _decide(
         self,
@@ -518,7 +529,10 @@ class Planner:
         message: str,
         domain: Domain | None = None,
         left_out: dict[str, str] | None = None,
-        attempts: list[str] | None = None,
+        tried: tuple[Attempt, ...] = (),
+        attempts: tuple[str, ...] = (),
+        wait: Waiting | None = None,
+        inherited: str | None = None,
     ) -> None:
         self.decisions[group.key] = GroupDecision(
             name=group.key,
@@ -527,102 +541,10 @@ class Planner:
             reason=reason,
             message=message,
             placement=domain.placement if domain is not None else {},
-            attempts=tuple(attempts or ()),
+            attempts=attempts,
             explored=self.explored,
             left_out=left_out or {},
+            tried=tried,
+            waiting=wait,
+            inherited_from=inherited,
         )
-
-
-class _Room:
-    """How much of a set of pods a domain holds, by every resource they request: per pod
-    shape, the copies that fit on its nodes now (`copies`: CPU, memory, GPUs, extended
-    resources and the node's constraints at once)."""
-
-    def __init__(self, snapshot: Snapshot, pods: Sequence[PodRequest]) -> None:
-        shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
-        for pod in pods:
-            shapes[pod.shape_key].append(pod)
-        self.total = len(pods)
-        self.per_shape = [(len(same), copies(snapshot, same[0])) for same in shapes.values()]
-
-    def estimate(self, domain: Domain) -> int:
-        """An optimistic count of the pods that fit in ``domain`` at once."""
-        return sum(min(n, int(c[domain.mask].sum())) for n, c in self.per_shape)
-
-    def tightest_first(self, domain: Domain) -> tuple[int, int, str]:
-        """Sort key: domains that take every pod first, the least room left over first (so
-        big domains stay free for big gangs), measured uncapped; then the domains that take
-        the most; the name last."""
-        estimate = self.estimate(domain)
-        if estimate < self.total:
-            return (1, -estimate, domain.name)
-        room = sum(int(c[domain.mask].sum()) for _, c in self.per_shape)
-        return (0, room, domain.name)
-
-
-class _ChildKind(NamedTuple):
-    """Children with equal kinds are interchangeable for `_ChildBounds`."""
-
-    topology_key: str | None
-    needed: int
-    shapes: tuple[str, ...]
-
-
-class _ChildBounds:
-    """An upper bound on how many children of a CompositePodGroup fit in a domain at once, so
-    domains that cannot reach ``minGroupCount`` are rejected before any trial.
-
-    Per node, a child's pods fit at most ``cap`` times (the most copies of any of its pod
-    shapes). A child with topology key k fits in a sub-domain only if the sub-domain's total
-    cap reaches the pods it needs, and identical children share those sub-domains: ``n``
-    identical children fit at most ``min(n, Σ_sub ⌊cap_sub / needed⌋)`` times. Composite
-    children are not bounded (counted as fitting)."""
-
-    def __init__(self, planner: Planner, children: list[GroupSpec]) -> None:
-        self.planner = planner
-        self.kinds: dict[_ChildKind, list[GroupSpec]] = defaultdict(list)
-        self.unbounded = 0
-        for child in children:
-            pods = planner.pods.get(child.key, [])
-            if child.kind is GroupKind.COMPOSITE or not pods:
-                self.unbounded += 1
-                continue
-            shapes = tuple(sorted({repr(p.shape_key) for p in pods}))
-            kind = _ChildKind(child.topology_key, planner.needed(child), shapes)
-            self.kinds[kind].append(child)
-        self._caps: dict[_ChildKind, IntArray] = {}
-
-    def _cap(self, kind: _ChildKind, child: GroupSpec) -> IntArray:
-        cap = self._caps.get(kind)
-        if cap is None:
-            pods = self.planner.pods[child.key]
-            per_shape = {p.shape_key: p for p in pods}.values()
-            cap = np.max(np.stack([copies(self.planner.snapshot, p) for p in per_shape]), axis=0)
-            self._caps[kind] = cap
-        return cap
-
-    def _slots(self, kind: _ChildKind, child: GroupSpec, domain: Domain) -> int:
-        needed = kind.needed
-        if needed == 0:
-            return len(self.kinds[kind])
-        cap = self._cap(kind, child)
-        if child.topology_key is None:
-            return int(cap[domain.mask].sum()) // needed
-        subs = subdomains(self.planner.snapshot, domain, child.topology_key)
-        return sum(int(cap[sub.mask].sum()) // needed for sub in subs)
-
-    def at_most(self, domain: Domain) -> int:
-        total = self.unbounded
-        for kind, members in self.kinds.items():
-            total += min(len(members), self._slots(kind, members[0], domain))
-        return total
-
-    def describe(self, domain: Domain) -> str:
-        parts = []
-        for kind, members in self.kinds.items():
-            slots = self._slots(kind, members[0], domain)
-            where = f"{members[0].topology_key} domains" if members[0].topology_key else "room"
-            parts.append(
-                f"{len(members)} × {kind.needed}-pod gang: {where} for {min(slots, len(members))}"
-            )
-        return "; ".join(parts)

@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.engine import wording
+from gpusched.engine.blockers import node_check
 from gpusched.engine.domains import root_domain
-from gpusched.engine.fit import explain
 from gpusched.engine.fragmentation import cycle_workload
 from gpusched.engine.gpuset import choose_gpus, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec
@@ -257,11 +258,9 @@ def _units(
 def _place_loose(snapshot: Snapshot, pod: PodRequest, result: ScheduleResult) -> None:
     choice = pick_node(snapshot, pod)
     if choice is None:
-        why = explain(snapshot, pod, range(len(snapshot.nodes)))
-        total = len(snapshot.nodes)
-        result.unschedulable.append(
-            PodFailure(pod.key, Reason.UNSCHEDULABLE, f"0/{total} nodes available: {why}")
-        )
+        nodes = node_check(snapshot, pod, range(len(snapshot.nodes)))
+        message = wording.none_available(len(snapshot.nodes), nodes)
+        result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
         return
     snapshot.assume(pod, choice.node, choice.gpus)
 

@@ -401,17 +401,17 @@ def group_hints(run: Run, spec: GroupSpec, decision: GroupDecision) -> list[str]
     if decision.reason is Reason.WAITING_FOR_PODS:
         refused = [run.failures[k].message for k in _failed_members(run, spec, Reason.INVALID)]
         gated = _failed_members(run, spec, Reason.SCHEDULING_GATED)
-        waiting = hints.waiting_hints(spec, decision.message, refused)
+        waiting = hints.waiting_hints(spec, decision.waiting, refused)
         if not gated:
             return waiting
         # Ungating is the fix when the gated pods would complete the gang.
         counted = len(pending) + len(bound) - len(gated) - len(refused)
         enough = spec.kind is GroupKind.POD_GROUP and counted + len(gated) >= spec.minimum
         return [_ungate_hint(run, gated)] + ([] if enough else waiting)
-    if decision.message.startswith(("PodGroup ", "CompositePodGroup ")) and spec.parent:
+    if decision.inherited_from is not None and spec.parent:
         return [f"see {spec.parent}: this group failed with its parent"]
     if spec.kind is GroupKind.COMPOSITE:
-        return hints.composite_hints(spec, [decision.message, *decision.attempts])
+        return hints.composite_hints(spec, decision.tried)
     pods = [run.pending[k] for k in pending]
     if not pods:
         return []
