@@ -12,25 +12,25 @@ Phases for one root group (a PodGroup or CompositePodGroup with no parent):
    siblings are moved to their next candidate domains, within a budget of extra choices
    (``backtrackingBudget``); the best complete-enough plan found is kept. When that still
    misses the group's minimum, the siblings are placed again in other orders inside the same
-   domain (`Planner._sibling_orders`): the nodes an early sibling takes are what a later one
+   domain (`gpusched.engine.siblings`): the nodes an early sibling takes are what a later one
    lacked, which no choice of domains can undo.
 The result for each group is a placement or none: nothing of a failed group stays assumed.
+Each decision is recorded as data (`gpusched.engine.decisions.Record`: the domains tried, what a
+group waits for) and its sentences are rendered by `gpusched.engine.wording`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-
-import numpy as np
+from collections.abc import Mapping, Sequence
 
 from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
+from gpusched.engine.decisions import Candidates, Record, Tried
 from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
-from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
     Attempt,
     Counted,
@@ -41,37 +41,8 @@ from gpusched.engine.result import (
     Waiting,
 )
 from gpusched.engine.room import ChildBounds, Room
+from gpusched.engine.siblings import Siblings
 from gpusched.engine.snapshot import BoolArray, Holding, Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class _Tried:
-    """A domain tried, with why the nodes refused worked out only if the group fails:
-    checking a refused domain's nodes walks them, which a successful placement should not
-    pay for."""
-
-    attempt: Attempt
-    nodes: Callable[[], NodeCheck] | None = None
-
-    def done(self) -> Attempt:
-        if self.nodes is None:
-            return self.attempt
-        return replace(self.attempt, nodes=self.nodes())
-
-
-@dataclass(slots=True)
-class _Candidates:
-    domains: list[Domain]
-    lines: list[_Tried] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Best:
-    placed: int = -1
-    missing: tuple[str, ...] = ()
-    """The children the best plan left out, in the order they were tried."""
-    journal: list[tuple[bool, Holding]] = field(default_factory=list)
-    decisions: dict[str, GroupDecision] = field(default_factory=dict)
 
 
 class Planner:
@@ -96,8 +67,12 @@ class Planner:
         self.pods = pods_by_group
         self.bound = self._bound_by_group()
         self.budget = snapshot.config.backtracking_budget
-        self.explored = 0
-        self.decisions: dict[str, GroupDecision] = {}
+        self.record = Record(self.descendants, snapshot.config.max_domains_reported)
+        self.siblings = Siblings(self)
+
+    @property
+    def decisions(self) -> dict[str, GroupDecision]:
+        return self.record.decisions
 
     # ----- facts about a group ---------------------------------------------------------------
 
@@ -108,35 +83,35 @@ class Planner:
                 bound[f"{holding.pod.namespace}/{holding.pod.group}"].append(holding)
         return bound
 
-    def _descendants(self, group: GroupSpec) -> list[GroupSpec]:
+    def descendants(self, group: GroupSpec) -> list[GroupSpec]:
         found = [group]
         for child in self.children.get(group.key, []):
-            found.extend(self._descendants(child))
+            found.extend(self.descendants(child))
         return found
 
-    def _pending_pods(self, group: GroupSpec) -> list[PodRequest]:
-        return [p for g in self._descendants(group) for p in self.pods.get(g.key, [])]
+    def pending_pods(self, group: GroupSpec) -> list[PodRequest]:
+        return [p for g in self.descendants(group) for p in self.pods.get(g.key, [])]
 
-    def _demand(self, group: GroupSpec) -> int:
-        return sum(p.gpu_demand_milli for p in self._pending_pods(group))
+    def demand(self, group: GroupSpec) -> int:
+        return sum(p.gpu_demand_milli for p in self.pending_pods(group))
 
     def _bound_nodes(self, group: GroupSpec) -> list[int]:
         """Nodes of the group's (and its descendants') bound pods."""
-        return [h.node for m in self._descendants(group) for h in self.bound.get(m.key, [])]
+        return [h.node for m in self.descendants(group) for h in self.bound.get(m.key, [])]
 
     # ----- phase 1: candidate domains --------------------------------------------------------
 
-    def candidates(self, group: GroupSpec, parent: Domain) -> _Candidates:
+    def candidates(self, group: GroupSpec, parent: Domain) -> Candidates:
         if group.topology_key is None:
             domains = [parent]
         else:
             domains = subdomains(self.snapshot, parent, group.topology_key)
             if not domains:
                 note = f"no node has label {group.topology_key}"
-                return _Candidates([], [_Tried(Attempt(parent.name, note=note))])
+                return Candidates([], [Tried(Attempt(parent.name, note=note))])
             pinned = self._pin(group, parent, domains)
             if isinstance(pinned, str):
-                return _Candidates([], [_Tried(Attempt(None, note=pinned))])
+                return Candidates([], [Tried(Attempt(None, note=pinned))])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
@@ -175,42 +150,42 @@ class Planner:
             return 1 if pods and not bound else 0
         return max(0, group.minimum - bound)
 
-    def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
+    def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         pods = self.pods.get(group.key, [])
         needed = self.needed(group)
         room = Room(self.snapshot, pods)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
-        lines: list[_Tried] = []
+        lines: list[Tried] = []
         biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key)) if pods else None
         for domain in domains:
             estimate = room.estimate(domain)
             if estimate < needed and biggest is not None:
-                self.explored += 1  # looked at and refused: a domain tried, without a trial
+                self.record.explored += 1  # looked at and refused: a domain tried, without a trial
                 lines.append(self._rejected(domain, estimate, needed, biggest))
                 continue
             ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
-        return _Candidates([d for _, d in ranked], lines)
+        return Candidates([d for _, d in ranked], lines)
 
-    def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> _Tried:
+    def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> Tried:
         def nodes() -> NodeCheck:
             capacity = copies(self.snapshot, pod)
             return node_check(self.snapshot, pod, domain.nodes(), capacity=capacity)
 
-        return _Tried(Attempt(domain.name, estimate, needed, estimate=True), nodes)
+        return Tried(Attempt(domain.name, estimate, needed, estimate=True), nodes)
 
-    def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> _Candidates:
+    def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
         # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
-        room = Room(self.snapshot, self._pending_pods(group))
+        room = Room(self.snapshot, self.pending_pods(group))
         children = self.children.get(group.key, [])
         bounds = ChildBounds(self.snapshot, children, self.pods, self.needed)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
-        lines: list[_Tried] = []
+        lines: list[Tried] = []
         for domain in domains:
             most = bounds.at_most(domain)
             if most < group.minimum:
-                self.explored += 1  # looked at and refused: a domain tried, without a trial
+                self.record.explored += 1  # looked at and refused: a domain tried, without a trial
                 attempt = Attempt(
                     domain.name,
                     most,
@@ -219,20 +194,20 @@ class Planner:
                     estimate=True,
                     bounds=bounds.describe(domain),
                 )
-                lines.append(_Tried(attempt))
+                lines.append(Tried(attempt))
                 continue
             ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
-        return _Candidates([d for _, d in ranked], lines)
+        return Candidates([d for _, d in ranked], lines)
 
     # ----- phase 2: trial in one domain ------------------------------------------------------
 
     def place(self, group: GroupSpec, parent: Domain) -> bool:
         """Places ``group`` somewhere inside ``parent``; records its decision. On failure the
         snapshot is as before."""
-        self.explored = 0  # both per root group: one gang's search never starves another's
+        self.record.explored = 0  # both per root group: one gang's search never starves another's
         self.budget = self.snapshot.config.backtracking_budget
-        if self._waits(group):
+        if self.waits(group):
             return False
         found = self.candidates(group, parent)
         lines = list(found.lines)
@@ -241,26 +216,26 @@ class Planner:
             if ok:
                 return True
             lines.append(line)
-        self._fail(group, parent, lines, final=True)
+        self.record.fail(group, parent, lines, final=True)
         return False
 
-    def _waits(self, group: GroupSpec) -> bool:
+    def waits(self, group: GroupSpec) -> bool:
         """Whether the group waits for pods (or child groups); if so, decided so, and so is
         everything under it: its pods say what it waits for, not that they did not fit."""
-        wait = self._waiting(group)
+        wait = self.waiting(group)
         if wait is None:
             return False
         message = wording.waiting(wait)
-        self._decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, message, wait=wait)
-        self._inherit(group, Phase.PENDING, Reason.WAITING_FOR_PODS)
+        self.record.decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, message, wait=wait)
+        self.record.inherit(group, Phase.PENDING, Reason.WAITING_FOR_PODS)
         return True
 
-    def _waiting(self, group: GroupSpec) -> Waiting | None:
+    def waiting(self, group: GroupSpec) -> Waiting | None:
         if group.kind is GroupKind.COMPOSITE:
             children = self.children.get(group.key, [])
             if len(children) < group.minimum:
                 return Waiting(Counted.CHILD_GROUPS, len(children), group.minimum)
-            ready = sum(1 for child in children if self._waiting(child) is None)
+            ready = sum(1 for child in children if self.waiting(child) is None)
             if ready < group.minimum:
                 return Waiting(Counted.CHILD_GROUPS, ready, group.minimum, ready=True)
             return None
@@ -272,14 +247,14 @@ class Planner:
             return Waiting(Counted.PODS, 0, None, gated=gated)
         return None
 
-    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, _Tried]:
+    def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:
         """One trial of ``group`` in ``domain``: (placed, line for the report)."""
-        self.explored += 1
+        self.record.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
-        return self._composite_in(group, domain)
+        return self.siblings.place(group, domain)
 
-    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, _Tried]:
+    def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:
         snapshot = self.snapshot
         checkpoint = snapshot.checkpoint()
         pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
@@ -297,13 +272,13 @@ class Planner:
         if placed >= needed and (placed or not pods or bool(self.bound.get(group.key))):
             message = wording.placed(placed, len(pods), Counted.PODS, domain.name)
             left_out = self._left_out(failed, domain)
-            self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
-            return True, _Tried(Attempt(domain.name, fits=True))
+            self.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
+            return True, Tried(Attempt(domain.name, fits=True))
         # Why the first pod that failed did not fit, on the cluster as the trial left it.
         nodes = node_check(snapshot, failed[0], domain.nodes()) if failed else None
         snapshot.rollback(checkpoint)
         attempt = Attempt(domain.name, placed, needed, nodes=nodes, no_pods=not failed)
-        return False, _Tried(attempt)
+        return False, Tried(attempt)
 
     def _left_out(self, failed: list[PodRequest], domain: Domain) -> dict[str, str]:
         """Why each pod a placed group leaves pending did not fit (a basic group's extra
@@ -317,234 +292,8 @@ class Planner:
                 said[pod.shape_key] = wording.left_out(total, where, nodes)
         return {pod.key: said[pod.shape_key] for pod in failed}
 
-    # ----- phase 3: composite groups with backtracking --------------------------------------
-
-    def _composite_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, _Tried]:
-        snapshot = self.snapshot
-        start = snapshot.checkpoint()
-        best = _Best()
-        for children in self._sibling_orders(group, domain, best):
-            self._search(children, 0, 0, domain, start, best, ())
-            snapshot.rollback(start)
-        if best.placed < group.minimum:
-            failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
-            self.decisions.update(best.decisions)
-            attempt = Attempt(
-                domain.name,
-                max(best.placed, 0),
-                group.minimum,
-                Counted.CHILD_GROUPS,
-                children=tuple((d.name, d.message) for d in failed[:3]),
-            )
-            message = wording.full(attempt)
-            self._decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
-            self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
-            return False, _Tried(attempt)
-        for added, holding in best.journal:
-            if added:
-                snapshot.assume(holding.pod, holding.node, holding.gpus)
-            else:
-                snapshot.forget(holding.pod.key)
-        self.decisions.update(best.decisions)
-        children = self.children.get(group.key, [])
-        message = wording.placed(best.placed, len(children), Counted.CHILD_GROUPS, domain.name)
-        self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-        return True, _Tried(Attempt(domain.name, fits=True))
-
-    def _sibling_orders(
-        self, group: GroupSpec, domain: Domain, best: _Best
-    ) -> Iterator[list[GroupSpec]]:
-        """The orders in which the children are placed inside ``domain``, each tried only
-        while the group's minimum is not met. Greedy takes the nodes in the order it places,
-        so an early sibling can take the one node a later one needed:
-        1. the most GPUs first (then the name): big pieces first, the usual greedy;
-        2. the tightest first, by every resource (`_tightness`): a CPU-heavy leader before
-           GPU workers that would fill its only node;
-        3. within the backtracking budget, one more order per unit: the last one with the
-           sibling that did not fit moved to the front.
-        An order already tried is not tried again."""
-        children = self.children.get(group.key, [])
-        # Keys, not lists: the tighter order is only worked out when greedy failed.
-        keys: list[Callable[[GroupSpec], tuple[float, ...]]] = [
-            lambda c: (-self._demand(c),),
-            lambda c: self._tightness(c, domain),
-        ]
-        tried: set[tuple[str, ...]] = set()
-        last = children
-        for key in keys:
-            if best.placed >= group.minimum:
-                return
-            last = sorted(children, key=lambda c: (*key(c), c.key))
-            if tuple(c.key for c in last) not in tried:
-                tried.add(tuple(c.key for c in last))
-                yield last
-        while best.placed < group.minimum:
-            # A child still waiting for its pods fails in any order: never worth a trial.
-            ready = [c for c in children if c.key in best.missing and self._waiting(c) is None]
-            if not ready:
-                return
-            failing = min(ready, key=lambda c: best.missing.index(c.key))
-            order = [failing, *(c for c in last if c is not failing)]
-            if tuple(c.key for c in order) in tried or not self._spend():
-                return
-            tried.add(tuple(c.key for c in order))
-            last = order
-            yield order
-
-    def _tightness(self, group: GroupSpec, domain: Domain) -> tuple[float, float]:
-        """Sort key, tightest first: minus the largest share of the domain's capacity that
-        the group's pending pods request of any one resource (GPUs, CPU, memory, pods,
-        extended resources), then minus the sum of those shares."""
-        pods = self._pending_pods(group)
-        shares = [self._demand(group) / max(1, WHOLE_GPU_MILLI * self._gpus_in(domain))]
-        totals: dict[str, int] = defaultdict(int)
-        for pod in pods:
-            for name, amount in pod.resources.items():
-                totals[name] += amount
-        for name, total in sorted(totals.items()):
-            column = self.snapshot.columns.get(name)
-            capacity = 0 if column is None else self.snapshot.allocatable[domain.mask, column].sum()
-            shares.append(total / max(1, int(capacity)))
-        return (-max(shares), -sum(shares))
-
-    def _gpus_in(self, domain: Domain) -> int:
-        counts = np.diff(self.snapshot.gpu_offset)
-        return int(counts[domain.mask].sum())
-
-    def _search(
-        self,
-        children: list[GroupSpec],
-        index: int,
-        placed: int,
-        domain: Domain,
-        start: int,
-        best: _Best,
-        missing: tuple[str, ...],
-    ) -> bool:
-        """Depth-first over children and their candidate domains; True once all are placed.
-        The first choice at each level is free; every further choice costs one unit of the
-        backtracking budget, so the search stays bounded. ``missing``: the children this
-        path left out so far."""
-        if index == len(children):
-            if placed > best.placed:
-                best.placed = placed
-                best.missing = missing
-                best.journal = self.snapshot.journal_since(start)
-                best.decisions = {
-                    g.key: self.decisions[g.key]
-                    for c in children
-                    for g in self._descendants(c)
-                    if g.key in self.decisions
-                }
-            return placed == len(children)
-        if placed + (len(children) - index) <= best.placed:
-            return False
-        child = children[index]
-        any_placed = False
-        found = self._child_options(child, domain)
-        lines = list(found.lines)
-        for attempt, option in enumerate(found.domains):
-            if attempt and not self._spend():
-                break
-            checkpoint = self.snapshot.checkpoint()
-            ok, line = self.place_in(child, option)
-            if ok:
-                any_placed = True
-                if self._search(children, index + 1, placed + 1, domain, start, best, missing):
-                    return True
-            else:
-                lines.append(line)
-            self.snapshot.rollback(checkpoint)
-        if any_placed:
-            if not self._spend():
-                return False
-            message = wording.beside_siblings(domain.name)
-            self._decide(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
-            self._inherit(child, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
-        elif found.domains:  # every trial failed: its own reasons, not a stale decision
-            self._fail(child, domain, lines)
-        return self._search(children, index + 1, placed, domain, start, best, (*missing, child.key))
-
-    def _child_options(self, child: GroupSpec, domain: Domain) -> _Candidates:
-        if self._waits(child):
-            return _Candidates([])
-        found = self.candidates(child, domain)
-        if not found.domains:
-            self._fail(child, domain, found.lines)
-        return found
-
-    def _spend(self) -> bool:
+    def spend(self) -> bool:
         if self.budget <= 0:
             return False
         self.budget -= 1
         return True
-
-    # ----- decisions -------------------------------------------------------------------------
-
-    def _fail(
-        self, group: GroupSpec, parent: Domain, lines: list[_Tried], final: bool = False
-    ) -> None:
-        """The group was placed nowhere in ``parent``: its message names every domain tried
-        with why in short (up to ``maxDomainsReported``), or the one domain tried in full; its
-        attempts say each in full.
-        ``final``: the root's last word, which every group under it that did not fit takes
-        too (their own reasons were about one of the root's domains only; the root's name
-        them all)."""
-        limit = self.snapshot.config.max_domains_reported
-        tried = tuple(line.done() for line in lines[:limit])
-        more = max(0, len(lines) - limit)
-        # A line about the parent itself (a child without a key of its own) names it once.
-        message = wording.no_placement(parent.name if parent.labels else None, tried, more)
-        self._decide(
-            group,
-            Phase.UNSCHEDULABLE,
-            Reason.UNSCHEDULABLE,
-            message,
-            tried=tried,
-            attempts=wording.attempt_lines(tried, more),
-        )
-        self._inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, overriding=final)
-
-    def _inherit(
-        self, group: GroupSpec, phase: Phase, reason: Reason, overriding: bool = False
-    ) -> None:
-        """Descendants of a group that was not placed are not placed either: each one that
-        has no failure of its own gets its ancestor's, so its pods say why. ``overriding``: an
-        own Unschedulable is replaced too (a wait for pods never is: that is what to fix)."""
-        decision = self.decisions[group.key]
-        for member in self._descendants(group)[1:]:
-            own = self.decisions.get(member.key)
-            replaceable = overriding and own is not None and own.phase is Phase.UNSCHEDULABLE
-            if own is None or own.phase is Phase.SCHEDULED or replaceable:
-                message = wording.inherited(group.kind.value, group.key, decision.message)
-                self._decide(
-                    member, phase, reason, message, wait=decision.waiting, inherited=group.key
-                )
-
-    def _decide(
-        self,
-        group: GroupSpec,
-        phase: Phase,
-        reason: Reason,
-        message: str,
-        domain: Domain | None = None,
-        left_out: dict[str, str] | None = None,
-        tried: tuple[Attempt, ...] = (),
-        attempts: tuple[str, ...] = (),
-        wait: Waiting | None = None,
-        inherited: str | None = None,
-    ) -> None:
-        self.decisions[group.key] = GroupDecision(
-            name=group.key,
-            kind=group.kind.value,
-            phase=phase,
-            reason=reason,
-            message=message,
-            placement=domain.placement if domain is not None else {},
-            attempts=attempts,
-            explored=self.explored,
-            left_out=left_out or {},
-            tried=tried,
-            waiting=wait,
-            inherited_from=inherited,
-        )
