@@ -1,4 +1,4 @@
-"""`gpusched simulate` end to end: YAML in, decisions out (DESIGN §5).
+"""`gpusched simulate` end to end: YAML in, decisions out.
 
 The embedded sample's stories are checked against the sample's own YAML (node labels, GPU
 links), so a changed sample fails here with a message saying which story broke. Bad input is a

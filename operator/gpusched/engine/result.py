@@ -198,7 +198,7 @@ class ScheduleResult:
     engine took them (priority, then age, then name)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``simulate -o json`` document (DESIGN §5)."""
+        """The engine's part of the ``simulate -o json`` document."""
         return {
             "bindings": [b.to_dict() for b in self.bindings],
             "podGroups": [g.to_dict() for g in self.groups],

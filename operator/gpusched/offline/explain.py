@@ -91,14 +91,17 @@ def explain_target(
     """Runs the engine once, keeping the cluster as it was at the turn of every unit the
     report measures hints on, and explains ``target``; `ExplainError` when there is no such
     object."""
-    run = simulate(objects, config, telemetry, turns=_units_of(objects, target))
+
+    def units(groups: Mapping[str, GroupSpec]) -> set[str]:
+        return _units_of(objects, groups, target)
+
+    run = simulate(objects, config, telemetry, turns=units)
     return run, explain(run, target)
 
 
-def _units_of(objects: ClusterObjects, target: Target) -> set[str]:
+def _units_of(objects: ClusterObjects, groups: Mapping[str, GroupSpec], target: Target) -> set[str]:
     """The units (root groups, group-less pods) whose turn the report about ``target`` may
     look at: the roots of its groups, or the pod itself."""
-    groups = objects.group_specs()
     if target.kind == "Workload":
         keys = objects.workload_groups().get(target.key, [])
     elif target.kind == "Pod":

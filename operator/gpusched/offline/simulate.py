@@ -8,7 +8,7 @@ are given to the engine, as the operator gives them, so that it reports them Inv
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpusched.api.config import SchedulerConfig
@@ -56,11 +56,11 @@ def simulate(
     objects: ClusterObjects,
     config: SchedulerConfig,
     telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
-    turns: Collection[str] = (),
+    turns: Callable[[Mapping[str, GroupSpec]], Collection[str]] | None = None,
 ) -> Run:
     """Runs the engine once on ``objects``. ``telemetry`` goes to `build_snapshot` unchanged
-    (``None``: no telemetry source); ``turns``: the units (root group keys, keys of pods
-    without a group) whose turn to keep a copy of the cluster at."""
+    (``None``: no telemetry source); ``turns``: given the groups, the units (root group keys,
+    keys of pods without a group) whose turn to keep a copy of the cluster at."""
     bound: dict[str, BoundPod] = {}
     pending: dict[str, PodRequest] = {}
     pods: dict[str, Pod] = {}
@@ -78,10 +78,11 @@ def simulate(
             ignored[OTHER_SCHEDULER] = ignored.get(OTHER_SCHEDULER, 0) + 1
     snapshot = build_snapshot(objects.nodes, bound.values(), telemetry, config)
     specs = objects.group_specs()
+    wanted = turns(specs) if turns is not None else ()
     kept: dict[str, Snapshot] = {}
 
     def observe(unit: str, work: Snapshot) -> None:
-        if unit in turns:
+        if unit in wanted:
             kept[unit] = work.copy()
 
     result = schedule(snapshot, list(pending.values()), list(specs.values()), observe)
