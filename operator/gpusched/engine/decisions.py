@@ -29,6 +29,8 @@ class Tried:
 
 @dataclass(slots=True)
 class Candidates:
+    """A group's candidate domains, best first, and the domains refused before a trial."""
+
     domains: list[Domain]
     lines: list[Tried] = field(default_factory=list)
 

@@ -44,6 +44,7 @@ class Siblings:
         self.record = planner.record
 
     def place(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:
+        """One trial of CompositePodGroup ``group`` in ``domain``: placed, and the attempt."""
         snapshot = self.planner.snapshot
         start = snapshot.checkpoint()
         best = _Best()
