@@ -60,7 +60,7 @@ from gpusched.engine.snapshot import (
     build_snapshot,
     clear_topology_memo,
 )
-from gpusched.openb import PRODUCT_LABEL, load_nodes, load_pods
+from gpusched.offline.openb import PRODUCT_LABEL, load_nodes, load_pods
 
 HERE = Path(__file__).resolve().parent
 OPENB = HERE / "data" / "openb"
@@ -250,12 +250,13 @@ def machine_facts(pinning: str) -> dict[str, Any]:
 
 
 def openb_nodes() -> list[Node]:
-    """The 1,213 openb GPU nodes (see `gpusched.openb.load_nodes`)."""
+    """The 1,213 openb GPU nodes (see `gpusched.offline.openb.load_nodes`)."""
     return load_nodes(OPENB / "openb_node_list_gpu_node.csv")
 
 
 def openb_pods() -> list[PodRequest]:
-    """Every pod of openb_pod_list_default.csv in file order (see `gpusched.openb.load_pods`)."""
+    """Every pod of openb_pod_list_default.csv in file order (see
+    `gpusched.offline.openb.load_pods`)."""
     return load_pods(OPENB / "openb_pod_list_default.csv")
 
 

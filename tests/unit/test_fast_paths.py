@@ -27,7 +27,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot, SnapshotCache, build_snapshot
-from gpusched.openb import load_nodes, load_pods
+from gpusched.offline.openb import load_nodes, load_pods
 from tests.builders import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
 
 OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"

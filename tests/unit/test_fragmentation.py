@@ -12,7 +12,7 @@ import pytest
 
 from gpusched.engine.fragmentation import TaskType, fragmentation, free_matrix, target_workload
 from gpusched.engine.snapshot import build_snapshot
-from gpusched.openb import load_nodes, load_pods
+from gpusched.offline.openb import load_nodes, load_pods
 from tests.builders import pod
 
 OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.engine import wording
 from gpusched.engine.domains import root_domain, subdomains
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.planner import Planner
@@ -451,7 +452,7 @@ def test_five_nodes_candidate_domains_per_level() -> None:
 
 def _candidates(plan: Planner, group: GroupSpec, parent: Any) -> tuple[list[str], list[str]]:
     found = plan.candidates(group, parent)
-    return [d.name for d in found.domains], [line.full() for line in found.lines]
+    return [d.name for d in found.domains], [wording.full(line.done()) for line in found.lines]
 
 
 def test_five_nodes_placement() -> None:

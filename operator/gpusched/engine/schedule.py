@@ -10,12 +10,13 @@ that cannot fit holds nothing while later units are placed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.engine import wording
+from gpusched.engine.blockers import node_check
 from gpusched.engine.domains import root_domain
-from gpusched.engine.fit import explain
 from gpusched.engine.fragmentation import cycle_workload
 from gpusched.engine.gpuset import choose_gpus, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec
@@ -32,6 +33,11 @@ from gpusched.engine.result import (
 )
 from gpusched.engine.snapshot import Holding, Snapshot
 
+TurnObserver = Callable[[str, Snapshot], None]
+"""Told before each unit's turn: the unit's key (a root group's, or a group-less pod's) and
+the working snapshot as the unit finds it (what was bound plus what earlier units were given).
+It must not change the snapshot; ``explain`` copies it to measure hints on."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Unit:
@@ -43,7 +49,10 @@ class _Unit:
 
 
 def schedule(
-    snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec] = ()
+    snapshot: Snapshot,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec] = (),
+    observe: TurnObserver | None = None,
 ) -> ScheduleResult:
     """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
     every change: the caller's snapshot is as before (its journal rolled back to where it was,
@@ -51,14 +60,17 @@ def schedule(
     with snapshot.lock:
         checkpoint, workload = snapshot.checkpoint(), snapshot.workload
         try:
-            return _schedule(snapshot, pods, groups)
+            return _schedule(snapshot, pods, groups, observe)
         finally:
             snapshot.rollback(checkpoint)
             snapshot.workload = workload
 
 
 def _schedule(
-    work: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec]
+    work: Snapshot,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec],
+    observe: TurnObserver | None,
 ) -> ScheduleResult:
     if work.config.scoring.fragmentation_weight and not work.workload:
         work.workload = cycle_workload(work, pods)
@@ -69,6 +81,9 @@ def _schedule(
     # Without groups there is nothing to plan (the planner indexes every holding by group).
     planner = Planner(work, valid, pods_by_group, gated) if valid else None
     for unit in _units(valid, pods_by_group, loose):
+        result.order.append(unit.key)
+        if observe is not None:
+            observe(unit.key, work)
         if unit.group is not None and planner is not None:
             planner.place(unit.group, root_domain(work))
         elif unit.pod is not None:
@@ -243,11 +258,9 @@ def _units(
 def _place_loose(snapshot: Snapshot, pod: PodRequest, result: ScheduleResult) -> None:
     choice = pick_node(snapshot, pod)
     if choice is None:
-        why = explain(snapshot, pod, range(len(snapshot.nodes)))
-        total = len(snapshot.nodes)
-        result.unschedulable.append(
-            PodFailure(pod.key, Reason.UNSCHEDULABLE, f"0/{total} nodes available: {why}")
-        )
+        nodes = node_check(snapshot, pod, range(len(snapshot.nodes)))
+        message = wording.none_available(len(snapshot.nodes), nodes)
+        result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
         return
     snapshot.assume(pod, choice.node, choice.gpus)
 
