@@ -35,7 +35,9 @@ from gpusched.engine import fragmentation
 from gpusched.engine.gpuset import worst_tier
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Snapshot, build_snapshot
+from gpusched.engine.workload import TaskType, target_workload
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -319,13 +321,13 @@ def replay(
     base: Snapshot,
     sequence: Sequence[PodRequest],
     config: SchedulerConfig,
-    workload: tuple[fragmentation.TaskType, ...],
+    workload: tuple[TaskType, ...],
 ) -> Replay:
     """Submits ``sequence`` one pod at a time to a copy of ``base`` under ``config``: each pod
     is placed once by `pick_node` (the operator's per-pod decision) or fails."""
     snapshot = base.copy()
     snapshot.config = config
-    snapshot.workload = workload
+    scoring = Scoring(config.scoring, workload)
     capacity = float(WHOLE_GPU_MILLI * int(snapshot.gpu_offset[-1]))
     count = len(sequence)
     arrived, allocated, fragmented = np.zeros(count), np.zeros(count), np.zeros(count)
@@ -335,7 +337,7 @@ def replay(
     start = time.perf_counter()
     for i, pod in enumerate(sequence):
         request += gpu_request(pod)
-        choice = pick_node(snapshot, pod)
+        choice = pick_node(snapshot, pod, scoring)
         if choice is not None:
             if pod.gpus > 1:
                 tiers.add(snapshot, pod, choice.node, choice.gpus)
@@ -447,7 +449,7 @@ class Trace:
     name: str
     snapshot: Snapshot
     pods: tuple[PodRequest, ...]
-    workload: tuple[fragmentation.TaskType, ...]
+    workload: tuple[TaskType, ...]
     notes: tuple[str, ...]
 
     @property
@@ -462,7 +464,7 @@ def load_trace(directory: Path, name: str) -> Trace:
     models = frozenset(row.model for row in rows)
     pods = load_pods(directory / f"openb_pod_list_{name}.csv", models)
     snapshot = build_snapshot(nodes)
-    return Trace(name, snapshot, tuple(pods), fragmentation.target_workload(pods), tuple(notes))
+    return Trace(name, snapshot, tuple(pods), target_workload(pods), tuple(notes))
 
 
 def run(trace: Trace, policy: str, seed: int) -> Replay:

@@ -756,7 +756,6 @@ def _state(snapshot: Snapshot) -> dict[str, Any]:
     state: dict[str, Any] = {name: getattr(snapshot, name).copy() for name in MUTABLE_ARRAYS}
     state["holdings"] = dict(snapshot.holdings)
     state["gpu_apps"] = copy.deepcopy(snapshot.gpu_apps)
-    state["workload"] = snapshot.workload
     return state
 
 

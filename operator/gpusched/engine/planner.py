@@ -32,6 +32,7 @@ from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import BoolArray, Holding, IntArray, Snapshot
 
 
@@ -86,6 +87,7 @@ class Planner:
     def __init__(
         self,
         snapshot: Snapshot,
+        scoring: Scoring,
         groups: Sequence[GroupSpec],
         pods_by_group: dict[str, list[PodRequest]],
         gated: Mapping[str, int] | None = None,
@@ -93,6 +95,7 @@ class Planner:
         """``gated``: per group, its pods held back by scheduling gates (neither placed nor
         counted; named in what a gang waits for)."""
         self.snapshot = snapshot
+        self.scoring = scoring
         self.gated = gated or {}
         self.groups = {g.key: g for g in groups}
         self.children: dict[str, list[GroupSpec]] = defaultdict(list)
@@ -278,7 +281,7 @@ class Planner:
         needed = self.needed(group)
         placed, failed = 0, []
         for pod in pods:
-            choice = pick_node(snapshot, pod, domain.mask)
+            choice = pick_node(snapshot, pod, self.scoring, domain.mask)
             if choice is None:
                 failed.append(pod)
                 continue

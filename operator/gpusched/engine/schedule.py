@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
-from gpusched.engine.fragmentation import cycle_workload
 from gpusched.engine.gpuset import choose_gpus, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
@@ -30,6 +29,7 @@ from gpusched.engine.result import (
     Reason,
     ScheduleResult,
 )
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Holding, Snapshot
 
 
@@ -49,30 +49,28 @@ def schedule(
     every change: the caller's snapshot is as before (its journal rolled back to where it was,
     under its lock), and copying it per call is not needed."""
     with snapshot.lock:
-        checkpoint, workload = snapshot.checkpoint(), snapshot.workload
+        checkpoint = snapshot.checkpoint()
         try:
             return _schedule(snapshot, pods, groups)
         finally:
             snapshot.rollback(checkpoint)
-            snapshot.workload = workload
 
 
 def _schedule(
     work: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec]
 ) -> ScheduleResult:
-    if work.config.scoring.fragmentation_weight and not work.workload:
-        work.workload = cycle_workload(work, pods)
+    scoring = Scoring.for_cycle(work.config.scoring, work, pods)
     result = ScheduleResult()
     pods, gated = _gated(work, pods, result)
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)
     # Without groups there is nothing to plan (the planner indexes every holding by group).
-    planner = Planner(work, valid, pods_by_group, gated) if valid else None
+    planner = Planner(work, scoring, valid, pods_by_group, gated) if valid else None
     for unit in _units(valid, pods_by_group, loose):
         if unit.group is not None and planner is not None:
             planner.place(unit.group, root_domain(work))
         elif unit.pod is not None:
-            _place_loose(work, unit.pod, result)
+            _place_loose(work, scoring, unit.pod, result)
     _collect(work, pods, valid, planner.decisions if planner is not None else {}, result)
     return result
 
@@ -240,8 +238,10 @@ def _units(
 # ----- pods without a group ------------------------------------------------------------------
 
 
-def _place_loose(snapshot: Snapshot, pod: PodRequest, result: ScheduleResult) -> None:
-    choice = pick_node(snapshot, pod)
+def _place_loose(
+    snapshot: Snapshot, scoring: Scoring, pod: PodRequest, result: ScheduleResult
+) -> None:
+    choice = pick_node(snapshot, pod, scoring)
     if choice is None:
         why = explain(snapshot, pod, range(len(snapshot.nodes)))
         total = len(snapshot.nodes)

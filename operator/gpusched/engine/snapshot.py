@@ -14,7 +14,7 @@ import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,9 +26,6 @@ from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
 from gpusched.engine.gpuset import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.workload import TaskCounts
-
-if TYPE_CHECKING:
-    from gpusched.engine.fragmentation import TaskType
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -158,8 +155,6 @@ class Snapshot:
         self.gpu_apps: dict[int, dict[str, int]] = {}
         self._journal: list[tuple[bool, Holding]] = []
         self._tasks: TaskCounts | None = None
-        self.workload: tuple[TaskType, ...] = ()
-        """Target workload of the fragmentation score (FGD); empty turns the score off."""
         for node in range(n):
             self._refresh_node(node)
 
@@ -302,7 +297,6 @@ class Snapshot:
         clone._journal = []
         tasks = self._tasks
         clone._tasks = tasks.copy() if tasks is not None and not cold else None
-        clone.workload = self.workload
         return clone
 
     def checkpoint(self) -> int:

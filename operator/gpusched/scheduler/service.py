@@ -37,7 +37,6 @@ from gpusched.api.config import BIND_TIMEOUT_SECONDS, SchedulerConfig
 from gpusched.api.crds import (
     API_VERSION,
     DEFAULT_SCHEDULE_TIMEOUT_SECONDS,
-    REASON_INVALID,
     CompositePodGroup,
     GroupStatus,
     PodGroup,
@@ -62,8 +61,6 @@ from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
 from gpusched.scheduler.state import ClusterState, GroupRecord, PodRecord, Reservation
 from gpusched.scheduler.status import (
-    REASON_BINDING,
-    REASON_DEGRADED,
     Attempt,
     Counts,
     Partial,
@@ -389,7 +386,7 @@ class Scheduler:
                     _pod_ref(record),
                     "Warning",
                     "FailedScheduling",
-                    f"{REASON_INVALID}: {record.error}",
+                    f"{Reason.INVALID}: {record.error}",
                 )
                 continue
             root = self._root(record.request)
@@ -791,7 +788,7 @@ class Scheduler:
             group = self.state.groups[key]
             if group.spec.invalid is not None:
                 self.recorder.record(
-                    _group_ref(group), "Warning", REASON_INVALID, group.spec.invalid
+                    _group_ref(group), "Warning", Reason.INVALID, group.spec.invalid
                 )
             self.outbox.offer(
                 _group_ref(group),
@@ -849,7 +846,7 @@ class Scheduler:
             p.pod.metadata.name for p in pods if p.node is None and not p.pod.is_terminal
         )
         binding = any(p.key in self.state.reservations for p in pods)
-        return Partial(REASON_BINDING if binding else REASON_DEGRADED, minimum, tuple(waiting))
+        return Partial(Reason.BINDING if binding else Reason.DEGRADED, minimum, tuple(waiting))
 
     def _timed_out(
         self, root: str, by_group: Mapping[str, list[PodRecord]], wall: datetime
@@ -886,7 +883,7 @@ class Scheduler:
                     else:
                         groups.append((group.metadata.name, group.kind, status))
             else:
-                self.recorder.record(ref, "Warning", REASON_INVALID, error or "")
+                self.recorder.record(ref, "Warning", Reason.INVALID, error or "")
             previous = self.outbox.last(ref) or record.raw_status
             condition = materialized_condition(previous, error, missing, wall)
             summary = workload_status(groups, condition)
