@@ -28,7 +28,7 @@ import numpy as np
 
 from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.fit import explain
-from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
@@ -97,11 +97,7 @@ class Planner:
         self.snapshot = snapshot
         self.scoring = scoring
         self.gated = gated or {}
-        self.groups = {g.key: g for g in groups}
-        self.children: dict[str, list[GroupSpec]] = defaultdict(list)
-        for group in sorted(groups, key=lambda g: g.key):
-            if group.parent is not None:
-                self.children[group.parent].append(group)
+        self.tree = GroupTree(groups)
         self.pods = pods_by_group
         self.bound = self._bound_by_group()
         self.budget = snapshot.config.backtracking_budget
@@ -113,25 +109,19 @@ class Planner:
     def _bound_by_group(self) -> dict[str, list[Holding]]:
         bound: dict[str, list[Holding]] = defaultdict(list)
         for holding in self.snapshot.holdings.values():
-            if holding.pod.group is not None:
-                bound[f"{holding.pod.namespace}/{holding.pod.group}"].append(holding)
+            if holding.pod.group_key is not None:
+                bound[holding.pod.group_key].append(holding)
         return bound
 
-    def _descendants(self, group: GroupSpec) -> list[GroupSpec]:
-        found = [group]
-        for child in self.children.get(group.key, []):
-            found.extend(self._descendants(child))
-        return found
-
     def _pending_pods(self, group: GroupSpec) -> list[PodRequest]:
-        return [p for g in self._descendants(group) for p in self.pods.get(g.key, [])]
+        return [p for g in self.tree.descendants(group) for p in self.pods.get(g.key, [])]
 
     def _demand(self, group: GroupSpec) -> int:
         return sum(p.gpu_demand_milli for p in self._pending_pods(group))
 
     def _bound_nodes(self, group: GroupSpec) -> list[int]:
         """Nodes of the group's (and its descendants') bound pods."""
-        return [h.node for m in self._descendants(group) for h in self.bound.get(m.key, [])]
+        return [h.node for m in self.tree.descendants(group) for h in self.bound.get(m.key, [])]
 
     # ----- phase 1: candidate domains --------------------------------------------------------
 
@@ -212,7 +202,7 @@ class Planner:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
         # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
         room = _Room(self.snapshot, self._pending_pods(group))
-        bounds = _ChildBounds(self, self.children.get(group.key, []))
+        bounds = _ChildBounds(self, self.tree.children(group.key))
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Line] = []
         for domain in domains:
@@ -250,7 +240,7 @@ class Planner:
 
     def _waiting(self, group: GroupSpec) -> str | None:
         if group.kind is GroupKind.COMPOSITE:
-            children = self.children.get(group.key, [])
+            children = self.tree.children(group.key)
             if len(children) < group.minimum:
                 return f"{len(children)} of {group.minimum} child groups exist (minGroupCount)"
             ready = sum(1 for child in children if self._waiting(child) is None)
@@ -336,7 +326,7 @@ class Planner:
             else:
                 snapshot.forget(holding.pod.key)
         self.decisions.update(best.decisions)
-        children = self.children.get(group.key, [])
+        children = self.tree.children(group.key)
         message = f"{best.placed} of {len(children)} child groups placed in {domain.name}"
         self._decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
         return True, Line(domain.name, "fits")
@@ -353,7 +343,7 @@ class Planner:
         3. within the backtracking budget, one more order per unit: the last one with the
            sibling that did not fit moved to the front.
         An order already tried is not tried again."""
-        children = self.children.get(group.key, [])
+        children = self.tree.children(group.key)
         # Keys, not lists: the tighter order is only worked out when greedy failed.
         keys: list[Callable[[GroupSpec], tuple[float, ...]]] = [
             lambda c: (-self._demand(c),),
@@ -423,7 +413,7 @@ class Planner:
                 best.decisions = {
                     g.key: self.decisions[g.key]
                     for c in children
-                    for g in self._descendants(c)
+                    for g in self.tree.descendants(c)
                     if g.key in self.decisions
                 }
             return placed == len(children)
@@ -506,7 +496,7 @@ class Planner:
         has no failure of its own gets its ancestor's, so its pods say why. ``replace``: an
         own Unschedulable is replaced too (a wait for pods never is: that is what to fix)."""
         decision = self.decisions[group.key]
-        for member in self._descendants(group)[1:]:
+        for member in self.tree.descendants(group)[1:]:
             own = self.decisions.get(member.key)
             replaceable = replace and own is not None and own.phase is Phase.UNSCHEDULABLE
             if own is None or own.phase is Phase.SCHEDULED or replaceable:

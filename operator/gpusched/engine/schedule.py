@@ -17,7 +17,7 @@ from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
 from gpusched.engine.gpuset import choose_gpus, worst_tier
-from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
 from gpusched.engine.request import PodRequest
@@ -100,8 +100,8 @@ def _gated(
             continue
         message = f"waiting for scheduling gates to be removed: {', '.join(pod.gates)}"
         result.unschedulable.append(PodFailure(pod.key, Reason.SCHEDULING_GATED, message))
-        if pod.group is not None:
-            gated[f"{pod.namespace}/{pod.group}"] += 1
+        if pod.group_key is not None:
+            gated[pod.group_key] += 1
     return ready, dict(gated)
 
 
@@ -130,8 +130,7 @@ def _screen(
         if pod.key in seen or pod.key in snapshot.holdings:
             continue
         seen.add(pod.key)
-        group_key = f"{pod.namespace}/{pod.group}" if pod.group else None
-        problem = invalid.get(group_key or "") or _impossible(snapshot, pod)
+        problem = invalid.get(pod.group_key or "") or _impossible(snapshot, pod)
         if problem is None:
             keep.append(pod)
         else:
@@ -190,10 +189,10 @@ def _by_group(
     by_group: dict[str, list[PodRequest]] = defaultdict(list)
     loose = []
     for pod in pods:
-        if pod.group is None:
+        key = pod.group_key
+        if key is None:
             loose.append(pod)
             continue
-        key = f"{pod.namespace}/{pod.group}"
         group = known.get(key)
         if group is None:
             message = f"PodGroup {key} not found"
@@ -211,22 +210,10 @@ def _units(
     pods_by_group: dict[str, list[PodRequest]],
     loose: Sequence[PodRequest],
 ) -> list[_Unit]:
-    children: dict[str, list[GroupSpec]] = defaultdict(list)
-    for group in groups:
-        if group.parent is not None:
-            children[group.parent].append(group)
-
-    def members(group: GroupSpec) -> list[PodRequest]:
-        found = list(pods_by_group.get(group.key, []))
-        for child in children.get(group.key, []):
-            found.extend(members(child))
-        return found
-
+    tree = GroupTree(groups)
     units = []
-    for group in groups:
-        if group.parent is not None:
-            continue
-        pods = members(group)
+    for group in tree.roots():
+        pods = [p for g in tree.descendants(group) for p in pods_by_group.get(g.key, [])]
         priority = max((p.priority for p in pods), default=0)
         created = min([group.created, *(p.created for p in pods)])
         units.append(_Unit(priority, created, group.key, group, None))
@@ -276,7 +263,7 @@ def _collect(
     for pod in sorted(pods, key=lambda p: p.key):
         if pod.key in snapshot.holdings or pod.key in reported or pod.group is None:
             continue
-        result.unschedulable.append(_left_pending(pod, decided.get(f"{pod.namespace}/{pod.group}")))
+        result.unschedulable.append(_left_pending(pod, decided.get(pod.group_key or "")))
     result.unschedulable.sort(key=lambda u: u.pod)
 
 
