@@ -49,19 +49,14 @@ import gpusched
 from gpusched.api.config import ScoringConfig
 from gpusched.api.k8s import Node, parse_node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuInfo, GpuTopology
+from gpusched.engine.build import SnapshotCache, build_snapshot, clear_topology_memo
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase
 from gpusched.engine.schedule import schedule
 from gpusched.engine.scoring import Scoring
-from gpusched.engine.snapshot import (
-    BoundPod,
-    Snapshot,
-    SnapshotCache,
-    build_snapshot,
-    clear_topology_memo,
-)
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from gpusched.openb import PRODUCT_LABEL, load_nodes, load_pods
 
 HERE = Path(__file__).resolve().parent

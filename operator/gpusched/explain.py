@@ -35,16 +35,13 @@ from gpusched.api.crds import (
 )
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod, parse_node, parse_pod
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Reason
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import (
-    BoundPod,
-    GpuSample,
-    Snapshot,
-    build_snapshot,
-)
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from gpusched.simulate import ClusterObjects, first_attempt
 
 KINDS = {

@@ -29,8 +29,9 @@ from gpusched.api.k8s import POD_GROUP_LABEL
 from gpusched.engine.domains import Domain, copies, root_domain, subdomains
 from gpusched.engine.fit import node_reason, static_mask
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 _MIN_COUNT = re.compile(r"(\d+) of (\d+) valid pods exist")
 _CHILDREN_EXIST = re.compile(r"(\d+) of (\d+) child groups (?:exist|have their pods)")

@@ -32,11 +32,12 @@ from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Node, NodeSelectorRequirement, NodeSelectorTerm, parse_node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, LinkTier
 from gpusched.engine import fragmentation
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.gpuset import worst_tier
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.scoring import Scoring
-from gpusched.engine.snapshot import Snapshot, build_snapshot
+from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import TaskType, target_workload
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"

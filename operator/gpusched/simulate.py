@@ -25,11 +25,13 @@ from gpusched.api.crds import (
 from gpusched.api.errors import InvalidObjectError, format_field_path
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
 from gpusched.api.strict import check_pod_fields
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Phase, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot, build_snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 CLUSTER_SCOPED = frozenset(

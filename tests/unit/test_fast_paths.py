@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from gpusched.api.k8s import Node
+from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.pick import pick_node
@@ -27,7 +28,7 @@ from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.scores import fragmentation_score
 from gpusched.engine.scoring import Scoring, cycle_workload
-from gpusched.engine.snapshot import Snapshot, SnapshotCache, build_snapshot
+from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import target_workload
 from gpusched.openb import load_nodes, load_pods
 from tests.builders import RACK, ZONE, bound, cluster, composite, gang, members, node, pod

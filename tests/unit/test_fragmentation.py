@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.fragmentation import fragmentation, free_matrix
-from gpusched.engine.snapshot import build_snapshot
 from gpusched.engine.workload import TaskType, target_workload
 from gpusched.openb import load_nodes, load_pods
 from tests.builders import pod

@@ -25,6 +25,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.engine.build import build_snapshot
+from gpusched.engine.health import GpuSample
 from gpusched.engine.quality import (
     CLUSTER_LEVEL,
     DomainQuality,
@@ -34,7 +36,7 @@ from gpusched.engine.quality import (
     measure,
 )
 from gpusched.engine.result import Binding
-from gpusched.engine.snapshot import GpuSample, Snapshot, build_snapshot
+from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import TaskType
 from gpusched.scheduler.quality_metrics import QualityMetrics
 from tests.builders import RACK, ZONE, bound, node, pod

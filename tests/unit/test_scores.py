@@ -24,9 +24,10 @@ import pytest
 from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.engine import scores
 from gpusched.engine.gpuset import choose_gpus
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.builders import bound, cluster, node, placements, pod
 
 GI = 2**30

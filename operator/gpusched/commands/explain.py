@@ -18,7 +18,7 @@ from gpusched.commands import (
 
 if TYPE_CHECKING:
     from gpusched.api.config import SchedulerConfig
-    from gpusched.engine.snapshot import GpuSample
+    from gpusched.engine.health import GpuSample
     from gpusched.explain import Cluster
 
 EXIT_UNREACHABLE = 1

@@ -15,7 +15,7 @@ from gpusched.report import render_table
 from gpusched.simulate import SAMPLE_DIR, ClusterObjects, InputError, load, read_config, run
 
 if TYPE_CHECKING:
-    from gpusched.engine.snapshot import GpuSample
+    from gpusched.engine.health import GpuSample
     from gpusched.telemetry.status import TelemetryStatus
 
 

@@ -29,8 +29,9 @@ import numpy.typing as npt
 
 from gpusched.api.config import ShareGpu
 from gpusched.engine.fit import static_mask
+from gpusched.engine.nodes import BoolArray, FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.snapshot import BoolArray, FloatArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import TaskKey, TaskType
 
 # ----- the measure ---------------------------------------------------------------------------

@@ -20,9 +20,10 @@ from gpusched.api.config import ShareGpu, TieBreakOrder
 from gpusched.engine import scores
 from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.gpuset import GpuChoice, choose_gpus
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import PodRequest
 from gpusched.engine.scoring import Scoring
-from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 GPU_CANDIDATES = 16
 

@@ -29,11 +29,12 @@ import numpy as np
 from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.fit import explain
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason
 from gpusched.engine.scoring import Scoring
-from gpusched.engine.snapshot import BoolArray, Holding, IntArray, Snapshot
+from gpusched.engine.snapshot import Holding, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

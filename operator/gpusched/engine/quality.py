@@ -32,9 +32,10 @@ import numpy as np
 from gpusched.api.k8s import Toleration
 from gpusched.engine.domains import copies
 from gpusched.engine.fragmentation import fragmentation, free_matrix
+from gpusched.engine.nodes import FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
-from gpusched.engine.snapshot import FloatArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import TaskType, target_workload
 
 GANG_SIZES = (1, 2, 4, 8)
@@ -206,7 +207,7 @@ EXCLUSION_REASONS = ("temperature", "xid", "memory", "stale", "missing", "node",
 
 
 def exclusion_reason(note: str | None) -> str:
-    """The reason class of a GPU's telemetry note (`gpusched.engine.snapshot.gpu_verdict`'s
+    """The reason class of a GPU's telemetry note (`gpusched.engine.health.gpu_verdict`'s
     wording); ``node`` for a GPU excluded only because another GPU of its node failed."""
     if note is None:
         return "node"

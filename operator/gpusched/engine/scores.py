@@ -20,9 +20,10 @@ from gpusched.api.config import GPU_RESOURCE, BinpackConfig, GpuScoreConfig
 from gpusched.api.topology import LinkTier
 from gpusched.engine import fragmentation
 from gpusched.engine.gpuset import GpuChoice
+from gpusched.engine.nodes import BoolArray, FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.scoring import Scoring
-from gpusched.engine.snapshot import BoolArray, FloatArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 MAX_NODE_SCORE = 100.0
 PODS_PER_GPU_FOR_ZERO = 4

@@ -42,11 +42,12 @@ from gpusched.api.crds import (
     PodGroup,
 )
 from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.groups import GroupKind
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import GpuSample, SnapshotCache, build_snapshot
 from gpusched.scheduler import metrics, quality_metrics
 from gpusched.scheduler.claims import (
     ClaimAllocator,
