@@ -33,7 +33,7 @@ from gpusched.api.k8s import Node, NodeSelectorRequirement, NodeSelectorTerm, pa
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, LinkTier
 from gpusched.engine import fragmentation
 from gpusched.engine.build import build_snapshot
-from gpusched.engine.gpuset import worst_tier
+from gpusched.engine.gpushape import worst_tier
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.scoring import Scoring

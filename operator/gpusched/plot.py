@@ -30,7 +30,7 @@ import numpy as np
 
 from gpusched.api.k8s import Pod
 from gpusched.api.topology import LinkTier
-from gpusched.engine.gpuset import NodeShape
+from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Snapshot

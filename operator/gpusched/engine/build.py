@@ -13,7 +13,7 @@ from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
-from gpusched.engine.gpuset import NodeShape
+from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.health import GpuSample, apply_telemetry
 from gpusched.engine.nodes import IntArray, NodeInfo, Statics
 from gpusched.engine.snapshot import BoundPod, Snapshot, add_bound

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Taint
-from gpusched.engine.gpuset import NodeShape
+from gpusched.engine.gpushape import NodeShape
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]

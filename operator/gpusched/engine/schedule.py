@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine.domains import root_domain
 from gpusched.engine.fit import explain
-from gpusched.engine.gpuset import choose_gpus, worst_tier
+from gpusched.engine.gpuset import choose_gpus
+from gpusched.engine.gpushape import worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
