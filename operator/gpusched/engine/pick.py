@@ -1,7 +1,7 @@
 """Placing one pod: filter all nodes, rank them with the vectorised scores, then choose GPUs
 inside the best few and add the GPU-level scores.
 
-GPU-level scores (topology, the seed's GPU dimensions) need the exact GPU set, which costs
+GPU-level scores (topology, the three GPU dimensions) need the exact GPU set, which costs
 more than a vectorised score, so they are computed for the ``GPU_CANDIDATES`` best nodes by
 the node-level scores only — the same trade kube-scheduler makes with
 percentageOfNodesToScore. Ties go to the node first in ``scoring.tieBreak``'s order: node

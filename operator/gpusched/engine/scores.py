@@ -4,7 +4,8 @@ GPU set chosen inside a node and are computed only for the best few nodes (see `
 Ranges (before the weights of `ScoringConfig`):
 - `binpack`: Volcano's formula, [0, 100 × binpack.weight].
 - `least_allocated`: kube-scheduler's spread, [0, 100].
-- `gpu_dimensions`: the seed's three GPU dimensions, [0, 40 + 30 + 50] with the defaults.
+- `gpu_dimensions`: free-memory continuity, same-app affinity and fewer pods, [0, 40 + 30 + 50]
+  with the defaults.
 - `fragmentation_score`: FGD's sigmoid of the fragmentation growth, (0, 100).
 - `topology`: [0, 100]; 100 when the pod's GPUs are all NVLink-connected, 0 when unknown.
 - `best_fit`, `dot_product`, `packing`: the FGD paper's baselines, [0, 100] each.
@@ -190,7 +191,7 @@ def gpu_dimensions(
     gpus: tuple[int, ...],
     weights: GpuScoreConfig,
 ) -> float:
-    """The seed's GPU dimensions for the chosen GPUs: free-memory continuity (mean free-memory
+    """The three GPU dimensions of the chosen GPUs: free-memory continuity (mean free-memory
     ratio; 0 when unknown or stale, which is never healthy), same-``app`` affinity (share of
     the GPUs already running a pod with the pod's ``app`` label) and fewer pods (fewer pods
     already on those GPUs is better). Called for every candidate node, so it avoids numpy for
