@@ -85,8 +85,9 @@ class NodeFacts:
     def __init__(self, config: SchedulerConfig, statics: Statics) -> None:
         self.config = config
         """The settings the snapshot was built under: which topology levels name its domains,
-        which NUMA policy its filters apply, what its telemetry verdicts used. Scoring reads
-        none of it: see `scoring.Scoring`."""
+        which NUMA policy its filters apply, what its telemetry verdicts used. `schedule` takes
+        the scoring settings from it once a call, into the `scoring.Scoring` that travels beside
+        the snapshot; nothing below reads them here."""
         self._s = statics
 
     @property
