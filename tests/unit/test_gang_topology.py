@@ -23,6 +23,7 @@ from gpusched.engine.planner import Planner
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.builders import (
     RACK,
@@ -415,7 +416,7 @@ def planner(snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[Gro
     by_group: dict[str, list[PodRequest]] = defaultdict(list)
     for p in pods:
         by_group[f"{p.namespace}/{p.group}"].append(p)
-    return Planner(snapshot.copy(), groups, by_group)
+    return Planner(snapshot.copy(), Scoring(snapshot.config.scoring), groups, by_group)
 
 
 def test_five_nodes_candidate_domains_per_level() -> None:

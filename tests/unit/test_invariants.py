@@ -32,11 +32,13 @@ from hypothesis import strategies as st
 
 from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.api.k8s import Node
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot, build_snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.builders import KINDS, PRODUCT, RACK, ZONE, composite, gang, node, node_names, pod
 
 SETTINGS = settings(
@@ -758,7 +760,6 @@ def _state(snapshot: Snapshot) -> dict[str, Any]:
     state: dict[str, Any] = {name: getattr(snapshot, name).copy() for name in MUTABLE_ARRAYS}
     state["holdings"] = dict(snapshot.holdings)
     state["gpu_apps"] = copy.deepcopy(snapshot.gpu_apps)
-    state["workload"] = snapshot.workload
     return state
 
 

@@ -17,8 +17,9 @@ from matplotlib import image
 from gpusched.api.config import SchedulerConfig
 from gpusched.cli import main
 from gpusched.commands import EXIT_OK
+from gpusched.engine.build import _node_info
+from gpusched.engine.health import GpuSample
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import GpuSample, _node_info
 from gpusched.offline.inputs import SAMPLE_DIR, load
 from gpusched.offline.plot import (
     EXCLUDED_COLOUR,

@@ -9,9 +9,10 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpusched.engine.fit import _category_codes, _failure
+from gpusched.engine.nodes import IntArray
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Blocker, NodeCheck
-from gpusched.engine.snapshot import IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 CHECKS_SHOWN = 4
 """Checks listed per report; the nodes failing others are counted."""

@@ -28,7 +28,8 @@ from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
 from gpusched.engine.decisions import Candidates, Record, Tried
 from gpusched.engine.domains import Domain, copies, subdomains
-from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
+from gpusched.engine.nodes import BoolArray
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
@@ -41,8 +42,9 @@ from gpusched.engine.result import (
     Waiting,
 )
 from gpusched.engine.room import ChildBounds, Room
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.siblings import Siblings
-from gpusched.engine.snapshot import BoolArray, Holding, Snapshot
+from gpusched.engine.snapshot import Holding, Snapshot
 
 
 class Planner:
@@ -51,6 +53,7 @@ class Planner:
     def __init__(
         self,
         snapshot: Snapshot,
+        scoring: Scoring,
         groups: Sequence[GroupSpec],
         pods_by_group: dict[str, list[PodRequest]],
         gated: Mapping[str, int] | None = None,
@@ -58,12 +61,10 @@ class Planner:
         """``gated``: per group, its pods held back by scheduling gates (neither placed nor
         counted; named in what a gang waits for)."""
         self.snapshot = snapshot
+        self.scoring = scoring
         self.gated = gated or {}
         self.groups = {g.key: g for g in groups}
-        self.children: dict[str, list[GroupSpec]] = defaultdict(list)
-        for group in sorted(groups, key=lambda g: g.key):
-            if group.parent is not None:
-                self.children[group.parent].append(group)
+        self.tree = GroupTree(groups)
         self.pods = pods_by_group
         self.bound = self._bound_by_group()
         self.budget = snapshot.config.backtracking_budget
@@ -79,15 +80,16 @@ class Planner:
     def _bound_by_group(self) -> dict[str, list[Holding]]:
         bound: dict[str, list[Holding]] = defaultdict(list)
         for holding in self.snapshot.holdings.values():
-            if holding.pod.group is not None:
-                bound[f"{holding.pod.namespace}/{holding.pod.group}"].append(holding)
+            if holding.pod.group_key is not None:
+                bound[holding.pod.group_key].append(holding)
         return bound
 
     def descendants(self, group: GroupSpec) -> list[GroupSpec]:
-        found = [group]
-        for child in self.children.get(group.key, []):
-            found.extend(self.descendants(child))
-        return found
+        """The group and every group under it, parents first."""
+        return self.tree.descendants(group)
+
+    def children(self, group: GroupSpec) -> list[GroupSpec]:
+        return self.tree.children(group.key)
 
     def pending_pods(self, group: GroupSpec) -> list[PodRequest]:
         return [p for g in self.descendants(group) for p in self.pods.get(g.key, [])]
@@ -178,7 +180,7 @@ class Planner:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
         # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
         room = Room(self.snapshot, self.pending_pods(group))
-        children = self.children.get(group.key, [])
+        children = self.children(group)
         bounds = ChildBounds(self.snapshot, children, self.pods, self.needed)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Tried] = []
@@ -232,7 +234,7 @@ class Planner:
 
     def waiting(self, group: GroupSpec) -> Waiting | None:
         if group.kind is GroupKind.COMPOSITE:
-            children = self.children.get(group.key, [])
+            children = self.children(group)
             if len(children) < group.minimum:
                 return Waiting(Counted.CHILD_GROUPS, len(children), group.minimum)
             ready = sum(1 for child in children if self.waiting(child) is None)
@@ -261,7 +263,7 @@ class Planner:
         needed = self.needed(group)
         placed, failed = 0, []
         for pod in pods:
-            choice = pick_node(snapshot, pod, domain.mask)
+            choice = pick_node(snapshot, pod, self.scoring, domain.mask)
             if choice is None:
                 failed.append(pod)
                 continue

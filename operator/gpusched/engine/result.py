@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# The reasons are the API's vocabulary; re-exported for the rooms that read results.
+from gpusched.api.crds import Reason as Reason
 
-class Reason(StrEnum):
-    """Reason codes of the ``PodGroupScheduled`` condition and of pending pods."""
-
-    SCHEDULED = "Scheduled"
-    UNSCHEDULABLE = "Unschedulable"
-    INVALID = "Invalid"
-    WAITING_FOR_PODS = "WaitingForPods"
-    """A gang has fewer pods (or a CompositePodGroup fewer child groups) than its minimum."""
-    SCHEDULING_GATED = "SchedulingGated"
-    """A pod with ``spec.schedulingGates`` left: not placed, not counted toward its gang, until
-    every gate is removed (Kubernetes' own reason for its ``PodScheduled=False`` condition)."""
+ENGINE_REASONS = (
+    Reason.SCHEDULED,
+    Reason.UNSCHEDULABLE,
+    Reason.INVALID,
+    Reason.WAITING_FOR_PODS,
+    Reason.SCHEDULING_GATED,
+)
+"""The reasons `schedule` decides; the scheduling service adds the others (its own errors,
+timeouts, gangs partly bound)."""
 
 
 class Counted(StrEnum):

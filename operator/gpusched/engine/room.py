@@ -12,9 +12,10 @@ import numpy as np
 
 from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.nodes import IntArray
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ChildBound
-from gpusched.engine.snapshot import IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 
 class Room:

@@ -71,7 +71,7 @@ class Siblings:
             else:
                 snapshot.forget(holding.pod.key)
         self.record.decisions.update(best.decisions)
-        children = self.planner.children.get(group.key, [])
+        children = self.planner.children(group)
         message = wording.placed(best.placed, len(children), Counted.CHILD_GROUPS, domain.name)
         self.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
         return True, Tried(Attempt(domain.name, fits=True))
@@ -88,7 +88,7 @@ class Siblings:
         3. within the backtracking budget, one more order per unit: the last one with the
            sibling that did not fit moved to the front.
         An order already tried is not tried again."""
-        children = self.planner.children.get(group.key, [])
+        children = self.planner.children(group)
         # Keys, not lists: the tighter order is only worked out when greedy failed.
         keys: list[Callable[[GroupSpec], tuple[float, ...]]] = [
             lambda c: (-self.planner.demand(c),),

@@ -26,9 +26,9 @@ from typing import Any
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Reason
-from gpusched.engine.snapshot import GpuSample
 from gpusched.offline import hints
 from gpusched.offline.inputs import ClusterObjects
 from gpusched.offline.simulate import Run, simulate

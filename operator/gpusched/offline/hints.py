@@ -28,9 +28,10 @@ from gpusched.api.k8s import POD_GROUP_LABEL
 from gpusched.engine.domains import Domain, copies, root_domain, subdomains
 from gpusched.engine.fit import node_reason, static_mask
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Attempt, Counted, Waiting
-from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 NO_NODE_PASSES = (
     "no node passes the {what}' node constraints (readiness, cordon, taints, nodeSelector, "

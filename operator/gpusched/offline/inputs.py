@@ -39,7 +39,7 @@ from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
 
 if TYPE_CHECKING:
-    from gpusched.engine.snapshot import GpuSample
+    from gpusched.engine.health import GpuSample
     from gpusched.telemetry.status import TelemetryStatus
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")

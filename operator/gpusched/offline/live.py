@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.engine.snapshot import GpuSample
+from gpusched.engine.health import GpuSample
 from gpusched.offline.inputs import ClusterObjects, from_documents
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from gpusched.api.k8s import Node, NodeSelectorRequirement, NodeSelectorTerm, parse_node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION
-from gpusched.engine import fragmentation
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.snapshot import Snapshot, build_snapshot
+from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import TaskType, target_workload
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -213,7 +214,7 @@ class Trace:
     name: str
     snapshot: Snapshot
     pods: tuple[PodRequest, ...]
-    workload: tuple[fragmentation.TaskType, ...]
+    workload: tuple[TaskType, ...]
     notes: tuple[str, ...]
 
     @property
@@ -228,4 +229,4 @@ def load_trace(directory: Path, name: str) -> Trace:
     models = frozenset(row.model for row in rows)
     pods = load_pods(directory / f"openb_pod_list_{name}.csv", models)
     snapshot = build_snapshot(nodes)
-    return Trace(name, snapshot, tuple(pods), fragmentation.target_workload(pods), tuple(notes))
+    return Trace(name, snapshot, tuple(pods), target_workload(pods), tuple(notes))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from gpusched.api.topology import LinkTier
-from gpusched.engine.gpuset import NodeShape
+from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Snapshot

@@ -25,10 +25,12 @@ import numpy.typing as npt
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.topology import LinkTier
 from gpusched.engine import fragmentation
-from gpusched.engine.gpuset import worst_tier
+from gpusched.engine.gpushape import worst_tier
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import TaskType
 from gpusched.offline.openb import Trace
 
 INFLATION = 1.30
@@ -127,13 +129,13 @@ def replay(
     base: Snapshot,
     sequence: Sequence[PodRequest],
     config: SchedulerConfig,
-    workload: tuple[fragmentation.TaskType, ...],
+    workload: tuple[TaskType, ...],
 ) -> Replay:
     """Submits ``sequence`` one pod at a time to a copy of ``base`` under ``config``: each pod
     is placed once by `pick_node` (the operator's per-pod decision) or fails."""
     snapshot = base.copy()
     snapshot.config = config
-    snapshot.workload = workload
+    scoring = Scoring(config.scoring, workload)
     capacity = float(WHOLE_GPU_MILLI * int(snapshot.gpu_offset[-1]))
     count = len(sequence)
     arrived, allocated, fragmented = np.zeros(count), np.zeros(count), np.zeros(count)
@@ -143,7 +145,7 @@ def replay(
     start = time.perf_counter()
     for i, pod in enumerate(sequence):
         request += gpu_request(pod)
-        choice = pick_node(snapshot, pod)
+        choice = pick_node(snapshot, pod, scoring)
         if choice is not None:
             if pod.gpus > 1:
                 tiers.add(snapshot, pod, choice.node, choice.gpus)

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, replace
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Pod
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot, build_snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from gpusched.offline.inputs import ClusterObjects
 
 OTHER_SCHEDULER = "Pod (other scheduler, pending)"

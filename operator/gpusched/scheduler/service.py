@@ -37,17 +37,17 @@ from gpusched.api.config import BIND_TIMEOUT_SECONDS, SchedulerConfig
 from gpusched.api.crds import (
     API_VERSION,
     DEFAULT_SCHEDULE_TIMEOUT_SECONDS,
-    REASON_INVALID,
     CompositePodGroup,
     GroupStatus,
     PodGroup,
 )
 from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.groups import GroupKind
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import GpuSample, SnapshotCache, build_snapshot
 from gpusched.scheduler import metrics, quality_metrics
 from gpusched.scheduler.claims import (
     ClaimAllocator,
@@ -62,8 +62,6 @@ from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
 from gpusched.scheduler.state import ClusterState, GroupRecord, PodRecord, Reservation
 from gpusched.scheduler.status import (
-    REASON_BINDING,
-    REASON_DEGRADED,
     Attempt,
     Counts,
     Partial,
@@ -389,7 +387,7 @@ class Scheduler:
                     _pod_ref(record),
                     "Warning",
                     "FailedScheduling",
-                    f"{REASON_INVALID}: {record.error}",
+                    f"{Reason.INVALID}: {record.error}",
                 )
                 continue
             root = self._root(record.request)
@@ -805,7 +803,7 @@ class Scheduler:
             group = self.state.groups[key]
             if group.spec.invalid is not None:
                 self.recorder.record(
-                    _group_ref(group), "Warning", REASON_INVALID, group.spec.invalid
+                    _group_ref(group), "Warning", Reason.INVALID, group.spec.invalid
                 )
             self.outbox.offer(
                 _group_ref(group),
@@ -863,7 +861,7 @@ class Scheduler:
             p.pod.metadata.name for p in pods if p.node is None and not p.pod.is_terminal
         )
         binding = any(p.key in self.state.reservations for p in pods)
-        return Partial(REASON_BINDING if binding else REASON_DEGRADED, minimum, tuple(waiting))
+        return Partial(Reason.BINDING if binding else Reason.DEGRADED, minimum, tuple(waiting))
 
     def _timed_out(
         self, root: str, by_group: Mapping[str, list[PodRecord]], wall: datetime
@@ -900,7 +898,7 @@ class Scheduler:
                     else:
                         groups.append((group.metadata.name, group.kind, status))
             else:
-                self.recorder.record(ref, "Warning", REASON_INVALID, error or "")
+                self.recorder.record(ref, "Warning", Reason.INVALID, error or "")
             previous = self.outbox.last(ref) or record.raw_status
             condition = materialized_condition(previous, error, missing, wall)
             summary = workload_status(groups, condition)
