@@ -137,6 +137,39 @@ class BasicPolicy(_Spec):
     """No gang: each pod is placed as soon as it fits (the group only carries constraints)."""
 
 
+class PreemptionPolicy(StrEnum):
+    """Whether a group that does not fit may evict lower-priority pods (upstream's values)."""
+
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
+class DisruptionMode(StrEnum):
+    """How a group may be disrupted (upstream's values): ``All`` evicts the group (and,
+    when it is a child, the whole group tree under its highest ``All`` ancestor) together or
+    not at all; ``Single`` lets pods go one by one. Unset means ``Single``, as upstream."""
+
+    ALL = "All"
+    SINGLE = "Single"
+
+
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+"""Priorities are int32 in Kubernetes (``PriorityClass.value``, ``Pod.spec.priority``)."""
+
+
+class _Priority(_Spec):
+    """Priority and disruption fields, named and placed as upstream's PodGroup spec places
+    them. ``priority`` is resolved from the PriorityClass when only ``priorityClassName`` is
+    given, and from the pods' own priority when neither is (`gpusched.api.priority`)."""
+
+    priority_class_name: DnsSubdomain | None = Field(default=None, alias="priorityClassName")
+    priority: int | None = Field(default=None, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    preemption_policy: PreemptionPolicy | None = Field(default=None, alias="preemptionPolicy")
+    """Unset: the PriorityClass's policy, else ``PreemptLowerPriority``."""
+    disruption_mode: DisruptionMode | None = Field(default=None, alias="disruptionMode")
+
+
 class PodGroupSchedulingPolicy(_Spec):
     """Exactly one of ``gang`` or ``basic``, as upstream: the choice must be explicit."""
 
@@ -170,7 +203,7 @@ class WorkloadRef(_Spec):
     template_name: DnsLabel = Field(alias="templateName")
 
 
-class PodGroupSpec(_Spec):
+class PodGroupSpec(_Priority):
     scheduling_policy: PodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
         default=None, alias="schedulingConstraints"
@@ -196,7 +229,7 @@ class CompositePodGroupSchedulingPolicy(_Spec):
     gang: CompositeGangPolicy
 
 
-class CompositePodGroupSpec(_Spec):
+class CompositePodGroupSpec(_Priority):
     scheduling_policy: CompositePodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
         default=None, alias="schedulingConstraints"
@@ -210,7 +243,7 @@ class CompositePodGroupSpec(_Spec):
 # --- Workload templates -----------------------------------------------------------------------
 
 
-class PodGroupTemplate(_Spec):
+class PodGroupTemplate(_Priority):
     name: DnsLabel
     scheduling_policy: PodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
@@ -218,7 +251,7 @@ class PodGroupTemplate(_Spec):
     )
 
 
-class CompositePodGroupTemplate(_Spec):
+class CompositePodGroupTemplate(_Priority):
     name: DnsLabel
     scheduling_policy: CompositePodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
@@ -305,7 +338,22 @@ class WorkloadSpec(_Spec):
                 )
                 raise field_error(message, *path, "name")
             first_seen[template.name] = format_field_path(("spec", *path, "name"))
+        _check_disruption_modes(self, ())
         return self
+
+
+def _check_disruption_modes(parent: WorkloadSpec | CompositePodGroupTemplate, path: _Path) -> None:
+    """Under a composite evicted whole (``All``), no child may ask to lose pods one by one:
+    upstream refuses that contradiction too."""
+    whole = isinstance(parent, CompositePodGroupTemplate) and parent.disruption_mode is (
+        DisruptionMode.ALL
+    )
+    for child_path, child in _children(parent, path):
+        if whole and child.disruption_mode is DisruptionMode.SINGLE:
+            message = "is Single, but its parent template's disruptionMode is All"
+            raise field_error(message, *child_path, "disruptionMode")
+        if isinstance(child, CompositePodGroupTemplate):
+            _check_disruption_modes(child, child_path)
 
 
 # --- status -----------------------------------------------------------------------------------
@@ -545,8 +593,14 @@ def _workload_ref(workload: Workload, template: _AnyTemplate) -> WorkloadRef:
     return WorkloadRef(workload_name=workload.metadata.name, template_name=template.name)
 
 
+def _priority_fields(template: _AnyTemplate) -> dict[str, Any]:
+    """The template's priority and disruption fields, passed on unchanged to its object."""
+    return {name: getattr(template, name) for name in _Priority.model_fields}
+
+
 def _pod_group(workload: Workload, template: PodGroupTemplate, parent: str | None) -> PodGroup:
     spec = PodGroupSpec(
+        **_priority_fields(template),
         scheduling_policy=template.scheduling_policy,
         scheduling_constraints=template.scheduling_constraints,
         parent_composite_pod_group_name=parent,
@@ -564,6 +618,7 @@ def _composite(
     workload: Workload, template: CompositePodGroupTemplate, parent: str | None
 ) -> CompositePodGroup:
     spec = CompositePodGroupSpec(
+        **_priority_fields(template),
         scheduling_policy=template.scheduling_policy,
         scheduling_constraints=template.scheduling_constraints,
         parent_composite_pod_group_name=parent,
