@@ -21,6 +21,8 @@ class Outcome(StrEnum):
     NOT_NEEDED = "NotNeeded"
     """The unit fits without evicting anything."""
     POLICY_NEVER = "PreemptionPolicyNever"
+    INVALID = "Invalid"
+    """A group of the unit failed validation (its message names the object and field)."""
     PRIORITY_UNRESOLVED = "PriorityUnresolved"
     """The preemptor's priority could not be resolved (see `GroupSpec.priority_problem`)."""
     NO_LOWER_PRIORITY = "NoLowerPriority"

@@ -143,6 +143,9 @@ class _Search:
         return self._search(priority, evictable)
 
     def _early(self) -> PreemptionPlan | None:
+        invalid = [g.invalid for g in self.tree if g.invalid is not None]
+        if invalid:
+            return self._plan(Outcome.INVALID, f"invalid: {invalid[0]}")
         problems = [g.priority_problem for g in self.tree if g.priority_problem is not None]
         if problems:
             return self._plan(Outcome.PRIORITY_UNRESOLVED, f"priority unresolved: {problems[0]}")

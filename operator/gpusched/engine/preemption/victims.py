@@ -140,6 +140,8 @@ def _protected(
 ) -> str | None:
     for holding in members:
         for group in _chain_of(tree, holding):
+            if group.invalid is not None:
+                return f"its group is invalid: {group.invalid}"
             if group.priority_problem is not None:
                 return f"its priority is unresolved: {group.priority_problem}"
         if not evict_foreign and holding.pod.key in foreign:
