@@ -22,6 +22,7 @@ Pure: the caller's snapshot is never changed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ import numpy as np
 from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.topology import LinkTier
 from gpusched.engine.domains import Domain, root_domain, subdomains
-from gpusched.engine.groups import GroupSpec
+from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.preemption.result import (
     Bound,
     Cost,
@@ -49,7 +50,7 @@ from gpusched.engine.preemption.victims import (
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding, Phase
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import Holding, Snapshot
+from gpusched.engine.snapshot import BoolArray, Holding, Snapshot
 
 
 def plan_preemption(
@@ -90,6 +91,9 @@ class _Candidate:
     units: list[EvictionUnit] = field(default_factory=list)
     """The evictable pieces with a pod in the domain, cheapest first."""
     short: str = ""
+    useful: dict[int, BoolArray] = field(default_factory=dict)
+    """Per priority level, the nodes where setting pieces aside can help (see
+    `_Search._child_floor`); a level not listed: every node of the domain."""
 
 
 class _Search:
@@ -218,7 +222,63 @@ class _Search:
                 f"{_gpus(demand)} GPUs needed"
             )
             return _Candidate(domain, None, inside, short)
-        return _Candidate(domain, Bound(top, need), inside)
+        useful: dict[int, BoolArray] = {}
+        floor = self._child_floor(domain, inside, useful)
+        if isinstance(floor, str):
+            return _Candidate(domain, None, inside, floor)
+        return _Candidate(domain, Bound(max(top, floor), need), inside, useful=useful)
+
+    def _child_floor(
+        self, domain: Domain, inside: list[EvictionUnit], useful: dict[int, BoolArray]
+    ) -> int | str:
+        """For a CompositePodGroup of PodGroups that share one topology key: the lowest
+        priority level at which enough of that key's sub-domains could each hold a child,
+        counting GPUs only (a sub-domain with room ``r`` holds at most ``r // smallest``
+        children); a string when no level gives enough. The lowest level otherwise.
+        Fills ``useful``: per level, the nodes of the sub-domains that could hold a child
+        (setting pieces aside anywhere else cannot help at that level)."""
+        lowest = inside[0].priority
+        children = [g for g in self.tree if g.parent == self.root.key]
+        keys = {c.topology_key for c in children}
+        if (
+            self.root.kind is not GroupKind.COMPOSITE
+            or len(keys) != 1
+            or any(c.kind is GroupKind.COMPOSITE for c in children)
+        ):
+            return lowest
+        (key,) = keys
+        demands = [
+            sum(p.gpu_demand_milli for p in self.pods if f"{p.namespace}/{p.group}" == c.key)
+            for c in children
+        ]
+        smallest = min((d for d in demands if d > 0), default=0)
+        if key is None or smallest == 0:
+            return lowest
+        codes, _ = self.work.domain_codes(key)
+        node_free = np.bincount(
+            self.gpu_nodes,
+            weights=np.where(self.work.gpu_usable, self.work.gpu_free, 0),
+            minlength=len(self.work.nodes),
+        )
+        inner = domain.mask & (codes >= 0)
+        room = np.bincount(
+            codes[inner], weights=node_free[inner], minlength=int(codes.max()) + 1
+        ).astype(np.int64)
+        slots = 0
+        for level, pieces in itertools.groupby(inside, key=lambda u: u.priority):
+            for piece in pieces:
+                for holding in piece.holdings:
+                    if inner[holding.node]:
+                        room[codes[holding.node]] += self._usable_on(holding)
+            holds = room // smallest
+            useful[level] = inner & (holds[np.maximum(codes, 0)] > 0)
+            slots = int(holds.sum())
+            if slots >= self.root.minimum:
+                return int(level)
+        return (
+            f"evicting every lower-priority pod there leaves room for {slots} of the "
+            f"{self.root.minimum} child groups (minGroupCount) in its {key} domains"
+        )
 
     def _usable_free(self, domain: Domain) -> int:
         per_gpu = np.where(self.work.gpu_usable, self.work.gpu_free, 0)
@@ -227,13 +287,12 @@ class _Search:
     def _usable_held(self, piece: EvictionUnit, domain: Domain) -> int:
         """GPU milli the piece frees in ``domain`` on GPUs the unit could use (a hot GPU freed
         is no room)."""
+        return sum(self._usable_on(h) for h in piece.holdings if domain.mask[h.node])
+
+    def _usable_on(self, holding: Holding) -> int:
         usable = self.work.gpu_usable
-        total = 0
-        for holding in piece.holdings:
-            if domain.mask[holding.node]:
-                base = int(self.work.gpu_offset[holding.node])
-                total += sum(holding.milli_per_gpu for g in holding.gpus if usable[base + g])
-        return total
+        base = int(self.work.gpu_offset[holding.node])
+        return sum(holding.milli_per_gpu for g in holding.gpus if usable[base + g])
 
     def _try(self, candidate: _Candidate, found: list[_Found]) -> DomainOption | None:
         """Trials in one domain, level by level; a plan found goes to ``found``, and the
@@ -245,20 +304,41 @@ class _Search:
         lowest = candidate.bound.top_priority
         levels = sorted({u.priority for u in candidate.units if u.priority >= lowest})
         failure = ""
-        for level in levels:
-            floor = Bound(level, candidate.bound.gpu_milli)
-            if best is not None and floor.key() > best[:3]:
-                detail = f"not tried: at best {_describe_bound(floor)}, dearer than the plan found"
-                return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
-            if self.trials >= self.settings.budget:
-                detail = "not tried: the preemption budget was spent"
-                return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
-            upto = [u for u in candidate.units if u.priority <= level]
-            plan = self._trial(upto)
-            if isinstance(plan, _Found):
-                found.append(self._narrow(candidate, upto, plan))
-                return None
-            failure = plan
+        base = self.work.checkpoint()
+        aside: list[EvictionUnit] = []
+        done = min(u.priority for u in candidate.units) - 1
+        """The highest priority already set aside."""
+        try:
+            for level in levels:
+                floor = Bound(level, candidate.bound.gpu_milli)
+                if best is not None and floor.key() > best[:3]:
+                    detail = (
+                        f"not tried: at best {_describe_bound(floor)}, dearer than the plan found"
+                    )
+                    return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
+                if self.trials >= self.settings.budget:
+                    detail = "not tried: the preemption budget was spent"
+                    return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
+                # Each level adds its pieces to those already set aside: nothing is set aside
+                # twice, and a failed level's pieces stay out for the next.
+                mask = candidate.useful.get(level)
+                more = [
+                    u
+                    for u in candidate.units
+                    if level >= u.priority > done
+                    and (mask is None or any(bool(mask[h.node]) for h in u.holdings))
+                ]
+                done = level
+                self._set_aside(more)
+                aside.extend(more)
+                plan = self._trial(aside)
+                if isinstance(plan, _Found):
+                    self.work.rollback(base)
+                    found.append(self._narrow(candidate, aside, plan))
+                    return None
+                failure = plan
+        finally:
+            self.work.rollback(base)
         detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
         return DomainOption(name, Verdict.NO_ROOM, detail, bound=candidate.bound)
 
@@ -275,25 +355,32 @@ class _Search:
                 break
             freed += self._usable_held(piece, candidate.domain)
             count += 1
-        while count < len(upto) and self.trials < self.settings.budget:
+        while count <= MAX_NARROW_PIECES and count < len(upto):
+            if self.trials >= self.settings.budget:
+                break
+            start = self.work.checkpoint()
+            self._set_aside(upto[:count])
             narrow = self._trial(upto[:count], _tiers(wide.bindings))
+            self.work.rollback(start)
             if isinstance(narrow, _Found):
                 return narrow if narrow.cost.key() < wide.cost.key() else wide
             count *= 2
         return wide
 
+    def _set_aside(self, pieces: Sequence[EvictionUnit]) -> None:
+        for piece in pieces:
+            for holding in piece.holdings:
+                self.work.forget(holding.pod.key)
+
     def _trial(
         self, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
     ) -> _Found | str:
-        """Places the unit with ``aside`` forgotten; on success, the plan after reprieve.
-        ``tiers``: the link tiers the placement must match or beat (`_tiers`)."""
+        """Places the unit now that ``aside`` is set aside; on success, the plan after
+        reprieve. ``tiers``: the link tiers the placement must match or beat (`_tiers`)."""
         self.trials += 1
         work = self.work
         start = work.checkpoint()
         try:
-            for piece in aside:
-                for holding in piece.holdings:
-                    work.forget(holding.pod.key)
             result = schedule(work, self.pods, self.tree)
             decision = next((d for d in result.groups if d.name == self.root.key), None)
             if decision is None or decision.phase is not Phase.SCHEDULED:
@@ -319,20 +406,25 @@ class _Search:
     ) -> list[EvictionUnit]:
         """Holds the unit's placement, then puts back every piece that still fits beside it,
         most important first: PDB-covered ones, then the highest priority, the oldest, the
-        name. What cannot go back is evicted."""
+        name. What cannot go back is evicted. Only the nodes the placement uses are checked:
+        on every other node, putting all its pieces back restores what was there before."""
         work = self.work
         by_key = {p.key: p for p in self.pods}
+        used: set[int] = set()
         for binding in bindings:
-            work.assume(by_key[binding.pod], work.index[binding.node], binding.gpus)
+            node = work.index[binding.node]
+            work.assume(by_key[binding.pod], node, binding.gpus)
+            used.add(node)
         covered = {key for b in self.budgets for key in b.pods}
+        touching = [u for u in aside if any(h.node in used for h in u.holdings)]
         order = sorted(
-            aside,
+            touching,
             key=lambda u: (not covered.intersection(u.pods), -u.priority, u.created, u.key),
         )
         victims = []
         for piece in order:
             mark = work.checkpoint()
-            if all(self._put_back(h) for h in piece.holdings):
+            if all(self._put_back(h) for h in piece.holdings if h.node in used):
                 continue
             work.rollback(mark)
             victims.append(piece)
@@ -432,6 +524,12 @@ def _tree(root: GroupSpec, groups: Sequence[GroupSpec]) -> list[GroupSpec]:
         found.append(group)
         stack.extend(children.get(group.key, []))
     return found
+
+
+MAX_NARROW_PIECES = 32
+"""Narrower sets of victims are tried only up to this many pieces: past it the cheapest
+pieces of a domain lie scattered over it, where a gang large enough to need them cannot use
+them, and each such trial would cost as much as a successful one."""
 
 
 def _tiers(bindings: Sequence[Binding]) -> tuple[int, ...]:

@@ -81,6 +81,18 @@ class _Tree:
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class _GroupFacts:
+    """What every pod of one group shares, worked out once per group."""
+
+    whole: str | None
+    """The key of its highest ``All`` group (itself or an ancestor), if any."""
+    root: str
+    priority: int | None
+    """The highest priority set on it or an ancestor."""
+    protected: str | None
+
+
 def eviction_units(
     snapshot: Snapshot,
     groups: Sequence[GroupSpec],
@@ -92,63 +104,66 @@ def eviction_units(
     groups never cut (the preemptor's own); ``foreign``: keys of pods another scheduler bound,
     protected unless ``evict_foreign``."""
     tree = _Tree({g.key: g for g in groups})
+    facts: dict[str | None, _GroupFacts | None] = {None: None}
     skip = set(exclude)
-    pieces: dict[str, list[Holding]] = defaultdict(list)
+    pieces: dict[str, list[tuple[Holding, _GroupFacts | None]]] = defaultdict(list)
     for key in sorted(snapshot.holdings):
         holding = snapshot.holdings[key]
-        chain = _chain_of(tree, holding)
-        if chain and chain[-1].key in skip:
+        pod = holding.pod
+        group = f"{pod.namespace}/{pod.group}" if pod.group is not None else None
+        if group not in facts:
+            facts[group] = _facts(tree.chain(group)) if group is not None else None
+        fact = facts[group]
+        if fact is not None and fact.root in skip:
             continue
-        whole = [g for g in chain if g.disruption_mode is DisruptionMode.ALL]
-        pieces[whole[-1].key if whole else key].append(holding)
-    return [_unit(tree, key, members, foreign, evict_foreign) for key, members in pieces.items()]
+        whole = fact.whole if fact is not None else None
+        pieces[whole or key].append((holding, fact))
+    return [_unit(key, members, foreign, evict_foreign) for key, members in pieces.items()]
 
 
-def _chain_of(tree: _Tree, holding: Holding) -> tuple[GroupSpec, ...]:
-    pod = holding.pod
-    return tree.chain(f"{pod.namespace}/{pod.group}") if pod.group is not None else ()
-
-
-def _unit(
-    tree: _Tree, key: str, members: list[Holding], foreign: frozenset[str], evict_foreign: bool
-) -> EvictionUnit:
-    priority = max(_priority(tree, h) for h in members)
-    roots = frozenset(_root(tree, h) for h in members)
-    created = min(h.pod.created for h in members)
-    return EvictionUnit(
-        key,
-        tuple(members),
-        priority,
-        roots,
-        created,
-        _protected(tree, members, foreign, evict_foreign),
+def _facts(chain: tuple[GroupSpec, ...]) -> _GroupFacts | None:
+    if not chain:
+        return None
+    whole = [g.key for g in chain if g.disruption_mode is DisruptionMode.ALL]
+    priorities = [g.priority for g in chain if g.priority is not None]
+    protected = None
+    for group in chain:
+        if group.invalid is not None:
+            protected = f"its group is invalid: {group.invalid}"
+            break
+        if group.priority_problem is not None:
+            protected = f"its priority is unresolved: {group.priority_problem}"
+            break
+    return _GroupFacts(
+        whole[-1] if whole else None,
+        chain[-1].key,
+        max(priorities) if priorities else None,
+        protected,
     )
 
 
-def _priority(tree: _Tree, holding: Holding) -> int:
-    own = [g.priority for g in _chain_of(tree, holding) if g.priority is not None]
-    return max([holding.pod.priority, *own])
-
-
-def _root(tree: _Tree, holding: Holding) -> str:
-    chain = _chain_of(tree, holding)
-    return chain[-1].key if chain else holding.pod.key
-
-
-def _protected(
-    tree: _Tree, members: list[Holding], foreign: frozenset[str], evict_foreign: bool
-) -> str | None:
-    for holding in members:
-        for group in _chain_of(tree, holding):
-            if group.invalid is not None:
-                return f"its group is invalid: {group.invalid}"
-            if group.priority_problem is not None:
-                return f"its priority is unresolved: {group.priority_problem}"
-        if not evict_foreign and holding.pod.key in foreign:
-            return (
-                f"{holding.pod.key} was bound by another scheduler (evictOtherSchedulersPods off)"
-            )
-    return None
+def _unit(
+    key: str,
+    members: list[tuple[Holding, _GroupFacts | None]],
+    foreign: frozenset[str],
+    evict_foreign: bool,
+) -> EvictionUnit:
+    priority = max(
+        max(
+            h.pod.priority,
+            f.priority if f is not None and f.priority is not None else h.pod.priority,
+        )
+        for h, f in members
+    )
+    roots = frozenset(f.root if f is not None else h.pod.key for h, f in members)
+    created = min(h.pod.created for h, _ in members)
+    protected = next((f.protected for _, f in members if f is not None and f.protected), None)
+    if protected is None and not evict_foreign:
+        other = next((h.pod.key for h, _ in members if h.pod.key in foreign), None)
+        if other is not None:
+            protected = f"{other} was bound by another scheduler (evictOtherSchedulersPods off)"
+    holdings = tuple(h for h, _ in members)
+    return EvictionUnit(key, holdings, priority, roots, created, protected)
 
 
 def budget_overrun(budgets: Sequence[DisruptionBudget], evicted: Iterable[str]) -> int:
