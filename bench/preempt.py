@@ -28,20 +28,20 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine import _pin_one_core, dgx_nodes, gang, machine_facts, node_name  # noqa: E402
-
-from gpusched.api.crds import DisruptionMode  # noqa: E402
-from gpusched.engine.groups import GroupKind, GroupSpec  # noqa: E402
-from gpusched.engine.preemption import PreemptionPlan, plan_preemption  # noqa: E402
-from gpusched.engine.request import PodRequest  # noqa: E402
-from gpusched.engine.result import Phase  # noqa: E402
-from gpusched.engine.schedule import schedule  # noqa: E402
-from gpusched.engine.snapshot import BoundPod, build_snapshot  # noqa: E402
+from engine import _pin_one_core, dgx_nodes, gang, machine_facts, node_name
+from gpusched.api.crds import DisruptionMode
+from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.preemption import PreemptionPlan, plan_preemption
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import Phase
+from gpusched.engine.schedule import schedule
+from gpusched.engine.snapshot import BoundPod, build_snapshot
 
 RESULTS = Path(__file__).resolve().parent / "results" / "preempt.json"
 SEED = 20261201
@@ -62,9 +62,9 @@ def low_priority_gangs(seed: int) -> tuple[list[BoundPod], list[GroupSpec]]:
                     kind=GroupKind.POD_GROUP,
                     minimum=GANG_NODES,
                     priority=int(rng.integers(1, 4)),
-                    disruption_mode=DisruptionMode.ALL if rng.random() < 0.5 else (
-                        DisruptionMode.SINGLE
-                    ),
+                    disruption_mode=(DisruptionMode.ALL, DisruptionMode.SINGLE)[
+                        int(rng.random() < 0.5)
+                    ],
                     created=float(rng.integers(0, 86_400)),
                 )
                 groups.append(group)
@@ -88,7 +88,10 @@ def preemptor() -> tuple[list[PodRequest], list[GroupSpec]]:
     return pods, groups
 
 
-def timed(call: Callable[[], object], runs: int) -> tuple[list[float], object]:
+T = TypeVar("T")
+
+
+def timed(call: Callable[[], T], runs: int) -> tuple[list[float], T]:
     result = call()  # warm-up: label codes, static masks
     times = []
     for _ in range(runs):
@@ -120,8 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     times, last = timed(plan, runs)
     base_times, base = timed(lambda: schedule(empty, pods, tree), runs)
-    assert isinstance(last, PreemptionPlan)
-    placed = any(g.name == "train/llm" and g.phase is Phase.SCHEDULED for g in base.groups)  # type: ignore[attr-defined]
+    placed = any(g.name == "train/llm" and g.phase is Phase.SCHEDULED for g in base.groups)
     p50, p99, b50, b99 = p(times, 50), p(times, 99), p(base_times, 50), p(base_times, 99)
     met = p99 < TARGET_P99_MS
     gangs = len({v.unit for v in last.victims})
