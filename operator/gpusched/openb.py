@@ -29,7 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.k8s import Node, NodeSelectorRequirement, NodeSelectorTerm, parse_node
+from gpusched.api.k8s import Node, parse_node
+from gpusched.api.selectors import NodeSelectorRequirement, NodeSelectorTerm
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, LinkTier
 from gpusched.engine import fragmentation
 from gpusched.engine.gpuset import worst_tier

@@ -29,13 +29,14 @@ from pydantic import (
     model_validator,
 )
 
-from gpusched.api import k8s
 from gpusched.api.errors import (
     InvalidObjectError,
     field_error,
     format_field_path,
     from_validation_error,
 )
+from gpusched.api.meta import ObjectMeta as _KubeObjectMeta
+from gpusched.api.meta import OwnerReference
 
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
@@ -435,7 +436,7 @@ class WorkloadStatus(_Status):
 # --- objects ----------------------------------------------------------------------------------
 
 
-class ObjectMeta(k8s.ObjectMeta):
+class ObjectMeta(_KubeObjectMeta):
     """Kubernetes metadata with our objects' naming rules: the name becomes a label value of
     pods and part of generated names, so it must be a DNS subdomain, the namespace a label."""
 
@@ -569,9 +570,9 @@ def check_object_names(workload: Workload) -> None:
             ) from None
 
 
-def _owner_reference(workload: Workload) -> k8s.OwnerReference:
+def _owner_reference(workload: Workload) -> OwnerReference:
     """Controller reference, so deleting the Workload garbage-collects what it created."""
-    return k8s.OwnerReference(
+    return OwnerReference(
         api_version=workload.api_version,
         kind=workload.kind,
         name=workload.metadata.name,

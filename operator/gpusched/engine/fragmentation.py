@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusched.api.config import ShareGpu
-from gpusched.api.k8s import NodeSelectorTerm
+from gpusched.api.selectors import NodeSelectorTerm
 from gpusched.engine.fit import static_mask
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.snapshot import BoolArray, FloatArray, IntArray, Snapshot

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpusched.api.k8s import Toleration
+from gpusched.api.selectors import Toleration
 from gpusched.engine.domains import copies
 from gpusched.engine.fragmentation import TaskType, fragmentation, free_matrix, target_workload
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest

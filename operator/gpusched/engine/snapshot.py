@@ -21,7 +21,8 @@ import numpy.typing as npt
 
 from gpusched.api.config import GPU_RESOURCE, SchedulerConfig, StaleTelemetry
 from gpusched.api.errors import InvalidObjectError
-from gpusched.api.k8s import Node, Taint
+from gpusched.api.k8s import Node
+from gpusched.api.selectors import Taint
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
 from gpusched.engine.gpuset import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest

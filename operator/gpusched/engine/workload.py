@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpusched.api.k8s import NodeSelectorTerm
+from gpusched.api.selectors import NodeSelectorTerm
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 
 TaskKey = tuple[int, int, int, str]
