@@ -28,13 +28,13 @@ from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
-    materialize,
     parse_composite_pod_group,
     parse_pod_group,
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod, parse_node, parse_pod
+from gpusched.api.materialize import materialize
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Reason

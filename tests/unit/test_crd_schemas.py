@@ -33,7 +33,9 @@ import yaml
 from pydantic import BaseModel
 
 from gpusched.api import crds as api
+from gpusched.api import status as statuses
 from gpusched.api.errors import InvalidObjectError, format_field_path
+from gpusched.api.materialize import materialize
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
@@ -224,7 +226,7 @@ def _materialized() -> list[tuple[str, dict[str, Any]]]:
         if doc["kind"] == "Workload":
             workload = api.parse_workload({**doc, "metadata": {**doc["metadata"], "uid": "u-1"}})
             found += [
-                (f"{where}→{o.metadata.name}", o.to_manifest()) for o in api.materialize(workload)
+                (f"{where}→{o.metadata.name}", o.to_manifest()) for o in materialize(workload)
             ]
     return found
 
@@ -237,10 +239,10 @@ def test_objects_the_operator_creates_are_accepted(where: str, obj: dict[str, An
     assert validate(obj) == [], where
 
 
-GROUP_STATUS = api.GroupStatus(
-    phase=api.GroupPhase.UNSCHEDULABLE,
+GROUP_STATUS = statuses.GroupStatus(
+    phase=statuses.GroupPhase.UNSCHEDULABLE,
     conditions=[
-        api.Condition(
+        statuses.Condition(
             type=api.CONDITION_SCHEDULED,
             status="False",
             reason=api.REASON_UNSCHEDULABLE,
@@ -251,19 +253,19 @@ GROUP_STATUS = api.GroupStatus(
     placement={"topology.kubernetes.io/zone": "zone-a", "topology.example.com/rack": "rack-1"},
     scheduled=1,
     running=1,
-    lastAttempt=api.LastAttempt(
+    lastAttempt=statuses.LastAttempt(
         time="2026-11-30T02:11:30Z",
         reason=api.REASON_UNSCHEDULABLE,
         message="0 of 4 racks fit",
         domains=["zone-a/rack-1: 2 of 4 pods fit"],
     ),
 )
-WORKLOAD_STATUS = api.WorkloadStatus(
-    phase=api.GroupPhase.RUNNING,
+WORKLOAD_STATUS = statuses.WorkloadStatus(
+    phase=statuses.GroupPhase.RUNNING,
     conditions=[
-        api.Condition(type=api.CONDITION_MATERIALIZED, status="True", reason="Materialized")
+        statuses.Condition(type=api.CONDITION_MATERIALIZED, status="True", reason="Materialized")
     ],
-    groups=[api.WorkloadGroupStatus(name="train-zone", kind="CompositePodGroup")],
+    groups=[statuses.WorkloadGroupStatus(name="train-zone", kind="CompositePodGroup")],
     scheduled=9,
     running=9,
 )
@@ -772,9 +774,9 @@ def test_spec_fields_match_the_operators_model(kind: str, model: type[BaseModel]
 @pytest.mark.parametrize(
     ("kind", "model"),
     [
-        ("PodGroup", api.GroupStatus),
-        ("CompositePodGroup", api.GroupStatus),
-        ("Workload", api.WorkloadStatus),
+        ("PodGroup", statuses.GroupStatus),
+        ("CompositePodGroup", statuses.GroupStatus),
+        ("Workload", statuses.WorkloadStatus),
     ],
 )
 def test_status_fields_match_the_operators_model(kind: str, model: type[BaseModel]) -> None:

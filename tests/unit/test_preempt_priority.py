@@ -12,12 +12,12 @@ from gpusched.api.crds import (
     API_VERSION,
     DisruptionMode,
     PreemptionPolicy,
-    materialize,
     parse_composite_pod_group,
     parse_pod_group,
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError
+from gpusched.api.materialize import materialize
 from gpusched.api.priority import PriorityClass, parse_priority_class, priority_classes
 from gpusched.engine.groups import GroupSpec
 

@@ -21,11 +21,11 @@ from gpusched.api.crds import (
     PRIORITY_MIN,
     CompositePodGroup,
     DisruptionMode,
-    DnsSubdomain,
     PodGroup,
     PreemptionPolicy,
 )
 from gpusched.api.errors import InvalidObjectError, from_validation_error
+from gpusched.api.names import DnsSubdomain
 
 
 class _Meta(BaseModel):

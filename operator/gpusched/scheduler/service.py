@@ -39,10 +39,10 @@ from gpusched.api.crds import (
     DEFAULT_SCHEDULE_TIMEOUT_SECONDS,
     REASON_INVALID,
     CompositePodGroup,
-    GroupStatus,
     PodGroup,
 )
 from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.api.status import GroupStatus
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, Reason, ScheduleResult

@@ -17,6 +17,9 @@ from gpusched.api.crds import (
     CONDITION_SCHEDULED,
     REASON_SCHEDULED,
     REASON_TIMEOUT,
+)
+from gpusched.api.k8s import Node
+from gpusched.api.status import (
     Condition,
     GroupPhase,
     GroupStatus,
@@ -24,7 +27,6 @@ from gpusched.api.crds import (
     WorkloadGroupStatus,
     WorkloadStatus,
 )
-from gpusched.api.k8s import Node
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.state import GroupRecord, PodRecord
 
