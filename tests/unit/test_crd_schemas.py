@@ -558,6 +558,17 @@ def nested(depth: int) -> dict[str, Any]:
     return workload(**{key: [template]})
 
 
+SINGLE_UNDER_ALL = workload(
+    compositePodGroupTemplates=[
+        zone_template(1, "w", disruptionMode="All")
+        | {
+            "podGroupTemplates": [
+                {"name": "w", "schedulingPolicy": gang(1), "disruptionMode": "Single"}
+            ]
+        }
+    ]
+)
+
 OPERATOR_ONLY = [
     (
         "one template name under two parents",
@@ -571,6 +582,11 @@ OPERATOR_ONLY = [
         "templates nested nine levels deep",
         nested(api.MAX_TEMPLATE_DEPTH + 1),
         "spec" + ".compositePodGroupTemplates[0]" * 8,
+    ),
+    (
+        "a child template evicted alone under a template evicted whole",
+        SINGLE_UNDER_ALL,
+        "spec.compositePodGroupTemplates[0].podGroupTemplates[0].disruptionMode",
     ),
 ]
 
@@ -592,23 +608,8 @@ def test_what_only_the_operator_checks(
 def test_a_template_tree_evicted_whole_with_a_child_evicted_alone_is_refused_by_the_operator() -> (
     None
 ):
-    obj = workload(
-        compositePodGroupTemplates=[
-            zone_template(1, "w", disruptionMode="All")
-            | {
-                "podGroupTemplates": [
-                    {"name": "w", "schedulingPolicy": gang(1), "disruptionMode": "Single"}
-                ]
-            }
-        ]
-    )
-    assert validate(obj) == []
     with pytest.raises(InvalidObjectError) as caught:
-        api.parse_custom_resource(obj)
-    assert (
-        caught.value.field
-        == "spec.compositePodGroupTemplates[0].podGroupTemplates[0].disruptionMode"
-    )
+        api.parse_custom_resource(SINGLE_UNDER_ALL)
     assert "parent template's disruptionMode is All" in caught.value.message
 
 
