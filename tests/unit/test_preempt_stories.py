@@ -16,10 +16,11 @@ import pytest
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import DisruptionMode, PreemptionPolicy
 from gpusched.engine.groups import GroupSpec
-from gpusched.engine.preemption import DisruptionBudget, PreemptionPlan, plan_preemption
+from gpusched.engine.preemption import DisruptionBudget, PreemptionPlan, plan_cycle, plan_preemption
 from gpusched.engine.request import PodRequest
+from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot
-from tests.builders import RACK, bound, cluster, composite, gang, members, pod
+from tests.builders import RACK, ZONE, bound, cluster, composite, gang, members, pod
 
 ALL8 = tuple(range(8))
 
@@ -328,3 +329,62 @@ def test_preemption_story(story: Story) -> None:
         story.snapshot, story.unit, story.pods, story.groups, story.budgets, story.foreign
     )
     assert summary(plan, bool(story.want_nominated)) == want(story), plan.message
+
+
+def test_two_preemptors_in_one_cycle_never_count_on_the_same_freed_rack() -> None:
+    """Both gangs want r2, whose victims are the cheapest; the higher one gets it, and the
+    lower one's plan is made with r2 already taken, so it evicts r1's victims instead."""
+    snapshot = cluster(
+        TWO_RACKS,
+        bound=holders("mid", ["node-a", "node-b"], priority=5)
+        + holders("low", ["node-c", "node-d"], priority=1),
+    )
+    first = members("first", 2, gpus=8, group="first", priority=100)
+    second = members("second", 2, gpus=8, group="second", priority=50)
+    groups = [
+        prioritized(gang("first", 2, topology=RACK), 100),
+        prioritized(gang("second", 2, topology=RACK), 50),
+        MID,
+        LOW,
+    ]
+    result = schedule(snapshot, [*first, *second], groups)
+    plans = plan_cycle(snapshot, result, [*first, *second], groups)
+    got = [
+        (
+            p.preemptor,
+            p.outcome.value,
+            "/".join(p.placement.values()),
+            sorted(v.pod for v in p.victims),
+        )
+        for p in plans
+    ]
+    assert got == [
+        ("default/first", "Planned", "z1/r2", ["default/low-0", "default/low-1"]),
+        ("default/second", "Planned", "z1/r1", ["default/mid-0", "default/mid-1"]),
+    ]
+
+
+def test_a_plan_is_data_for_simulate_and_explain() -> None:
+    """The ``preemptions`` entry: for whom, victims, domain, why, the other domains' costs,
+    the budget used."""
+    story = STORIES[0]
+    plan = plan_preemption(story.snapshot, story.unit, story.pods, story.groups)
+    document = plan.to_dict()
+    assert {k: document[k] for k in ("preemptor", "outcome", "placement", "priority")} == {
+        "preemptor": "default/big",
+        "outcome": "Planned",
+        "placement": {ZONE: "z1", RACK: "r2"},
+        "priority": 100,
+    }
+    assert [v["pod"] for v in document["victims"]] == ["default/low-0", "default/low-1"]
+    assert [(d["domain"], d["verdict"]) for d in document["domains"]] == [
+        ("z1/r2", "Chosen"),
+        ("z1/r1", "NotTried"),
+    ]
+    # r1 is not tried: its victims' priority 5 alone makes it dearer than r2's plan.
+    assert document["domains"][1]["atLeast"] == {"highestVictimPriority": 5, "gpusEvicted": 16.0}
+    assert document["budget"] == {"trials": 16, "used": plan.trials}
+    assert plan.message == (
+        "evict 2 pods (2 pieces) in z1/r2: no PDB violated, highest victim priority 1, "
+        "16 GPUs, 1 victim groups; 1 other domains weighed"
+    )

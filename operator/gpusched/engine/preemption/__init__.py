@@ -1,6 +1,8 @@
 """Gang-aware preemption: which lower-priority pods to evict, in which domain, for a unit that
-does not fit. `plan_preemption` is the entry point; see `search` for the phases."""
+does not fit. `plan_preemption` plans for one unit (see `search` for the phases), `plan_cycle`
+for every unit a scheduling cycle left unschedulable."""
 
+from gpusched.engine.preemption.cycle import plan_cycle
 from gpusched.engine.preemption.result import (
     Bound,
     Cost,
@@ -24,5 +26,6 @@ __all__ = [
     "Verdict",
     "Victim",
     "eviction_units",
+    "plan_cycle",
     "plan_preemption",
 ]

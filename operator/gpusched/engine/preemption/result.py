@@ -95,6 +95,12 @@ class Bound:
     def key(self) -> tuple[int, int, int]:
         return (0, self.top_priority, self.gpu_milli)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "highestVictimPriority": self.top_priority,
+            "gpusEvicted": self.gpu_milli / WHOLE_GPU_MILLI,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Victim:
@@ -122,6 +128,7 @@ class DomainOption:
             "verdict": self.verdict.value,
             "detail": self.detail,
             "cost": self.cost.to_dict() if self.cost is not None else None,
+            "atLeast": self.bound.to_dict() if self.bound is not None else None,
         }
 
 
