@@ -11,7 +11,8 @@ without a rack constraint). For each plan:
 (b) once its victims are gone the unit fits: the plan's nominated placement fits exactly
     (no GPU beyond 1000 milli, no resource beyond allocatable), and `schedule` places it;
 (c) no ``All`` group tree is partly in a plan;
-(d) the same input gives the same plan, and the caller's snapshot is left as it was.
+(d) the same input gives the same plan, and the caller's snapshot is left as it was;
+(e) the plans of one cycle (`plan_cycle`, two preemptors) never count on the same room.
 
 The checks are written from the issue's rules, not from the planner's code.
 """
@@ -28,7 +29,12 @@ from hypothesis import strategies as st
 
 from gpusched.api.crds import DisruptionMode
 from gpusched.engine.groups import GroupSpec
-from gpusched.engine.preemption import DisruptionBudget, PreemptionPlan, plan_preemption
+from gpusched.engine.preemption import (
+    DisruptionBudget,
+    PreemptionPlan,
+    plan_cycle,
+    plan_preemption,
+)
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase
 from gpusched.engine.schedule import schedule
@@ -201,3 +207,47 @@ def test_the_same_input_gives_the_same_plan_and_the_snapshot_is_untouched(s: Sce
     assert np.array_equal(s.snapshot.used, before[0])
     assert np.array_equal(s.snapshot.gpu_free, before[1])
     assert s.snapshot.holdings == before[2]
+
+
+def _second(s: Scenario) -> tuple[list[PodRequest], list[GroupSpec]]:
+    """A copy of the preemptor, one priority lower, named ``hi2``."""
+    rename = {g.key: g.key.replace("default/hi", "default/hi2", 1) for g in s.groups}
+    groups = [
+        dataclasses.replace(
+            g,
+            key=rename[g.key],
+            parent=rename.get(g.parent) if g.parent else None,
+            priority=s.priority - 1 if g.priority is not None else None,
+        )
+        for g in s.groups
+        if g.key.startswith("default/hi")
+    ]
+    pods = [
+        dataclasses.replace(
+            p,
+            key=p.key.replace("default/hi", "default/hi2", 1),
+            group=p.group.replace("hi", "hi2", 1) if p.group else None,
+            priority=s.priority - 1,
+        )
+        for p in s.pods
+    ]
+    return pods, groups
+
+
+@SETTINGS
+@given(scenarios())
+def test_plans_of_one_cycle_never_share_room(s: Scenario) -> None:
+    """Carried out one after the other, the plans of one cycle evict each pod at most once and
+    never over-commit a GPU or a resource: no two of them counted on the same freed room."""
+    pods2, groups2 = _second(s)
+    pods, groups = [*s.pods, *pods2], [*s.groups, *groups2]
+    result = schedule(s.snapshot, pods, groups)
+    plans = plan_cycle(s.snapshot, result, pods, groups, s.budgets, s.foreign)
+    after = s.snapshot.copy()
+    by_key = {p.key: p for p in pods}
+    for binding in result.bindings:
+        after.assume(by_key[binding.pod], after.index[binding.node], binding.gpus)
+    for plan in plans:
+        for victim in plan.victims:
+            assert after.forget(victim.pod) is not None, f"{victim.pod} evicted twice or unheld"
+        _nominated_fits(after, pods, plan)
