@@ -306,8 +306,7 @@ class _Search:
         failure = ""
         base = self.work.checkpoint()
         aside: list[EvictionUnit] = []
-        done = min(u.priority for u in candidate.units) - 1
-        """The highest priority already set aside."""
+        added: set[str] = set()
         try:
             for level in levels:
                 floor = Bound(level, candidate.bound.gpu_milli)
@@ -319,22 +318,23 @@ class _Search:
                 if self.trials >= self.settings.budget:
                     detail = "not tried: the preemption budget was spent"
                     return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
-                # Each level adds its pieces to those already set aside: nothing is set aside
-                # twice, and a failed level's pieces stay out for the next.
+                # Each level adds to what is already set aside (nothing twice): its own pieces,
+                # and lower ones where a sub-domain has only now become able to hold a child.
                 mask = candidate.useful.get(level)
                 more = [
                     u
                     for u in candidate.units
-                    if level >= u.priority > done
+                    if u.priority <= level
+                    and u.key not in added
                     and (mask is None or any(bool(mask[h.node]) for h in u.holdings))
                 ]
-                done = level
                 self._set_aside(more)
-                aside.extend(more)
+                added.update(u.key for u in more)
+                aside = [u for u in candidate.units if u.key in added]  # cheapest first
                 plan = self._trial(aside)
                 if isinstance(plan, _Found):
                     self.work.rollback(base)
-                    found.append(self._narrow(candidate, aside, plan))
+                    found.append(self._narrow(candidate, candidate.bound.gpu_milli, aside, plan))
                     return None
                 failure = plan
         finally:
@@ -342,14 +342,15 @@ class _Search:
         detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
         return DomainOption(name, Verdict.NO_ROOM, detail, bound=candidate.bound)
 
-    def _narrow(self, candidate: _Candidate, upto: list[EvictionUnit], wide: _Found) -> _Found:
+    def _narrow(
+        self, candidate: _Candidate, need: int, upto: list[EvictionUnit], wide: _Found
+    ) -> _Found:
         """With everything up to a level set aside the unit fits (``wide``); the trial's
         placement ignores what each piece costs, so the cheapest pieces that cover the demand
         are tried alone, doubling while they do not fit, within the budget. A narrower plan
         counts only with links as good as the wide one's: freeing two GPUs on separate NVLink
-        islands is not freeing an island."""
-        assert candidate.bound is not None
-        need, freed, count = candidate.bound.gpu_milli, 0, 0
+        islands is not freeing an island. ``need``: the GPU milli missing after the free ones."""
+        freed, count = 0, 0
         for piece in upto:
             if freed >= need and count:
                 break
