@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from gpusched.api.crds import GroupPhase
+from gpusched.api.status import GroupPhase
 from gpusched.scheduler.status import Counts, pod_group_phase
 from tests.chaos.sim import GPUS_ANNOTATION, GROUP_LABEL, Body, Replica, World, _finished, _key
 

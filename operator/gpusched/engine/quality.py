@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpusched.api.k8s import Toleration
+from gpusched.api.selectors import Toleration
 from gpusched.engine.domains import copies
 from gpusched.engine.fragmentation import fragmentation, free_matrix
 from gpusched.engine.nodes import FloatArray, IntArray

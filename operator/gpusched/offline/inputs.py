@@ -27,13 +27,13 @@ from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
-    materialize,
     parse_composite_pod_group,
     parse_pod_group,
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError, format_field_path
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
+from gpusched.api.materialize import materialize
 from gpusched.api.strict import check_pod_fields
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest

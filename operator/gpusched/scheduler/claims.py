@@ -41,13 +41,8 @@ from gpusched.api.dra import (
     parse_resource_slice,
 )
 from gpusched.api.errors import InvalidObjectError
-from gpusched.api.k8s import (
-    Node,
-    NodeSelectorRequirement,
-    NodeSelectorTerm,
-    NodeStatus,
-    Pod,
-)
+from gpusched.api.k8s import Node, NodeStatus, Pod
+from gpusched.api.selectors import NodeSelectorRequirement, NodeSelectorTerm
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuTopology, parse_topology_annotation
 from gpusched.engine.devices import (
     NVIDIA_DRIVER,

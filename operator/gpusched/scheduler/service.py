@@ -38,10 +38,10 @@ from gpusched.api.crds import (
     API_VERSION,
     DEFAULT_SCHEDULE_TIMEOUT_SECONDS,
     CompositePodGroup,
-    GroupStatus,
     PodGroup,
 )
 from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.api.status import GroupStatus
 from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.health import GpuSample

@@ -23,13 +23,13 @@ from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
     Workload,
-    materialize,
     parse_composite_pod_group,
     parse_pod_group,
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node, Pod, PodStatus, parse_node, parse_pod
+from gpusched.api.materialize import materialize
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
