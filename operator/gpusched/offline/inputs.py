@@ -34,6 +34,7 @@ from gpusched.api.crds import (
 from gpusched.api.errors import InvalidObjectError, format_field_path
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
 from gpusched.api.materialize import materialize
+from gpusched.api.priority import PriorityClass, parse_priority_class
 from gpusched.api.strict import check_pod_fields
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
@@ -79,10 +80,12 @@ class ClusterObjects:
     """Pod key → why it failed validation (lenient reading only: strict reading refuses)."""
     ignored: dict[str, int] = field(default_factory=dict)
     """Kinds we read past, with counts (Jobs, Namespaces, …)."""
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    """By name: what a group's ``priorityClassName`` resolves to."""
 
     def group_specs(self) -> dict[str, GroupSpec]:
         """Every group the engine is given, by key: the valid ones and the invalid ones."""
-        specs = {g.key: _spec(g) for g in self.groups}
+        specs = {g.key: _spec(g, self.priority_classes) for g in self.groups}
         specs.update({g.key: g for g in self.invalid_groups if g.key not in specs})
         return specs
 
@@ -97,10 +100,10 @@ class ClusterObjects:
         return found
 
 
-def _spec(group: PodGroup | CompositePodGroup) -> GroupSpec:
+def _spec(group: PodGroup | CompositePodGroup, classes: Mapping[str, PriorityClass]) -> GroupSpec:
     if isinstance(group, PodGroup):
-        return GroupSpec.from_pod_group(group)
-    return GroupSpec.from_composite(group)
+        return GroupSpec.from_pod_group(group, classes)
+    return GroupSpec.from_composite(group, classes)
 
 
 # ----- objects ---------------------------------------------------------------------------------
@@ -127,6 +130,9 @@ class _Reader:
             self._lenient(document, lambda: self._add_pod(document))
         elif kind in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
             self._add_group(GroupKind(kind), document)
+        elif kind == "PriorityClass":
+            found = parse_priority_class(document)  # a class read wrong would mislead: strict
+            objects.priority_classes[found.name] = found
         elif kind == "Workload":
             try:
                 self.materialised.extend(materialize(parse_workload(document)))

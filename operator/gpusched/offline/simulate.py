@@ -16,6 +16,7 @@ from gpusched.api.k8s import Pod
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.health import GpuSample
+from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -44,6 +45,9 @@ class Run:
     units asked for)."""
     ignored: dict[str, int] = field(default_factory=dict)
     """Kinds read past, and pending pods of other schedulers, with counts."""
+    preemptions: list[PreemptionPlan] = field(default_factory=list)
+    """For each root group left unschedulable, highest priority first: the lower-priority
+    pods whose eviction would make it fit, or why none would."""
     decisions: dict[str, GroupDecision] = field(init=False)
     bindings: dict[str, Binding] = field(init=False)
     failures: dict[str, PodFailure] = field(init=False)
@@ -64,6 +68,7 @@ def simulate(
     (``None``: no telemetry source); ``turns``: given the groups, the units (root group keys,
     keys of pods without a group) whose turn to keep a copy of the cluster at."""
     bound: dict[str, BoundPod] = {}
+    foreign: set[str] = set()
     pending: dict[str, PodRequest] = {}
     pods: dict[str, Pod] = {}
     ignored = dict(objects.ignored)
@@ -74,6 +79,8 @@ def simulate(
             continue
         if pod.spec.node_name:
             bound[pod.key] = BoundPod(read.request, pod.spec.node_name, read.gpus)
+            if pod.spec.scheduler_name != config.scheduler_name:
+                foreign.add(pod.key)
         elif pod.spec.scheduler_name == config.scheduler_name:
             pending[pod.key] = read.request
         else:
@@ -87,7 +94,9 @@ def simulate(
         if unit in wanted:
             kept[unit] = work.copy()
 
-    result = schedule(snapshot, list(pending.values()), list(specs.values()), observe)
+    requests, groups = list(pending.values()), list(specs.values())
+    result = schedule(snapshot, requests, groups, observe)
+    preemptions = plan_cycle(snapshot, result, requests, groups, (), frozenset(foreign))
     return Run(
         objects=objects,
         snapshot=snapshot,
@@ -98,6 +107,7 @@ def simulate(
         result=first_attempt(result),
         turns=kept,
         ignored=ignored,
+        preemptions=preemptions,
     )
 
 
