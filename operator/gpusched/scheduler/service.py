@@ -49,14 +49,11 @@ from gpusched.engine.result import Binding, GroupDecision, Phase, Reason, Schedu
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import GpuSample, SnapshotCache, build_snapshot
 from gpusched.scheduler import metrics, quality_metrics
-from gpusched.scheduler.claims import (
-    ClaimAllocator,
-    ClaimApi,
-    ClaimBook,
-    ClaimWrite,
-    View,
-    held_claims,
-)
+from gpusched.scheduler.dra.allocator import ClaimAllocator, ClaimWrite
+from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
+from gpusched.scheduler.dra.builder import DraView
+from gpusched.scheduler.dra.release import ClaimReleaser
+from gpusched.scheduler.dra.view import View, held_claims
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
@@ -187,7 +184,10 @@ class Scheduler:
         self._resync_due = False
         self._resyncing = False
         self.cycles = 0
-        self.claims = ClaimAllocator(ClaimBook(), claims, lambda: self.leading())
+        book = ClaimBook()
+        self.claims = ClaimAllocator(
+            book, DraView(book), ClaimReleaser(book, claims), claims, lambda: self.leading()
+        )
         """DRA: ResourceClaims allocated before binds, and read back as the GPU ledger."""
         self._view: View | None = None
 
@@ -449,7 +449,7 @@ class Scheduler:
         result = await asyncio.to_thread(schedule, snapshot, view.ready, groups)
         view.amend(result)
         for claim, uid, version in view.stale:
-            self.spawn(self.claims.release_stale(claim, uid, version))
+            self.spawn(self.claims.releaser.release_stale(claim, uid, version))
         for mismatch in view.mismatches:
             if (record := self.state.pods.get(mismatch.pod)) is not None:
                 self.recorder.record(
@@ -664,7 +664,9 @@ class Scheduler:
         """As kube-scheduler's Unreserve: a refused bind gives its pod's claims back."""
         record = self.state.pods.get(key)
         if record is not None:
-            self.spawn(self.claims.release_pod(key, reservation.uid, held_claims(record.pod)))
+            self.spawn(
+                self.claims.releaser.release_pod(key, reservation.uid, held_claims(record.pod))
+            )
 
     def _retry(
         self,
