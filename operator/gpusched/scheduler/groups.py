@@ -17,6 +17,7 @@ from gpusched.api.crds import (
 )
 from gpusched.api.errors import InvalidObjectError
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.request import PodRequest
 from gpusched.scheduler.records import generation_of, mapping, metadata_of, name_of, namespace_of
 
 Group = PodGroup | CompositePodGroup
@@ -154,6 +155,12 @@ class GroupBook:
             key = record.spec.parent
             record = self.groups.get(key)
         return key
+
+    def root_of_request(self, request: PodRequest) -> str:
+        """The key of the root group a pod belongs to (its own key when it has no group)."""
+        if request.group is None:
+            return request.key
+        return self.root_of(f"{request.namespace}/{request.group}")
 
     def _changed(self, *, capacity: bool) -> None:
         """A change that could alter a scheduling decision (`ClusterState` counts them)."""
