@@ -630,3 +630,24 @@ async def test_a_restarted_watch_drops_pods_deleted_while_it_was_down_at_once() 
     await run_cycle(scheduler)  # and the decision it allows
     assert "default/ghost" not in scheduler.state.pods
     assert bound_to(api) == {"default/fresh": "a"}
+
+
+@pytest.mark.asyncio
+async def test_a_foreign_pod_landing_before_the_bind_goes_out_stops_the_bind() -> None:
+    # Node a, 4 GPUs; p asks for all four and is decided. Before its bind is sent, x (another
+    # scheduler's 2-GPU pod) is bound onto a: sending would put 6 GPUs on a node of 4.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=4))
+    scheduler.state.upsert_pod(pod("p", 4))
+    await scheduler.cycle()
+    assert list(scheduler.state.reservations) == ["default/p"]
+    scheduler.state.upsert_pod(pod("x", 2, node_name="a", scheduler="default-scheduler"))
+    await scheduler.settle()
+    assert api.binds == []
+    assert scheduler.state.reservations == {}
+    assert [r.key for r in scheduler.state.pending()] == ["default/p"]
+    scheduler.state.delete_pod("default/x", "uid-x")  # x finishes: the room is p's again
+    clock.now += 1.0
+    await run_cycle(scheduler)
+    assert api.binds == [("default/p", "a", {"gpusched.io/gpus": "0,1,2,3"})]

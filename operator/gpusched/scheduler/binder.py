@@ -201,6 +201,11 @@ class Binder:
             try:
                 if not fence():  # early out; the client asks again as the request goes out
                     raise FencedError(f"bind of {key}")
+                if self.state.overcommits(key, reservation):
+                    # Another scheduler's pod landed on this node between the decision and
+                    # now (the wait for a slot included): sending would over-commit it.
+                    self._room_taken(key, reservation, root)
+                    return
                 await self.api.bind(ref, reservation.node, annotations, fence)
                 error = None
             except ApiError as failure:
@@ -314,15 +319,24 @@ class Binder:
         elif (body.get("spec") or {}).get("nodeName"):
             self.state.upsert_pod(body)
         elif self.state.taken_by_others(key, reservation):
-            # Another scheduler's pod landed in this room while the bind was retried: the
-            # node cannot take this pod now, so it is placed afresh (in its gang's domain).
-            logger.warning("%s: its GPUs on %s were taken meanwhile", key, reservation.node)
+            self._room_taken(key, reservation, retry.root)
+            return
         else:
             self._binding[retry.root].add(key)
             await self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
             return
         self.state.release(key, reservation)  # no-op unless the body was older than ours
         self._bind_over(key, retry.root)
+        self.background.wake()
+
+    def _room_taken(self, key: str, reservation: Reservation, root: str) -> None:
+        """Another scheduler's pod landed in this room before the bind went out: the node
+        cannot take this pod now, so it is placed afresh (in its gang's domain)."""
+        logger.warning("%s: its GPUs on %s were taken meanwhile", key, reservation.node)
+        metrics.BINDS.labels("room-taken").inc()
+        self.state.release(key, reservation)
+        self._release_claims(key, reservation)
+        self._bind_over(key, root)
         self.background.wake()
 
     def _gang_done(self, root: str) -> None:

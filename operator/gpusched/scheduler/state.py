@@ -277,17 +277,29 @@ class ClusterState(GroupBook):
     def taken_by_others(self, key: str, reservation: Reservation) -> bool:
         """Whether another pod now holds (or is assumed to hold) GPUs of ``reservation``, or
         the node's GPUs are all held without it."""
-        node, mine = reservation.node, set(reservation.gpus)
-        held = 0
+        mine = set(reservation.gpus)
+        for seen in self._others_on(key, reservation.node):
+            if mine & set(seen.gpus or ()):
+                return True
+        return self.overcommits(key, reservation)
+
+    def overcommits(self, key: str, reservation: Reservation) -> bool:
+        """Whether the node's device-plugin GPUs would be over-committed by count with
+        ``reservation`` beside every other pod bound there now (whatever GPUs each holds).
+
+        Only device-plugin GPUs (allocatable nvidia.com/gpu) are counted: a node whose GPUs
+        come from ResourceSlices advertises none, and its devices are held only through
+        claims, which the claim ledger accounts for."""
+        count = self._gpu_count(reservation.node)
+        held = sum(seen.pod.gpus for seen in self._others_on(key, reservation.node))
+        return bool(reservation.gpus) and count > 0 and held + len(reservation.gpus) > count
+
+    def _others_on(self, key: str, node: str) -> Iterator[BoundPod]:
         pinned = self._pinned()
         for record in self.pods.values():
             seen = pinned.get(record.uid, record.holding)
-            if seen is None or seen.node != node or record.key == key:
-                continue
-            held += seen.pod.gpus
-            if mine & set(seen.gpus or ()):
-                return True
-        return bool(mine) and held + len(mine) > self._gpu_count(node)
+            if seen is not None and seen.node == node and record.key != key:
+                yield seen
 
     # ----- the ledger ------------------------------------------------------------------------
 
