@@ -16,9 +16,8 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from gpusched.api.config import BIND_TIMEOUT_SECONDS, OperatorConfig
+from gpusched.api.config import OperatorConfig
 from gpusched.api.k8s import GPUS_ANNOTATION
 from gpusched.engine.result import Binding
 from gpusched.scheduler import metrics
@@ -33,6 +32,7 @@ from gpusched.scheduler.records import Reservation
 from gpusched.scheduler.refs import reserved_ref
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.unknown import Retry, UnknownBinds, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -46,18 +46,6 @@ Member = tuple[str, Reservation, list[ClaimWrite] | str]
 cannot be made)."""
 
 
-@dataclass(slots=True)
-class _Retry:
-    """A bind to send again (or, with ``read_first``, a pod to read back first)."""
-
-    ref: ObjectRef
-    reservation: Reservation
-    root: str
-    attempts: int
-    next_try: float
-    read_first: bool = False
-
-
 class Binder:
     def __init__(
         self,
@@ -68,6 +56,7 @@ class Binder:
         events: EventRecorder,
         backoff: Backoff,
         leadership: Leadership,
+        unknown: UnknownBinds,
         clock: Clock,
         background: Background,
     ) -> None:
@@ -78,15 +67,12 @@ class Binder:
         self.events = events
         self.backoff = backoff
         self.leadership = leadership
+        self.unknown = unknown
         self.clock = clock
         self.background = background
         self._slots = asyncio.Semaphore(settings.bind_concurrency)
         self._binding: dict[str, set[str]] = defaultdict(set)
         """Root key → pods whose bind is in flight (for the gang latency metric)."""
-        self._retries: dict[str, _Retry] = {}
-        """Reserved pods whose bind failed without a final answer: sent again when due."""
-        self._sent_at: dict[str, float] = {}
-        """When the latest bind of each reserved pod went out (our clock)."""
 
     # ----- events from the loop ----------------------------------------------------------------
 
@@ -115,51 +101,19 @@ class Binder:
         return placed
 
     def resend(self, now: float, term: int) -> None:
-        """Sends the binds due again; drops those the watch has settled, and releases the
-        room of those whose node is gone (the pod is then placed afresh)."""
-        for key, retry in list(self._retries.items()):
-            reservation = retry.reservation
-            if self.state.reservations.get(key) is not reservation:
-                del self._retries[key]
-                self._bind_over(key, retry.root)
-            elif reservation.node not in self.state.nodes:
-                del self._retries[key]
-                self.state.release(key, reservation)
-                self._bind_over(key, retry.root)
-            elif retry.next_try <= now:
-                del self._retries[key]
-                self._binding[retry.root].add(key)
-                if retry.read_first or self.state.taken_by_others(key, reservation):
-                    self.background.spawn(self._read_back(key, retry, term))
-                else:
-                    work = self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
-                    self.background.spawn(work)
-
-    def adopt(self) -> None:
-        """Reservations left from an earlier term are binds whose outcome was unknown. The
-        fresh list shows most of them bound (dropped by `ClusterState.upsert_pod`) or gone.
-        One still pending whose last bind went out more than the bind timeout ago can no
-        longer land (the server commits a write within that, or never), so its room is
-        released: another leader may have promised it since. One sent more recently is
-        read back and sent again, unless another pod holds its GPUs now."""
-        now = self.clock()
-        for key, reservation in list(self.state.reservations.items()):
-            sent = self._sent_at.get(key, float("-inf"))
-            if now - sent > BIND_TIMEOUT_SECONDS or self.state.taken_by_others(key, reservation):
-                self._retries.pop(key, None)
-                self.state.release(key, reservation)
-            elif key not in self._retries:
-                root = self.state.root_of_request(reservation.request)
-                ref = reserved_ref(key, reservation)
-                self._retries[key] = _Retry(ref, reservation, root, 1, now, read_first=True)
-
-    def next_tries(self) -> list[float]:
-        """When each bind waiting to be sent again is due."""
-        return [retry.next_try for retry in self._retries.values()]
-
-    def retrying(self, key: str) -> bool:
-        """Whether the bind of pod ``key`` waits to be sent again."""
-        return key in self._retries
+        """Sends the binds due again (see `UnknownBinds.take`)."""
+        ended, due = self.unknown.take(now)
+        for key, root in ended:
+            self._bind_over(key, root)
+        for key, retry in due:
+            self._binding[retry.root].add(key)
+            if retry.read_first or self.state.taken_by_others(key, retry.reservation):
+                self.background.spawn(self._verify(key, retry, term))
+            else:
+                work = self._bind(
+                    key, retry.ref, retry.reservation, retry.root, term, retry.attempts
+                )
+                self.background.spawn(work)
 
     # ----- sending ----------------------------------------------------------------------------
 
@@ -197,7 +151,7 @@ class Binder:
         fence = self.leadership.fence(term)
         async with self._slots:
             started = self.clock()
-            self._sent_at[key] = started
+            self.unknown.sent(key, started)
             try:
                 if not fence():  # early out; the client asks again as the request goes out
                     raise FencedError(f"bind of {key}")
@@ -227,7 +181,7 @@ class Binder:
         self._bind_over(key, root)
 
     def _bind_over(self, key: str, root: str) -> None:
-        self._sent_at.pop(key, None)
+        self.unknown.over(key)
         in_flight = self._binding.get(root)
         if in_flight is not None:
             in_flight.discard(key)
@@ -291,43 +245,27 @@ class Binder:
         read_first: bool,
         at_once: bool = False,
     ) -> None:
-        if self.state.reservations.get(key) is not reservation:
-            self._bind_over(key, root)
-            return  # the watch showed the pod bound, replaced or gone meanwhile
-        delay = self.backoff.delay(attempt)
-        if at_once:
-            delay = 0.0  # a GET costs little, and its answer decides what comes next
-        self._retries[key] = _Retry(
-            ref, reservation, root, attempt + 1, self.clock() + delay, read_first
+        kept = self.unknown.keep(
+            key, ref, reservation, root, attempt, read_first=read_first, at_once=at_once
         )
+        if not kept:
+            self._bind_over(key, root)  # the watch settled it meanwhile
 
-    async def _read_back(self, key: str, retry: _Retry, term: int) -> None:
-        """After a 404 or 409, a leadership change, or when another pod took the room: what
-        the pod is now decides. Gone or replaced: the room is released. Bound: the pod itself
-        says where, from now on. Still pending: the same bind is sent again, unless its GPUs
-        are held by another pod now (then released)."""
+    async def _verify(self, key: str, retry: Retry, term: int) -> None:
+        """Reads the pod back, and acts on what it says (see `UnknownBinds.read_back`)."""
         reservation = retry.reservation
-        try:
-            body = await self.api.get_pod(retry.ref)
-        except ApiError:
+        verdict = await self.unknown.read_back(key, retry)
+        if verdict is Verdict.UNREAD:
             self._retry(key, retry.ref, reservation, retry.root, retry.attempts, read_first=True)
-            return
-        if body is None:
-            self.state.delete_pod(key, reservation.uid)
-        elif (body.get("metadata") or {}).get("uid") != reservation.uid:
-            self.state.release(key, reservation)
-        elif (body.get("spec") or {}).get("nodeName"):
-            self.state.upsert_pod(body)
-        elif self.state.taken_by_others(key, reservation):
+        elif verdict is Verdict.ROOM_TAKEN:
             self._room_taken(key, reservation, retry.root)
-            return
-        else:
+        elif verdict is Verdict.SEND:
             self._binding[retry.root].add(key)
             await self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
-            return
-        self.state.release(key, reservation)  # no-op unless the body was older than ours
-        self._bind_over(key, retry.root)
-        self.background.wake()
+        else:
+            self.state.release(key, reservation)  # no-op unless the body was older than ours
+            self._bind_over(key, retry.root)
+            self.background.wake()
 
     def _room_taken(self, key: str, reservation: Reservation, root: str) -> None:
         """Another scheduler's pod landed in this room before the bind went out: the node

@@ -24,6 +24,7 @@ from gpusched.scheduler.resync import RESYNC_SECONDS, Resync
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.unknown import UnknownBinds
 from gpusched.scheduler.workloads import Materializer
 
 
@@ -51,8 +52,9 @@ def build_scheduler(
     releaser = ClaimReleaser(book, claims)
     allocator = ClaimAllocator(book, DraView(book), releaser, claims, leadership.leading)
     backoff = Backoff(settings, lambda: state.capacity_generation)
+    unknown = UnknownBinds(state, api, backoff, clock)
     binder = Binder(
-        settings, state, api, allocator, recorder, backoff, leadership, clock, background
+        settings, state, api, allocator, recorder, backoff, leadership, unknown, clock, background
     )
     resync = Resync(state, api, allocator, clock, background, resync_seconds)
     loop = SchedulingLoop(
@@ -64,6 +66,7 @@ def build_scheduler(
         backoff,
         Decider(config, state, allocator, telemetry or (lambda: None), clock),
         binder,
+        unknown,
         releaser,
         reporter,
         clock,
@@ -77,7 +80,7 @@ def build_scheduler(
         leadership,
         resync,
         loop,
-        binder,
+        unknown,
         backoff,
         reporter,
         allocator,

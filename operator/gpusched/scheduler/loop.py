@@ -38,6 +38,7 @@ from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.unknown import UnknownBinds
 from gpusched.scheduler.workloads import Materializer
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class SchedulingLoop:
         backoff: Backoff,
         decider: Decider,
         binder: Binder,
+        unknown: UnknownBinds,
         releaser: ClaimReleaser,
         reporter: Reporter,
         clock: Clock,
@@ -67,6 +69,7 @@ class SchedulingLoop:
         self.backoff = backoff
         self.decider = decider
         self.binder = binder
+        self.unknown = unknown
         self.releaser = releaser
         self.reporter = reporter
         self.clock = clock
@@ -94,7 +97,7 @@ class SchedulingLoop:
             await self.background.cancel()
 
     async def _sleep_until_needed(self) -> None:
-        upcoming = self.backoff.next_tries() + self.binder.next_tries()
+        upcoming = self.backoff.next_tries() + self.unknown.next_tries()
         due = min(upcoming, default=self.decider.next_measurement())
         await self.background.wait(due - self.clock())
         if self.settings.batch_window_seconds:

@@ -4,12 +4,13 @@ at once when a watch starts over, and one every ``RESYNC_SECONDS`` while it lead
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.ports import ApiError, ClusterApi
+from gpusched.scheduler.records import metadata_of, name_of, namespace_of, version_order
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
 
@@ -76,12 +77,12 @@ class Resync:
             return
         finally:
             self._running = False
-        gone = self.state.forget_missing(known, bodies)
-        gone += self.state.forget_missing_nodes(known_nodes, node_bodies)
+        gone = forget_missing(self.state, known, bodies)
+        gone += forget_missing_nodes(self.state, known_nodes, node_bodies)
         if gone:
             logger.info("deleted while a watch was down: %s", ", ".join(gone))
             self.background.wake()
-        if refreshed := self.state.refresh(bodies):
+        if refreshed := take_newer(self.state, bodies):
             logger.info("changed without a watch event reaching us: %s", ", ".join(refreshed))
             self.background.wake()
 
@@ -102,5 +103,51 @@ class Resync:
             self.state.upsert_pod(body)
         # Only pods known before the list was asked for can be missing from it for being
         # deleted: one the watch showed meanwhile may be newer than the list.
-        self.state.forget_missing(known, bodies)
+        forget_missing(self.state, known, bodies)
         self._resynced_at = self.clock()
+
+
+def take_newer(state: ClusterState, bodies: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Takes the listed versions of known pods that are newer than the ones we hold (a
+    watch event that never reached us), and returns their keys. Pods we do not know are
+    left to the watch."""
+    taken = []
+    for body in bodies:
+        key = f"{namespace_of(body)}/{name_of(body)}"
+        before = state.pods.get(key)
+        if before is None or version_order(body, before) <= 0:
+            continue
+        state.upsert_pod(body)
+        taken.append(key)
+    return taken
+
+
+def forget_missing(
+    state: ClusterState, known: Mapping[str, str], bodies: Iterable[Mapping[str, Any]]
+) -> list[str]:
+    """Deletes the pods of ``known`` (key → uid, taken before ``bodies`` was listed) that
+    the list no longer has, and returns their keys. A pod that appeared after ``known``
+    was taken may be missing from an older list, so only those are candidates."""
+    listed = {
+        (f"{namespace_of(b)}/{name_of(b)}", str(metadata_of(b).get("uid") or "")) for b in bodies
+    }
+    gone = [
+        key
+        for key, uid in known.items()
+        if (key, uid) not in listed and key in state.pods and state.pods[key].uid == uid
+    ]
+    for key in gone:
+        state.delete_pod(key, known[key])
+    return gone
+
+
+def forget_missing_nodes(
+    state: ClusterState, known: Iterable[str], bodies: Iterable[Mapping[str, Any]]
+) -> list[str]:
+    """Deletes the nodes of ``known`` (names taken before ``bodies`` was listed) that the
+    list no longer has, and returns their names."""
+    listed = {name_of(b) for b in bodies}
+    gone = sorted(n for n in known if n not in listed and n in state.nodes)
+    for name in gone:
+        state.delete_node(name)
+    return gone

@@ -6,7 +6,8 @@
 - `SchedulingLoop` (`loop`): the cycles — queue, decide, act, report.
 - `Leadership` (`leadership`): whether this replica may act, and in which term.
 - `Resync` (`resync`): the fresh lists that reconcile the cache with the API server.
-- `Binder` (`binder`): reserve, bind, and the binds whose outcome is unknown.
+- `Binder` (`binder`): reserve and bind.
+- `UnknownBinds` (`unknown`): binds whose outcome is unknown, read back and sent again.
 - `Backoff` (`backoff`): groups waiting after a failed attempt.
 - `Materializer` (`workloads`): the groups Workloads describe.
 - `Reporter` (`reporter`): status, Events and their outbox.
@@ -21,7 +22,6 @@ from typing import Any
 
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.backoff import Backoff
-from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.leadership import Leadership
@@ -31,6 +31,7 @@ from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.unknown import UnknownBinds
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Scheduler:
         leadership: Leadership,
         resync: Resync,
         loop: SchedulingLoop,
-        binder: Binder,
+        unknown: UnknownBinds,
         backoff: Backoff,
         reporter: Reporter,
         claims: ClaimAllocator,
@@ -61,7 +62,7 @@ class Scheduler:
         self.leadership = leadership
         self.resync = resync
         self.loop = loop
-        self.binder = binder
+        self.unknown = unknown
         self.backoff = backoff
         self.reporter = reporter
         self.claims = claims
@@ -109,7 +110,7 @@ class Scheduler:
     async def take_leadership(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
         """Reads the cluster afresh (``pods``: the list of every pod), then acts."""
         await self.resync.take_over(pods)
-        self.binder.adopt()
+        self.unknown.adopt()
         self.leadership.synced()
         self.wake()
 

@@ -108,7 +108,7 @@ class ClusterState(GroupBook):
             if version != before.version:
                 self.pods[key] = replace(before, version=version)
             return
-        record = self._pod_record(key, body)
+        record = _pod_record(key, body, self.scheduler_name)
         if record is None:
             self.delete_pod(key)
             return
@@ -152,91 +152,6 @@ class ClusterState(GroupBook):
         self.gone.move_to_end(uid)
         while len(self.gone) > MAX_GONE_UIDS:
             self.gone.popitem(last=False)
-
-    def _pod_record(self, key: str, body: Mapping[str, Any]) -> PodRecord | None:
-        uid = str(metadata_of(body).get("uid") or "")
-        try:
-            pod = parse_pod(body)
-        except InvalidObjectError as error:
-            spec = mapping(body.get("spec"))
-            if spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName"):
-                # Ours and pending: keep a stub so the pod gets an Event naming the field.
-                stub = _invalid_pod(key, uid, self.scheduler_name, str(error))
-                if stub is not None:
-                    return stub
-            logger.warning("ignoring pod %s: %s", key, error)
-            return None
-        try:
-            request = PodRequest.from_pod(pod)
-        except InvalidObjectError as error:
-            if pod.spec.node_name:
-                logger.warning("bound pod %s not counted: %s", key, error)
-            return PodRecord(pod, uid, None, None, str(error))
-        assigned = None
-        if pod.spec.node_name:
-            try:
-                assigned = pod.assigned_gpus()
-            except InvalidObjectError as error:
-                # Unknown indices: the engine assumes the highest free GPUs, and says so.
-                logger.warning("pod %s: %s", key, error)
-        holding = None
-        if pod.spec.node_name and not pod.is_terminal:
-            holding = BoundPod(request, pod.spec.node_name, assigned)
-        version = str(metadata_of(body).get("resourceVersion") or "")
-        return PodRecord(pod, uid, request, assigned, holding=holding, version=version)
-
-    def resync_pods(self, bodies: Iterable[Mapping[str, Any]]) -> None:
-        """Replaces every pod with a fresh list from the API (a new leader's first step)."""
-        seen = set()
-        for body in bodies:
-            self.upsert_pod(body)
-            seen.add(f"{namespace_of(body)}/{name_of(body)}")
-        for key in [k for k in self.pods if k not in seen]:
-            self.delete_pod(key)
-
-    def refresh(self, bodies: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Takes the listed versions of known pods that are newer than the ones we hold (a
-        watch event that never reached us), and returns their keys. Pods we do not know are
-        left to the watch."""
-        taken = []
-        for body in bodies:
-            key = f"{namespace_of(body)}/{name_of(body)}"
-            before = self.pods.get(key)
-            if before is None or version_order(body, before) <= 0:
-                continue
-            self.upsert_pod(body)
-            taken.append(key)
-        return taken
-
-    def forget_missing(
-        self, known: Mapping[str, str], bodies: Iterable[Mapping[str, Any]]
-    ) -> list[str]:
-        """Deletes the pods of ``known`` (key → uid, taken before ``bodies`` was listed) that
-        the list no longer has, and returns their keys. A pod that appeared after ``known``
-        was taken may be missing from an older list, so only those are candidates."""
-        listed = {
-            (f"{namespace_of(b)}/{name_of(b)}", str(metadata_of(b).get("uid") or ""))
-            for b in bodies
-        }
-        gone = [
-            key
-            for key, uid in known.items()
-            if (key, uid) not in listed and key in self.pods and self.pods[key].uid == uid
-        ]
-        for key in gone:
-            self.delete_pod(key, known[key])
-        return gone
-
-    def forget_missing_nodes(
-        self, known: Iterable[str], bodies: Iterable[Mapping[str, Any]]
-    ) -> list[str]:
-        """Deletes the nodes of ``known`` (names taken before ``bodies`` was listed) that the
-        list no longer has, and returns their names."""
-        listed = {name_of(b) for b in bodies}
-        gone = sorted(n for n in known if n not in listed and n in self.nodes)
-        for name in gone:
-            self.delete_node(name)
-        return gone
 
     def pending(self) -> list[PodRecord]:
         """Our pods waiting for a node: not bound, not reserved, not finished or deleting."""
@@ -362,6 +277,40 @@ class ClusterState(GroupBook):
         self.generation += 1
         if capacity:
             self.capacity_generation += 1
+
+
+def _pod_record(key: str, body: Mapping[str, Any], scheduler_name: str) -> PodRecord | None:
+    """The record of a pod body (None: not a pod we can use; a stub when it is ours)."""
+    uid = str(metadata_of(body).get("uid") or "")
+    try:
+        pod = parse_pod(body)
+    except InvalidObjectError as error:
+        spec = mapping(body.get("spec"))
+        if spec.get("schedulerName") == scheduler_name and not spec.get("nodeName"):
+            # Ours and pending: keep a stub so the pod gets an Event naming the field.
+            stub = _invalid_pod(key, uid, scheduler_name, str(error))
+            if stub is not None:
+                return stub
+        logger.warning("ignoring pod %s: %s", key, error)
+        return None
+    try:
+        request = PodRequest.from_pod(pod)
+    except InvalidObjectError as error:
+        if pod.spec.node_name:
+            logger.warning("bound pod %s not counted: %s", key, error)
+        return PodRecord(pod, uid, None, None, str(error))
+    assigned = None
+    if pod.spec.node_name:
+        try:
+            assigned = pod.assigned_gpus()
+        except InvalidObjectError as error:
+            # Unknown indices: the engine assumes the highest free GPUs, and says so.
+            logger.warning("pod %s: %s", key, error)
+    holding = None
+    if pod.spec.node_name and not pod.is_terminal:
+        holding = BoundPod(request, pod.spec.node_name, assigned)
+    version = str(metadata_of(body).get("resourceVersion") or "")
+    return PodRecord(pod, uid, request, assigned, holding=holding, version=version)
 
 
 def _invalid_pod(key: str, uid: str, scheduler: str, error: str) -> PodRecord | None:
