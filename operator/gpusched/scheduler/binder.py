@@ -224,7 +224,11 @@ class Binder:
             f"Binding rejected: {error.message} (sent again, same node and GPUs)",
         )
         answered = error.status in (404, 409)
-        self._retry(key, ref, reservation, root, attempt, read_first=answered, at_once=answered)
+        kept = self.unknown.keep(
+            key, ref, reservation, root, attempt, read_first=answered, at_once=answered
+        )
+        if not kept:
+            self._bind_over(key, root)  # the watch settled it meanwhile
 
     def _release_claims(self, key: str, reservation: Reservation) -> None:
         """As kube-scheduler's Unreserve: a refused bind gives its pod's claims back."""
@@ -234,29 +238,16 @@ class Binder:
                 self.claims.releaser.release_pod(key, reservation.uid, held_claims(record.pod))
             )
 
-    def _retry(
-        self,
-        key: str,
-        ref: ObjectRef,
-        reservation: Reservation,
-        root: str,
-        attempt: int,
-        *,
-        read_first: bool,
-        at_once: bool = False,
-    ) -> None:
-        kept = self.unknown.keep(
-            key, ref, reservation, root, attempt, read_first=read_first, at_once=at_once
-        )
-        if not kept:
-            self._bind_over(key, root)  # the watch settled it meanwhile
-
     async def _verify(self, key: str, retry: Retry, term: int) -> None:
         """Reads the pod back, and acts on what it says (see `UnknownBinds.read_back`)."""
         reservation = retry.reservation
         verdict = await self.unknown.read_back(key, retry)
         if verdict is Verdict.UNREAD:
-            self._retry(key, retry.ref, reservation, retry.root, retry.attempts, read_first=True)
+            kept = self.unknown.keep(
+                key, retry.ref, reservation, retry.root, retry.attempts, read_first=True
+            )
+            if not kept:
+                self._bind_over(key, retry.root)  # the watch settled it meanwhile
         elif verdict is Verdict.ROOM_TAKEN:
             self._room_taken(key, reservation, retry.root)
         elif verdict is Verdict.SEND:

@@ -15,6 +15,7 @@ from gpusched.api.dra import (
     parse_resource_slice,
 )
 from gpusched.api.errors import InvalidObjectError
+from gpusched.scheduler.records import name_of, namespace_of
 
 
 class ClaimApi(Protocol):
@@ -52,7 +53,7 @@ class ClaimBook:
     """Claims, slices and classes were listed afresh since this replica took the lead."""
 
     def upsert_slice(self, body: Mapping[str, Any]) -> None:
-        name = _name(body)
+        name = name_of(body)
         try:
             self.slices[name] = parse_resource_slice(body)
             self.errors.pop(f"ResourceSlice {name}", None)
@@ -66,7 +67,7 @@ class ClaimBook:
         self.slices_generation += 1
 
     def upsert_class(self, body: Mapping[str, Any]) -> None:
-        name = _name(body)
+        name = name_of(body)
         try:
             self.classes[name] = parse_device_class(body)
         except InvalidObjectError as error:
@@ -77,7 +78,7 @@ class ClaimBook:
         self.classes.pop(name, None)
 
     def upsert_claim(self, body: Mapping[str, Any]) -> None:
-        key = f"{_namespace(body)}/{_name(body)}"
+        key = f"{namespace_of(body)}/{name_of(body)}"
         try:
             claim = parse_resource_claim(body)
         except InvalidObjectError as error:
@@ -116,11 +117,3 @@ class ClaimBook:
 def _version(claim: ResourceClaim) -> int:
     version = claim.metadata.resource_version
     return int(version) if version.isdigit() else 0
-
-
-def _name(body: Mapping[str, Any]) -> str:
-    return str((body.get("metadata") or {}).get("name") or "")
-
-
-def _namespace(body: Mapping[str, Any]) -> str:
-    return str((body.get("metadata") or {}).get("namespace") or "default")
