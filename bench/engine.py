@@ -46,21 +46,18 @@ import numpy as np
 import numpy.typing as npt
 
 import gpusched
+from gpusched.api.config import ScoringConfig
 from gpusched.api.k8s import Node, parse_node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuInfo, GpuTopology
+from gpusched.engine.build import SnapshotCache, build_snapshot, clear_topology_memo
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import (
-    BoundPod,
-    Snapshot,
-    SnapshotCache,
-    build_snapshot,
-    clear_topology_memo,
-)
-from gpusched.openb import PRODUCT_LABEL, load_nodes, load_pods
+from gpusched.engine.scoring import Scoring
+from gpusched.engine.snapshot import BoundPod, Snapshot
+from gpusched.offline.openb import PRODUCT_LABEL, load_nodes, load_pods
 
 HERE = Path(__file__).resolve().parent
 OPENB = HERE / "data" / "openb"
@@ -71,6 +68,8 @@ RACK = "topology.example.com/rack"
 A100 = "NVIDIA-A100-SXM4-80GB"
 DGX_NUMA = (0, 0, 1, 1, 2, 2, 3, 3)
 SEED = 20230710
+DEFAULT_SCORING = Scoring(ScoringConfig())
+"""What `pick_node` is scored by in benchmark 1: the default settings, no FGD workload."""
 
 TARGET_DECISIONS_PER_S = 5_000.0
 TARGET_GANG_P99_MS = 50.0
@@ -250,12 +249,13 @@ def machine_facts(pinning: str) -> dict[str, Any]:
 
 
 def openb_nodes() -> list[Node]:
-    """The 1,213 openb GPU nodes (see `gpusched.openb.load_nodes`)."""
+    """The 1,213 openb GPU nodes (see `gpusched.offline.openb.load_nodes`)."""
     return load_nodes(OPENB / "openb_node_list_gpu_node.csv")
 
 
 def openb_pods() -> list[PodRequest]:
-    """Every pod of openb_pod_list_default.csv in file order (see `gpusched.openb.load_pods`)."""
+    """Every pod of openb_pod_list_default.csv in file order (see
+    `gpusched.offline.openb.load_pods`)."""
     return load_pods(OPENB / "openb_pod_list_default.csv")
 
 
@@ -266,7 +266,7 @@ class Pick:
 
 
 def engine_pick(snapshot: Snapshot, pod: PodRequest) -> Pick | None:
-    choice = pick_node(snapshot, pod)
+    choice = pick_node(snapshot, pod, DEFAULT_SCORING)
     return None if choice is None else Pick(choice.node, choice.gpus)
 
 

@@ -13,8 +13,12 @@ See bench/README.md ("openb placement quality") for what it measures and the res
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from gpusched.commands.bench import main
 
+DATA = Path(__file__).resolve().parent / "data" / "openb"
+"""The trace files, beside this script (not shipped in the package: 8 MB)."""
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(data=DATA))

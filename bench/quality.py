@@ -41,9 +41,10 @@ from prometheus_client import CollectorRegistry
 
 from engine import dgx_nodes, half_full, machine_facts
 from gpusched.api.config import NumaPolicy, SchedulerConfig
+from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.gpuset import choose_gpus
 from gpusched.engine.quality import GANG_SIZES, measure
-from gpusched.engine.snapshot import Snapshot, SnapshotCache, build_snapshot
+from gpusched.engine.snapshot import Snapshot
 from gpusched.scheduler.quality_metrics import QualityMetrics
 
 TARGET_MS = 200.0

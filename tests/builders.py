@@ -18,10 +18,12 @@ from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Node, NodeSelectorTerm, Toleration, parse_node
 from gpusched.api.nvsmi import parse_topo_matrix
 from gpusched.api.topology import GpuInfo, GpuTopology
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, ScheduleResult
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot, build_snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 
 DATA = Path(__file__).parent / "data"
 ZONE = "topology.kubernetes.io/zone"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.simulate import InputError, read_config
+from gpusched.offline.inputs import InputError, read_config
 
 RUN_ARGS_VARIABLE = "GPUSCHED_RUN_ARGS"
 RETIRED_VARIABLES = {

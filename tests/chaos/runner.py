@@ -28,7 +28,7 @@ from typing import Any
 from unittest import mock
 
 from gpusched.api.config import SchedulerConfig, load_config
-from gpusched.engine.snapshot import GpuSample
+from gpusched.engine.health import GpuSample
 from gpusched.scheduler import decider
 from tests.builders import topology_annotation
 from tests.chaos import invariants

@@ -25,8 +25,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from gpusched.api.config import SchedulerConfig, load_config
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import build_snapshot
 from gpusched.telemetry.cache import TelemetryCache
 from gpusched.telemetry.series import METRICS
 from tests.builders import members, node, pending, placements

@@ -217,7 +217,7 @@ GROUP_STATUS = api.GroupStatus(
         api.Condition(
             type=api.CONDITION_SCHEDULED,
             status="False",
-            reason=api.REASON_UNSCHEDULABLE,
+            reason=api.Reason.UNSCHEDULABLE,
             message="no rack fits 4 pods",
             last_transition_time="2026-11-30T02:11:30.123456Z",
         )
@@ -227,7 +227,7 @@ GROUP_STATUS = api.GroupStatus(
     running=1,
     lastAttempt=api.LastAttempt(
         time="2026-11-30T02:11:30Z",
-        reason=api.REASON_UNSCHEDULABLE,
+        reason=api.Reason.UNSCHEDULABLE,
         message="0 of 4 racks fit",
         domains=["zone-a/rack-1: 2 of 4 pods fit"],
     ),

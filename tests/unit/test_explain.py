@@ -28,7 +28,7 @@ import yaml
 from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
 from gpusched.commands.explain import kubectl_main
-from gpusched.explain import Target
+from gpusched.offline.explain import Target
 from tests.builders import topology_annotation
 
 EXPECTED = Path(__file__).parent.parent / "data" / "explain"
@@ -435,10 +435,10 @@ def test_explain_prints_the_expected_text(
 
 
 def test_every_reason_code_of_the_engine_has_a_story() -> None:
-    from gpusched.engine.result import Reason
+    from gpusched.engine.result import ENGINE_REASONS
 
     texts = "\n".join(p.read_text() for p in EXPECTED.glob("*.txt"))
-    missing = [r.value for r in Reason if f"reason: {r.value}" not in texts]
+    missing = [r.value for r in ENGINE_REASONS if f"reason: {r.value}" not in texts]
     assert not missing, f"no explain story shows reason(s) {missing}"
 
 
@@ -453,9 +453,10 @@ def test_the_group_text_is_the_status_last_attempt(
     document = json.loads(capsys.readouterr().out)
     assert code == EXIT_OK
     from gpusched.api.config import SchedulerConfig
-    from gpusched.simulate import load, run
+    from gpusched.offline.inputs import load
+    from gpusched.offline.simulate import simulate
 
-    result = run(load([tmp_path / "c.yaml"]), SchedulerConfig()).result
+    result = simulate(load([tmp_path / "c.yaml"]), SchedulerConfig()).result
     decision = next(g for g in result.groups if g.name == "ml/big")
     group = document["groups"][0]
     assert group["decision"]["message"] == decision.message

@@ -19,15 +19,18 @@ import numpy as np
 import pytest
 
 from gpusched.api.k8s import Node
+from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.fit import feasible_nodes
-from gpusched.engine.fragmentation import cycle_workload, score, target_workload
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import Snapshot, SnapshotCache, build_snapshot
-from gpusched.openb import load_nodes, load_pods
+from gpusched.engine.scores import fragmentation_score
+from gpusched.engine.scoring import Scoring, cycle_workload
+from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import target_workload
+from gpusched.offline.openb import load_nodes, load_pods
 from tests.builders import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
 
 OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"
@@ -186,12 +189,12 @@ def test_the_fragmentation_score_is_the_same_with_and_without_cached_rows() -> N
     each time) equals the score on a cold copy, for every feasible node."""
     snapshot = build_snapshot(load_nodes(OPENB / "openb_node_list_gpu_node.csv")[:300])
     for step, request in enumerate(load_pods(OPENB / "openb_pod_list_default.csv")[:300]):
-        snapshot.workload = cycle_workload(snapshot, [request])
+        scoring = Scoring(snapshot.config.scoring, cycle_workload(snapshot, [request]))
         nodes = feasible_nodes(snapshot, request)
-        warm = score(snapshot, request, nodes, snapshot.workload)
-        cold = score(snapshot.copy(cold=True), request, nodes, snapshot.workload)
+        warm = fragmentation_score(snapshot, request, nodes, scoring)
+        cold = fragmentation_score(snapshot.copy(cold=True), request, nodes, scoring)
         assert np.array_equal(warm, cold), f"step {step}, {request.key}"
-        choice = pick_node(snapshot, request)
+        choice = pick_node(snapshot, request, scoring)
         if choice is not None:
             snapshot.assume(request, choice.node, choice.gpus)
 

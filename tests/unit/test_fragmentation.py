@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpusched.engine.fragmentation import TaskType, fragmentation, free_matrix, target_workload
-from gpusched.engine.snapshot import build_snapshot
-from gpusched.openb import load_nodes, load_pods
+from gpusched.engine.build import build_snapshot
+from gpusched.engine.fragmentation import fragmentation, free_matrix
+from gpusched.engine.workload import TaskType, target_workload
+from gpusched.offline.openb import load_nodes, load_pods
 from tests.builders import pod
 
 OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"

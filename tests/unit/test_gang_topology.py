@@ -16,12 +16,14 @@ from typing import Any
 import pytest
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.engine import wording
 from gpusched.engine.domains import root_domain, subdomains
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.planner import Planner
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.builders import (
     RACK,
@@ -414,7 +416,7 @@ def planner(snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[Gro
     by_group: dict[str, list[PodRequest]] = defaultdict(list)
     for p in pods:
         by_group[f"{p.namespace}/{p.group}"].append(p)
-    return Planner(snapshot.copy(), groups, by_group)
+    return Planner(snapshot.copy(), Scoring(snapshot.config.scoring), groups, by_group)
 
 
 def test_five_nodes_candidate_domains_per_level() -> None:
@@ -451,7 +453,7 @@ def test_five_nodes_candidate_domains_per_level() -> None:
 
 def _candidates(plan: Planner, group: GroupSpec, parent: Any) -> tuple[list[str], list[str]]:
     found = plan.candidates(group, parent)
-    return [d.name for d in found.domains], [line.full() for line in found.lines]
+    return [d.name for d in found.domains], [wording.full(line.done()) for line in found.lines]
 
 
 def test_five_nodes_placement() -> None:

@@ -1,5 +1,5 @@
 """Which nodes and GPUs a pod may get (`gpusched.engine.fit`, telemetry verdicts of
-`gpusched.engine.snapshot`, GPU choice through `schedule`).
+`gpusched.engine.health`, GPU choice through `schedule`).
 
 Coverage (node × request × telemetry):
 
@@ -26,10 +26,11 @@ import pytest
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import NodeSelectorTerm, Toleration
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.builders import PRODUCT, bound, cluster, messages, node, pod, topology_annotation
 
 TOPOLOGY = "gpusched.io/gpu-topology"

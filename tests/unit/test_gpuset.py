@@ -33,15 +33,8 @@ from hypothesis import strategies as st
 
 from gpusched.api.config import NumaPolicy
 from gpusched.api.topology import GpuInfo, GpuTopology, LinkTier, parse_link
-from gpusched.engine.gpuset import (
-    NVLINK_CAP,
-    GpuChoice,
-    NodeShape,
-    choose_gpus,
-    clear_caches,
-    link_cost,
-    worst_tier,
-)
+from gpusched.engine.gpuset import GpuChoice, choose_gpus, clear_caches
+from gpusched.engine.gpushape import NVLINK_CAP, NodeShape, link_cost, worst_tier
 
 BEST_EFFORT = NumaPolicy.BEST_EFFORT
 SINGLE = NumaPolicy.SINGLE_NUMA_NODE

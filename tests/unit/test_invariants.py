@@ -32,11 +32,13 @@ from hypothesis import strategies as st
 
 from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.api.k8s import Node
+from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot, build_snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.builders import KINDS, PRODUCT, RACK, ZONE, composite, gang, node, node_names, pod
 
 SETTINGS = settings(
@@ -460,13 +462,15 @@ def gang_problems(outcome: Outcome) -> list[str]:
 
 def _child_placed(outcome: Outcome, group: GroupSpec) -> bool:
     """Could the engine have counted ``group`` as placed? Yes if pods of it were bound now; a
-    PodGroup without pending pods counts when it is not waiting for pods; a CompositePodGroup
-    without new pods counts when enough of its own children do."""
+    PodGroup with no new pods counts when it is not waiting for pods and either has none
+    pending or is already running (pods bound: its pending ones wait beside them); a
+    CompositePodGroup without new pods counts when enough of its own children do."""
     if outcome.new_in(outcome.subtree(group)):
         return True
     if group.kind is GroupKind.POD_GROUP:
-        waiting = group.gang and len(outcome.bound_in([group])) < group.minimum
-        return not outcome.pending_in([group]) and not waiting
+        bound = len(outcome.bound_in([group]))
+        waiting = group.gang and bound < group.minimum
+        return not waiting and (bound > 0 or not outcome.pending_in([group]))
     placed = [c for c in outcome.children(group) if _child_placed(outcome, c)]
     return len(placed) >= group.minimum
 
@@ -756,7 +760,6 @@ def _state(snapshot: Snapshot) -> dict[str, Any]:
     state: dict[str, Any] = {name: getattr(snapshot, name).copy() for name in MUTABLE_ARRAYS}
     state["holdings"] = dict(snapshot.holdings)
     state["gpu_apps"] = copy.deepcopy(snapshot.gpu_apps)
-    state["workload"] = snapshot.workload
     return state
 
 

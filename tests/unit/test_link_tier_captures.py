@@ -20,7 +20,8 @@ from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.api.k8s import Node
 from gpusched.api.nvsmi import parse_topo_matrix
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuTopology, LinkTier
-from gpusched.engine.gpuset import NodeShape, choose_gpus, worst_tier
+from gpusched.engine.gpuset import choose_gpus
+from gpusched.engine.gpushape import NodeShape, worst_tier
 from gpusched.engine.schedule import schedule
 from tests.builders import DATA, bound, cluster, node, pod
 

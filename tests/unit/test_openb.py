@@ -1,6 +1,7 @@
-"""The openb replay (`gpusched.openb`, `gpusched bench openb`): the published protocol's pieces
-on small synthetic traces — arrivals (seeded shuffle, inflation to 130 %, thinning), the
-per-pod record, bad input named by row — and the command end to end on a tiny cluster.
+"""The openb replay (`gpusched.offline.openb`, `gpusched.offline.replay`, `gpusched bench
+openb`): the published protocol's pieces on small synthetic traces — arrivals (seeded shuffle,
+inflation to 130 %, thinning), the per-pod record, bad input named by row — and the command end
+to end on a tiny cluster.
 
 Coverage:
 
@@ -30,16 +31,14 @@ import pytest
 from gpusched.api.topology import parse_topology_annotation
 from gpusched.commands.bench import main
 from gpusched.engine import fragmentation
-from gpusched.openb import (
+from gpusched.offline.openb import (
     TraceError,
-    arrivals,
     load_nodes,
     load_trace,
     read_node_rows,
-    replay,
-    run,
     synthetic_topology,
 )
+from gpusched.offline.replay import arrivals, replay, run
 from tests.builders import pod
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
@@ -131,7 +130,7 @@ def test_replay_records_arrived_allocated_and_fragmented_per_pod(tmp_path: Path)
 
 
 def _config(policy: str) -> object:
-    from gpusched.openb import policy_config
+    from gpusched.offline.replay import policy_config
 
     return policy_config(policy, 42)
 
@@ -240,12 +239,14 @@ def test_a_pod_constrained_to_a_model_lands_only_on_it(tmp_path: Path) -> None:
 
 
 def _holdings(trace: object) -> list[object]:
+    from gpusched.api.config import ScoringConfig
     from gpusched.engine.pick import pick_node
+    from gpusched.engine.scoring import Scoring
 
     snapshot = trace.snapshot.copy()  # type: ignore[attr-defined]
     held = []
     for request in trace.pods:  # type: ignore[attr-defined]
-        choice = pick_node(snapshot, request)
+        choice = pick_node(snapshot, request, Scoring(ScoringConfig()))
         assert choice is not None, request.key
         held.append(snapshot.assume(request, choice.node, choice.gpus))
     return held

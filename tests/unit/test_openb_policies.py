@@ -29,7 +29,9 @@ from gpusched.api.config import SchedulerConfig, ShareGpu, load_config
 from gpusched.api.errors import InvalidObjectError
 from gpusched.engine import fragmentation, scores
 from gpusched.engine.pick import pick_node
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import target_workload
 from tests.builders import bound, cluster, node, pod
 
 OFF = {
@@ -50,7 +52,7 @@ def names(snapshot: Snapshot, count: int, config: SchedulerConfig, gpus: int = 1
     placed = []
     for i in range(count):
         request = pod(f"p{i}", gpus=gpus)
-        choice = pick_node(snapshot, request)
+        choice = pick_node(snapshot, request, Scoring(config.scoring))
         assert choice is not None, request.key
         snapshot.assume(request, choice.node, choice.gpus)
         placed.append(snapshot.nodes[choice.node].name)
@@ -145,7 +147,7 @@ SHAPES = [
     pod("s6", cpu=2000, milli=600),
     pod("c", cpu=16000),
 ]
-WORKLOAD = fragmentation.target_workload(SHAPES * 3)
+WORKLOAD = target_workload(SHAPES * 3)
 
 
 def direct(snapshot: Snapshot) -> tuple[np.ndarray, np.ndarray]:
@@ -164,7 +166,7 @@ def test_the_cache_stays_exact_through_assume_forget_and_rollback(
 ) -> None:
     snapshot = cluster(nodes=[node(n, "gpu8") for n in ("node-a", "node-b", "node-c")])
     snapshot.config = SchedulerConfig()
-    snapshot.workload = WORKLOAD
+    scoring = Scoring(snapshot.config.scoring, WORKLOAD)
     mark = snapshot.checkpoint()
     for i, (shape, undo, copy) in enumerate(steps):
         request = pod(
@@ -173,7 +175,7 @@ def test_the_cache_stays_exact_through_assume_forget_and_rollback(
             gpus=SHAPES[shape].gpus,
             milli=SHAPES[shape].gpu_milli,
         )
-        choice = pick_node(snapshot, request)
+        choice = pick_node(snapshot, request, scoring)
         if choice is not None:
             snapshot.assume(request, choice.node, choice.gpus)
         if undo:
@@ -214,12 +216,13 @@ def test_best_fit_and_least_fragmentation_choose_different_gpus_for_a_share() ->
         bound=[bound(pod("held", milli=600), "node-a", [0])]
         + [bound(pod(f"full{g}", gpus=1), "node-a", [g]) for g in (2, 3)],
     )
-    snapshot.workload = fragmentation.target_workload([pod("t", cpu=1000, milli=300)] * 4)
+    workload = target_workload([pod("t", cpu=1000, milli=300)] * 4)
     request = pod("p", cpu=1000, milli=300)
-    snapshot.config = only(fragmentationWeight=1000)
-    assert pick_node(snapshot, request).gpus == (0,)  # type: ignore[union-attr]
-    snapshot.config = only(fragmentationWeight=1000, fragmentationShareGpu="leastFragmentation")
-    assert pick_node(snapshot, request).gpus == (1,)  # type: ignore[union-attr]
+    best_fit = Scoring(only(fragmentationWeight=1000).scoring, workload)
+    assert pick_node(snapshot, request, best_fit).gpus == (0,)  # type: ignore[union-attr]
+    config = only(fragmentationWeight=1000, fragmentationShareGpu="leastFragmentation")
+    least = Scoring(config.scoring, workload)
+    assert pick_node(snapshot, request, least).gpus == (1,)  # type: ignore[union-attr]
 
 
 # ----- configuration -----------------------------------------------------------------------------

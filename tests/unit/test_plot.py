@@ -1,4 +1,4 @@
-"""Pictures (`gpusched.plot`): the PNG exists, is large enough, and shows what it claims.
+"""Pictures (`gpusched.offline.plot`): the PNG exists, is large enough, and shows what it claims.
 
 The checks read the PNG back and look for the colours the legend promises: each group's
 colour, the excluded-GPU colour, the hot frame, the NVLink bar. (The pictures were also looked
@@ -17,20 +17,22 @@ from matplotlib import image
 from gpusched.api.config import SchedulerConfig
 from gpusched.cli import main
 from gpusched.commands import EXIT_OK
+from gpusched.engine.build import _node_info
+from gpusched.engine.health import GpuSample
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import GpuSample, _node_info
-from gpusched.plot import (
+from gpusched.offline.inputs import SAMPLE_DIR, load
+from gpusched.offline.plot import (
     EXCLUDED_COLOUR,
     HOT_COLOUR,
     LOOSE_COLOUR,
     NVLINK_COLOUR,
     PlotSummary,
     nvlink_blocks,
-    plot_simulation,
+    plot_run,
     plot_snapshot,
     with_bindings,
 )
-from gpusched.simulate import SAMPLE_DIR, load, run
+from gpusched.offline.simulate import simulate
 from tests.builders import RACK, bound, cluster, gang, members, node, pod
 
 
@@ -137,9 +139,8 @@ def test_more_than_a_hundred_nodes_are_aggregated(tmp_path: Path) -> None:
 
 
 def test_the_sample_simulation_is_drawn_with_its_groups(tmp_path: Path) -> None:
-    objects = load([SAMPLE_DIR])
-    simulation = run(objects, SchedulerConfig())
-    summary = plot_simulation(objects, simulation, tmp_path / "sample.png")
+    run = simulate(load([SAMPLE_DIR]), SchedulerConfig())
+    summary = plot_run(run, tmp_path / "sample.png")
     assert "ml/train-workers" in summary.colours
     assert colour_count(pixels(tmp_path / "sample.png"), summary.colours["ml/train-workers"]) > 1000
 

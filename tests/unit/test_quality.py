@@ -25,7 +25,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.engine.fragmentation import TaskType
+from gpusched.engine.build import build_snapshot
+from gpusched.engine.health import GpuSample
 from gpusched.engine.quality import (
     CLUSTER_LEVEL,
     DomainQuality,
@@ -35,7 +36,8 @@ from gpusched.engine.quality import (
     measure,
 )
 from gpusched.engine.result import Binding
-from gpusched.engine.snapshot import GpuSample, Snapshot, build_snapshot
+from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import TaskType
 from gpusched.scheduler.quality_metrics import QualityMetrics
 from tests.builders import RACK, ZONE, bound, node, pod
 

@@ -16,7 +16,7 @@ import pytest
 
 from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
-from gpusched.engine.snapshot import GpuSample
+from gpusched.engine.health import GpuSample
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 from gpusched.scheduler.service import Scheduler

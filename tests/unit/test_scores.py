@@ -24,9 +24,10 @@ import pytest
 from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.engine import scores
 from gpusched.engine.gpuset import choose_gpus
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import BoundPod, GpuSample, Snapshot
+from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.builders import bound, cluster, node, placements, pod
 
 GI = 2**30
@@ -122,7 +123,10 @@ BINPACK_CASES = [
 @pytest.mark.parametrize("case", BINPACK_CASES, ids=lambda c: c.id)
 def test_binpack_score(case: BinpackCase) -> None:
     snapshot = seed_nodes(only(binpack=case.binpack))
-    got = scored(snapshot, scores.binpack(snapshot, case.pod, np.arange(len(snapshot.nodes))))
+    everyone = np.arange(len(snapshot.nodes))
+    got = scored(
+        snapshot, scores.binpack(snapshot, case.pod, everyone, snapshot.config.scoring.binpack)
+    )
     assert got == pytest.approx(case.want_scores), f"binpack {dict(case.binpack)}"
 
 
@@ -335,7 +339,7 @@ def test_gpu_dimensions(case: GpuCase) -> None:
         config=only(gpuWeight=1),
     )
     got = {
-        info.name: scores.gpu_dimensions(snapshot, case.pod, i, (0,))
+        info.name: scores.gpu_dimensions(snapshot, case.pod, i, (0,), snapshot.config.scoring.gpu)
         for i, info in enumerate(snapshot.nodes)
     }
     assert got == pytest.approx(case.want_scores)
@@ -375,6 +379,6 @@ RANGE_CASES = [
 def test_gpu_dimensions_stay_within_0_and_120(case: RangeCase) -> None:
     snapshot = cluster(nodes=[node("node-a")], bound=case.bound, config=only(gpuWeight=1))
     request = pod("p", gpus=len(case.gpus), app="llm")
-    got = scores.gpu_dimensions(snapshot, request, 0, case.gpus)
+    got = scores.gpu_dimensions(snapshot, request, 0, case.gpus, snapshot.config.scoring.gpu)
     assert got == pytest.approx(case.want)
     assert 0.0 <= got <= 120.0

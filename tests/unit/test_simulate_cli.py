@@ -1,4 +1,4 @@
-"""`gpusched simulate` end to end: YAML in, decisions out (DESIGN §5).
+"""`gpusched simulate` end to end: YAML in, decisions out.
 
 The embedded sample's stories are checked against the sample's own YAML (node labels, GPU
 links), so a changed sample fails here with a message saying which story broke. Bad input is a
@@ -25,7 +25,8 @@ import yaml
 from gpusched.api.config import SchedulerConfig
 from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
-from gpusched.simulate import SAMPLE_DIR, load, run
+from gpusched.offline.inputs import SAMPLE_DIR, load
+from gpusched.offline.simulate import simulate as run_engine
 
 RACK = "topology.example.com/rack"
 ZONE = "topology.kubernetes.io/zone"
@@ -71,7 +72,7 @@ def group(document: Mapping[str, Any], name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def sample() -> dict[str, Any]:
     """The sample's JSON document, computed once the way ``-o json`` computes it."""
-    result = run(load([SAMPLE_DIR]), SchedulerConfig()).result.to_dict()
+    result = run_engine(load([SAMPLE_DIR]), SchedulerConfig()).result.to_dict()
     document: dict[str, Any] = json.loads(json.dumps(result))
     return document
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.api.config import SchedulerConfig, TelemetryConfig, load_config
-from gpusched.engine.snapshot import GpuSample, gpu_verdict
+from gpusched.engine.health import GpuSample, gpu_verdict
 from gpusched.telemetry.exposition import parse_exposition
 from gpusched.telemetry.series import METRICS, SeriesIndex, SkipReason, TelemetryData
 

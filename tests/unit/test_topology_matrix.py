@@ -37,9 +37,10 @@ from typing import Any
 import pytest
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.engine.health import GpuSample
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import GpuSample, Snapshot
+from gpusched.engine.snapshot import Snapshot
 from tests.builders import (
     KINDS,
     RACK,

@@ -49,15 +49,31 @@ MAX_TEMPLATE_DEPTH = 8
 """Most levels of nested composite templates in one Workload. Real topologies have a handful
 of levels (zone > block > rack > node); a deeper tree is a mistake, not a topology."""
 
-# The condition every group carries and the reasons it may have (DESIGN.md §2).
+# The condition every group carries; `Reason` holds the reasons it may have.
 CONDITION_SCHEDULED = "PodGroupScheduled"
-REASON_SCHEDULED = "Scheduled"
-REASON_UNSCHEDULABLE = "Unschedulable"
-REASON_INVALID = "Invalid"
-REASON_SCHEDULER_ERROR = "SchedulerError"
-REASON_TIMEOUT = "Timeout"
-REASON_WAITING_FOR_PODS = "WaitingForPods"
 CONDITION_MATERIALIZED = "Materialized"
+
+
+class Reason(StrEnum):
+    """Reason codes of the ``PodGroupScheduled`` condition, of pending pods and of Events: the
+    engine decides some, the scheduling service the others."""
+
+    SCHEDULED = "Scheduled"
+    UNSCHEDULABLE = "Unschedulable"
+    INVALID = "Invalid"
+    WAITING_FOR_PODS = "WaitingForPods"
+    """A gang has fewer pods (or a CompositePodGroup fewer child groups) than its minimum."""
+    SCHEDULING_GATED = "SchedulingGated"
+    """A pod with ``spec.schedulingGates`` left: not placed, not counted toward its gang, until
+    every gate is removed (Kubernetes' own reason for its ``PodScheduled=False`` condition)."""
+    SCHEDULER_ERROR = "SchedulerError"
+    TIMEOUT = "Timeout"
+    """A group waited longer than its schedule timeout for a complete placement."""
+    BINDING = "Binding"
+    """A gang below its minCount has pods bound and binds of the rest in flight or retried."""
+    DEGRADED = "Degraded"
+    """A gang below its minCount has pods bound and the rest waiting to be placed again (their
+    room was lost: a refused bind, a node gone, a pod re-created); it is placed first."""
 
 
 # --- names ------------------------------------------------------------------------------------

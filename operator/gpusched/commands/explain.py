@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from gpusched.commands import (
     EXIT_BAD_INPUT,
@@ -15,11 +15,6 @@ from gpusched.commands import (
     register_all,
     write_output,
 )
-
-if TYPE_CHECKING:
-    from gpusched.api.config import SchedulerConfig
-    from gpusched.engine.snapshot import GpuSample
-    from gpusched.explain import Cluster
 
 EXIT_UNREACHABLE = 1
 """The live cluster could not be read."""
@@ -70,29 +65,28 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gpusched.commands.simulate import read_metrics
-    from gpusched.explain import ExplainError, Target, decide, explain
-    from gpusched.simulate import InputError, read_config
+    from gpusched.offline.explain import ExplainError, Target, explain_target
+    from gpusched.offline.inputs import InputError, load, read_config, read_metrics
+    from gpusched.offline.live import UnreachableError, read_cluster, read_prometheus
 
     try:
         target = Target.parse(args.target, args.namespace)
         config = read_config(args.config)
-        cluster = _read_cluster(args)
-        metrics = read_metrics(args.metrics, cluster.objects, config)
+        objects = load(args.paths) if args.paths else read_cluster(args.kubeconfig)
+        metrics = read_metrics(args.metrics, objects, config)
         telemetry = metrics.samples if metrics is not None else None
         if telemetry is None and not args.paths:
-            telemetry = _read_prometheus(cluster, config)
-        run = decide(cluster, config, telemetry)
-        explanation = explain(run, cluster, target)
+            telemetry = read_prometheus(objects, config)
+        run, explanation = explain_target(objects, config, telemetry, target)
     except (ExplainError, InputError) as error:
         print(f"gpusched explain: {error}", file=err)
         return EXIT_BAD_INPUT
-    except _UnreachableError as error:
+    except UnreachableError as error:
         print(f"gpusched explain: cannot read the cluster: {error}", file=err)
         return EXIT_UNREACHABLE
     write_output(args.output, explanation.to_dict(), explanation.render(), out)
     if args.plot is not None:
-        from gpusched.plot import PlotError, plot_run
+        from gpusched.offline.plot import PlotError, plot_run
 
         try:
             plot_run(run, args.plot, highlight=explanation.highlight, title=explanation.headline)
@@ -100,77 +94,6 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"gpusched explain: {error}", file=err)
             return EXIT_BAD_INPUT
     return EXIT_OK
-
-
-class _UnreachableError(Exception):
-    pass
-
-
-def _read_cluster(args: argparse.Namespace) -> Cluster:
-    from gpusched.explain import from_documents, from_objects
-    from gpusched.simulate import load
-
-    if args.paths:
-        return from_objects(load(args.paths))
-    _check_credentials(args.kubeconfig)
-    import asyncio
-
-    from gpusched.k8s.reader import list_cluster
-    from gpusched.scheduler.ports import ApiError
-
-    try:
-        documents = asyncio.run(list_cluster(args.kubeconfig))
-    except ApiError as error:
-        raise _UnreachableError(str(error)) from None
-    except Exception as error:  # a kubeconfig that cannot be read or used
-        raise _UnreachableError(f"{type(error).__name__}: {error}") from None
-    return from_documents(documents)
-
-
-def _check_credentials(kubeconfig: str | None) -> None:
-    """Says plainly that there is no cluster to read, where the Kubernetes client would raise
-    "ConfigException: Invalid kube-config file. No configuration found." (the same places
-    `gpusched.k8s.client.load_configuration` looks, in its order)."""
-    import os
-
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return  # in a pod: the service account's credentials
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    if any(Path(p).is_file() for p in path.split(os.pathsep) if p):
-        return
-    if kubeconfig:
-        where = f"--kubeconfig {path} does not exist"
-    elif os.environ.get("KUBECONFIG"):
-        where = f"$KUBECONFIG names {path}, which does not exist"
-    else:
-        where = f"no --kubeconfig, no $KUBECONFIG, no {path}, and not running in a pod"
-    raise _UnreachableError(
-        f"{where}; pass --kubeconfig FILE, or -f PATH to explain snapshot files instead"
-    )
-
-
-def _read_prometheus(
-    cluster: Cluster, config: SchedulerConfig
-) -> Mapping[tuple[str, int], GpuSample] | None:
-    """For a live cluster, telemetry as the operator reads it, when the config names a
-    Prometheus (one query; a failed one leaves every GPU unknown, as in the operator)."""
-    if not config.telemetry.prometheus.url:
-        return None
-    import asyncio
-
-    from gpusched.telemetry.cache import TelemetryCache
-
-    known = {n.name for n in cluster.objects.nodes}
-    cache = TelemetryCache(config.telemetry, known_nodes=lambda: known, registry=None)
-
-    async def once() -> Mapping[tuple[str, int], GpuSample] | None:
-        try:
-            await cache.refresh()
-            return cache.samples()
-        finally:
-            await cache.stop()
-
-    return asyncio.run(once())
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:

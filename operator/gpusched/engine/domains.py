@@ -12,8 +12,9 @@ import numpy as np
 
 from gpusched.api.config import NumaPolicy
 from gpusched.engine.fit import static_mask
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

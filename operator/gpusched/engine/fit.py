@@ -14,8 +14,9 @@ import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.api.k8s import first_untolerated_taint, required_terms_match
+from gpusched.engine.nodes import BoolArray, IntArray, NodeInfo
 from gpusched.engine.request import PodRequest
-from gpusched.engine.snapshot import BoolArray, IntArray, NodeInfo, Snapshot
+from gpusched.engine.snapshot import Snapshot
 
 
 def static_mask(snapshot: Snapshot, pod: PodRequest) -> BoolArray:

@@ -22,70 +22,17 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from gpusched.api.config import ShareGpu
-from gpusched.api.k8s import NodeSelectorTerm
 from gpusched.engine.fit import static_mask
+from gpusched.engine.nodes import BoolArray, FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.snapshot import BoolArray, FloatArray, IntArray, Snapshot
-from gpusched.engine.workload import TaskCounts, TaskKey
-
-COVERAGE = 0.95
-"""Task types are taken, most frequent first, until they cover this share of pods (FGD's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskType:
-    cpu_milli: int
-    gpu_milli: int
-    """Per GPU: 1000 for whole-GPU tasks, the share for sharing tasks, 0 for CPU-only."""
-    gpus: int
-    weight: float
-    required_terms: tuple[NodeSelectorTerm, ...] | None = None
-    """Required node affinity of the task's pods (e.g. the GPU models it may use); ``None``:
-    any node."""
-
-
-def target_workload(pods: Iterable[PodRequest]) -> tuple[TaskType, ...]:
-    """The most frequent (cpu, gpu milli, GPU count, node constraints) types covering 95 % of
-    ``pods``, with their frequencies renormalised to sum to 1."""
-    counts = TaskCounts()
-    for pod in pods:
-        counts.add(pod)
-    return workload_of(counts)
-
-
-def cycle_workload(snapshot: Snapshot, pending: Iterable[PodRequest]) -> tuple[TaskType, ...]:
-    """`target_workload` of ``pending`` and of every pod ``snapshot`` holds, from the
-    snapshot's task counts (the cost of a few dozen task types, not of every held pod)."""
-    counts = snapshot.task_counts().copy()
-    for pod in pending:
-        counts.add(pod)
-    return workload_of(counts)
-
-
-def workload_of(tasks: TaskCounts) -> tuple[TaskType, ...]:
-    """The target workload of counted task types: most frequent first (ties by key) until
-    they cover 95 % of the pods."""
-    total = sum(tasks.counts.values())
-    chosen: list[tuple[TaskKey, int]] = []
-    covered = 0
-    ranked = sorted(tasks.counts.items())
-    ranked.sort(key=itemgetter(1), reverse=True)  # stable: equal counts stay in key order
-    for key, count in ranked:
-        if covered >= COVERAGE * total:
-            break
-        chosen.append((key, count))
-        covered += count
-    return tuple(
-        TaskType(c, g, k, n / covered, tasks.terms.get((c, g, k, s))) for (c, g, k, s), n in chosen
-    )
-
+from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import TaskKey, TaskType
 
 # ----- the measure ---------------------------------------------------------------------------
 
@@ -499,31 +446,3 @@ def sigmoid_score(delta: FloatArray, step: float) -> FloatArray:
         return raw
     floored: FloatArray = np.floor(raw / step) * step
     return floored
-
-
-def score(
-    snapshot: Snapshot, pod: PodRequest, nodes: IntArray, tasks: tuple[TaskType, ...]
-) -> FloatArray:
-    """FGD's node score, floored to ``scoring.fragmentationStep``. For a share, the score of
-    the GPU it would take (``scoring.fragmentationShareGpu``: the best-fitting GPU, or the best
-    score of any). Range [0, 100); 50 = no change."""
-    scoring = snapshot.config.scoring
-    delta = growth(snapshot, pod, nodes, tasks, scoring.fragmentation_share_gpu)
-    scored = sigmoid_score(delta, scoring.fragmentation_step)
-    if delta.ndim == 2:
-        best: FloatArray = np.where(np.isinf(delta), -1.0, scored).max(axis=1)
-        return best
-    return scored
-
-
-def best_share_gpus(
-    snapshot: Snapshot, pod: PodRequest, nodes: IntArray, tasks: tuple[TaskType, ...]
-) -> BoolArray:
-    """Per node of ``nodes`` (rows) and GPU (columns), whether a share on that GPU gets the
-    node's best fragmentation score (all ``False`` where it fits no GPU). The caller picks
-    among them by best fit: GPUs in one score step are equally good for the cluster."""
-    delta = growth(snapshot, pod, nodes, tasks)
-    scored = sigmoid_score(delta, snapshot.config.scoring.fragmentation_step)
-    masked = np.where(np.isinf(delta), -1.0, scored)
-    best: BoolArray = (masked == masked.max(axis=1, keepdims=True)) & ~np.isinf(delta)
-    return best

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from gpusched.api.crds import CompositePodGroup, PodGroup
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GroupKey:
+    """Which group: its namespace and name. ``str(key)``, ``namespace/name``, is the one
+    rendering, which keys groups in the engine's results, in status and in Events."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @staticmethod
+    def parse(text: str) -> GroupKey:
+        """The key ``str`` rendered (``namespace/name``)."""
+        namespace, _, name = text.partition("/")
+        return GroupKey(namespace, name)
 
 
 class GroupKind(StrEnum):
@@ -32,7 +51,7 @@ class GroupSpec:
 
     @property
     def namespace(self) -> str:
-        return self.key.split("/", 1)[0]
+        return GroupKey.parse(self.key).namespace
 
     @staticmethod
     def from_pod_group(group: PodGroup) -> GroupSpec:
@@ -68,9 +87,58 @@ def _topology_key(constraints: object) -> str | None:
 
 
 def _parent_key(namespace: str, parent: str | None) -> str | None:
-    return f"{namespace}/{parent}" if parent else None
+    return str(GroupKey(namespace, parent)) if parent else None
 
 
 def _created(group: PodGroup | CompositePodGroup) -> float:
     stamp = group.metadata.creation_timestamp
     return stamp.timestamp() if stamp is not None else 0.0
+
+
+class GroupTree:
+    """The PodGroup / CompositePodGroup tree: groups by key, each group's children in key
+    order, the roots. Walks are safe on bad input: a parent that is missing ends a walk up,
+    and a cycle is walked once."""
+
+    def __init__(self, groups: Iterable[GroupSpec]) -> None:
+        self._listed = tuple(groups)
+        self.groups: Mapping[str, GroupSpec] = {g.key: g for g in self._listed}
+        children: dict[str, list[GroupSpec]] = {}
+        for group in sorted(self._listed, key=lambda g: g.key):
+            if group.parent is not None:
+                children.setdefault(group.parent, []).append(group)
+        self._children = children
+
+    def children(self, key: str) -> list[GroupSpec]:
+        """The groups whose parent is ``key``, in key order (a new list)."""
+        return list(self._children.get(key, ()))
+
+    def roots(self) -> list[GroupSpec]:
+        """The groups without a parent, in the order they were given."""
+        return [g for g in self._listed if g.parent is None]
+
+    def descendants(self, group: GroupSpec) -> list[GroupSpec]:
+        """``group`` and every group under it, each parent before its children, children in
+        key order (depth first)."""
+        found: list[GroupSpec] = []
+        seen: set[str] = set()
+        stack = [group]
+        while stack:
+            current = stack.pop()
+            if current.key in seen:
+                continue
+            seen.add(current.key)
+            found.append(current)
+            stack.extend(reversed(self.children(current.key)))
+        return found
+
+    def root_of(self, key: str) -> str:
+        """The key of the root above ``key``: ``key`` itself for a root or an unknown group;
+        where a parent is missing, that parent's key (the root it would be)."""
+        seen = {key}
+        group = self.groups.get(key)
+        while group is not None and group.parent is not None and group.parent not in seen:
+            seen.add(group.parent)
+            key = group.parent
+            group = self.groups.get(key)
+        return key

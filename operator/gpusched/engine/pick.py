@@ -1,7 +1,7 @@
 """Placing one pod: filter all nodes, rank them with the vectorised scores, then choose GPUs
 inside the best few and add the GPU-level scores.
 
-GPU-level scores (topology, the seed's GPU dimensions) need the exact GPU set, which costs
+GPU-level scores (topology, the three GPU dimensions) need the exact GPU set, which costs
 more than a vectorised score, so they are computed for the ``GPU_CANDIDATES`` best nodes by
 the node-level scores only — the same trade kube-scheduler makes with
 percentageOfNodesToScore. Ties go to the node first in ``scoring.tieBreak``'s order: node
@@ -17,11 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusched.api.config import ShareGpu, TieBreakOrder
-from gpusched.engine import fragmentation, scores
+from gpusched.engine import scores
 from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.gpuset import GpuChoice, choose_gpus
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import PodRequest
-from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
+from gpusched.engine.scoring import Scoring
+from gpusched.engine.snapshot import Snapshot
 
 GPU_CANDIDATES = 16
 
@@ -35,34 +37,41 @@ class NodeChoice:
 
 
 def pick_node(
-    snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = None
+    snapshot: Snapshot, pod: PodRequest, scoring: Scoring, allowed: BoolArray | None = None
 ) -> NodeChoice | None:
-    """The best node (and GPUs) for ``pod`` among ``allowed`` nodes; ``None`` if none fits."""
+    """The best node (and GPUs) for ``pod`` among ``allowed`` nodes, by ``scoring``; ``None``
+    if none fits."""
     candidates = feasible_nodes(snapshot, pod, allowed)
     if candidates.size == 0:
         return None
-    base = scores.node_scores(snapshot, pod, candidates, snapshot.workload)
+    base = scores.node_scores(snapshot, pod, candidates, scoring)
     if not pod.wants_gpu:
-        best = _first(snapshot, pod, candidates, base)
+        best = _first(snapshot, scoring, pod, candidates, base)
         return NodeChoice(int(candidates[best]), (), float(base[best]))
-    shares = _fragmentation_shares(snapshot, pod, candidates)
-    most_bonus = _most_gpu_bonus(snapshot, pod)
-    if not _gpu_scores_vary(snapshot, pod):
+    shares = _fragmentation_shares(snapshot, scoring, pod, candidates)
+    most_bonus = _most_gpu_bonus(snapshot, scoring, pod)
+    if not _gpu_scores_vary(scoring, pod):
         # GPU-level scores add the same to every node: the first in order wins if it takes
         # the pod (it always does when the filters and the GPU choice agree).
-        first = _first(snapshot, pod, candidates, base)
+        first = _first(snapshot, scoring, pod, candidates, base)
         choice = _with_gpus(
-            snapshot, pod, int(candidates[first]), float(base[first]), _share(shares, first)
+            snapshot,
+            scoring,
+            pod,
+            int(candidates[first]),
+            float(base[first]),
+            _share(shares, first),
         )
         if choice is not None:
             return choice
     best_choice: NodeChoice | None = None
     tried = 0
-    for position in _order(snapshot, pod, candidates, base):
+    for position in _order(snapshot, scoring, pod, candidates, base):
         if best_choice is not None and base[position] + most_bonus <= best_choice.score:
             break  # no later node can catch up, and ties go to the earlier one
         choice = _with_gpus(
             snapshot,
+            scoring,
             pod,
             int(candidates[position]),
             float(base[position]),
@@ -83,29 +92,39 @@ def _share(shares: BoolArray | None, position: int) -> BoolArray | None:
 
 
 def _first(
-    snapshot: Snapshot, pod: PodRequest, candidates: IntArray, base: npt.NDArray[np.float64]
+    snapshot: Snapshot,
+    scoring: Scoring,
+    pod: PodRequest,
+    candidates: IntArray,
+    base: npt.NDArray[np.float64],
 ) -> int:
     """The position of the best candidate: the highest score, the first in tie-break order."""
     top = np.flatnonzero(base == base.max())
-    if top.size == 1 or snapshot.config.scoring.tie_break.order is TieBreakOrder.NAME:
+    if top.size == 1 or scoring.config.tie_break.order is TieBreakOrder.NAME:
         return int(top[0])  # candidates are in node index order, which is name order
-    return int(top[np.argmin(_tie_keys(snapshot, pod, candidates[top]))])
+    return int(top[np.argmin(_tie_keys(snapshot, scoring, pod, candidates[top]))])
 
 
 def _order(
-    snapshot: Snapshot, pod: PodRequest, candidates: IntArray, base: npt.NDArray[np.float64]
+    snapshot: Snapshot,
+    scoring: Scoring,
+    pod: PodRequest,
+    candidates: IntArray,
+    base: npt.NDArray[np.float64],
 ) -> IntArray:
     """Positions of ``candidates`` best score first, equal scores in tie-break order."""
-    if snapshot.config.scoring.tie_break.order is TieBreakOrder.NAME:
+    if scoring.config.tie_break.order is TieBreakOrder.NAME:
         by_name: IntArray = np.argsort(-base, kind="stable")
         return by_name
-    by_key: IntArray = np.lexsort((_tie_keys(snapshot, pod, candidates), -base))
+    by_key: IntArray = np.lexsort((_tie_keys(snapshot, scoring, pod, candidates), -base))
     return by_key
 
 
-def _tie_keys(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> npt.NDArray[np.uint64]:
+def _tie_keys(
+    snapshot: Snapshot, scoring: Scoring, pod: PodRequest, nodes: IntArray
+) -> npt.NDArray[np.uint64]:
     """Per node, its place in the tie-break order (lower first); not for ``name`` order."""
-    tie_break = snapshot.config.scoring.tie_break
+    tie_break = scoring.config.tie_break
     if tie_break.order is TieBreakOrder.INTERLEAVED:
         return _ranks(snapshot, INTERLEAVED)[nodes]
     keys = _ranks(snapshot, tie_break.seed)[nodes]
@@ -169,43 +188,48 @@ def _mix(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
 
 
 def _fragmentation_shares(
-    snapshot: Snapshot, pod: PodRequest, candidates: IntArray
+    snapshot: Snapshot, scoring: Scoring, pod: PodRequest, candidates: IntArray
 ) -> BoolArray | None:
     """With the fragmentation score on, a share may only take a GPU of the best fragmentation
     score on its node (FGD's choice), so the node's score and its GPU agree: per candidate and
     GPU, whether it may; ``None`` when the score is off."""
-    scoring = snapshot.config.scoring
-    if scoring.fragmentation_share_gpu is not ShareGpu.LEAST_FRAGMENTATION:
+    config = scoring.config
+    if config.fragmentation_share_gpu is not ShareGpu.LEAST_FRAGMENTATION:
         return None
-    if not (pod.gpu_milli and scoring.fragmentation_weight and snapshot.workload):
+    if not (pod.gpu_milli and config.fragmentation_weight and scoring.workload):
         return None
-    return fragmentation.best_share_gpus(snapshot, pod, candidates, snapshot.workload)
+    return scores.best_share_gpus(snapshot, pod, candidates, scoring)
 
 
-def _most_gpu_bonus(snapshot: Snapshot, pod: PodRequest) -> float:
+def _most_gpu_bonus(snapshot: Snapshot, scoring: Scoring, pod: PodRequest) -> float:
     """The most the GPU-level scores can add for ``pod`` on any node: candidates whose
     node-level score plus this cannot beat the best so far are not looked at. Whole GPUs are
     free GPUs (no pods, no apps), so for a single whole GPU without telemetry every node gets
     exactly this bonus and the first candidate wins at once."""
-    scoring = snapshot.config.scoring
-    weights = scoring.gpu
+    config = scoring.config
+    weights = config.gpu
     continuity = weights.memory_continuity if snapshot.has_memory_telemetry else 0.0
     same_app = weights.app_affinity if pod.gpu_milli and pod.app is not None else 0.0
     dimensions = continuity + same_app + weights.fewer_pods
-    return scoring.topology_weight * scores.MAX_NODE_SCORE + scoring.gpu_weight * dimensions
+    return config.topology_weight * scores.MAX_NODE_SCORE + config.gpu_weight * dimensions
 
 
-def _gpu_scores_vary(snapshot: Snapshot, pod: PodRequest) -> bool:
+def _gpu_scores_vary(scoring: Scoring, pod: PodRequest) -> bool:
     """Whether the GPU-level scores can differ between nodes for ``pod``: topology only for
     two GPUs or more (one GPU always scores 100), the GPU dimensions whenever weighted."""
-    scoring = snapshot.config.scoring
-    return bool(scoring.gpu_weight or (scoring.topology_weight and pod.gpus > 1))
+    config = scoring.config
+    return bool(config.gpu_weight or (config.topology_weight and pod.gpus > 1))
 
 
 def _with_gpus(
-    snapshot: Snapshot, pod: PodRequest, node: int, base: float, among: BoolArray | None = None
+    snapshot: Snapshot,
+    scoring: Scoring,
+    pod: PodRequest,
+    node: int,
+    base: float,
+    among: BoolArray | None = None,
 ) -> NodeChoice | None:
-    scoring = snapshot.config.scoring
+    config = scoring.config
     if pod.gpu_milli:
         gpu = choose_share(snapshot, pod, node, among)
         if gpu is None:
@@ -218,10 +242,10 @@ def _with_gpus(
             return None
         gpus = choice.gpus
     score = base
-    if scoring.topology_weight:
-        score += scoring.topology_weight * scores.topology(choice)
-    if scoring.gpu_weight:
-        score += scoring.gpu_weight * scores.gpu_dimensions(snapshot, pod, node, gpus)
+    if config.topology_weight:
+        score += config.topology_weight * scores.topology(choice)
+    if config.gpu_weight:
+        score += config.gpu_weight * scores.gpu_dimensions(snapshot, pod, node, gpus, config.gpu)
     return NodeChoice(node, gpus, score, choice)
 
 

@@ -31,10 +31,12 @@ import numpy as np
 
 from gpusched.api.k8s import Toleration
 from gpusched.engine.domains import copies
-from gpusched.engine.fragmentation import TaskType, fragmentation, free_matrix, target_workload
+from gpusched.engine.fragmentation import fragmentation, free_matrix
+from gpusched.engine.nodes import FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
-from gpusched.engine.snapshot import FloatArray, IntArray, Snapshot
+from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import TaskType, target_workload
 
 GANG_SIZES = (1, 2, 4, 8)
 """GPUs per pod of the gangs whose largest size is measured."""
@@ -88,10 +90,9 @@ def measure(
 ) -> ClusterQuality:
     """The quality of ``snapshot`` per domain of ``levels`` (default: the config's
     ``topologyLevels``; keys no node carries are left out). ``workload`` is the mix for the
-    stranded GPUs; by default the snapshot's own target workload, else the mix of the pods it
-    holds."""
+    stranded GPUs; by default the mix of the pods the snapshot holds."""
     if workload is None:
-        workload = snapshot.workload or target_workload(h.pod for h in snapshot.holdings.values())
+        workload = target_workload(h.pod for h in snapshot.holdings.values())
     per_node = _per_node(snapshot, workload)
     domains = [_summarise(CLUSTER_LEVEL, CLUSTER_LEVEL, per_node, slice(None))]
     for key in snapshot.config.topology_levels if levels is None else levels:
@@ -206,7 +207,7 @@ EXCLUSION_REASONS = ("temperature", "xid", "memory", "stale", "missing", "node",
 
 
 def exclusion_reason(note: str | None) -> str:
-    """The reason class of a GPU's telemetry note (`gpusched.engine.snapshot.gpu_verdict`'s
+    """The reason class of a GPU's telemetry note (`gpusched.engine.health.gpu_verdict`'s
     wording); ``node`` for a GPU excluded only because another GPU of its node failed."""
     if note is None:
         return "node"

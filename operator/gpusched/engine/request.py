@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import GPU_MILLI_ANNOTATION, NodeSelectorTerm, Pod, Toleration
+from gpusched.engine.groups import GroupKey
 
 WHOLE_GPU_MILLI = 1000
 
@@ -40,6 +41,12 @@ class PodRequest:
     @property
     def namespace(self) -> str:
         return self.key.split("/", 1)[0]
+
+    @property
+    def group_key(self) -> str | None:
+        """The key of the pod's PodGroup (same namespace), as `GroupSpec.key`; ``None``
+        without a group."""
+        return str(GroupKey(self.namespace, self.group)) if self.group is not None else None
 
     @property
     def gated(self) -> bool:

@@ -1,4 +1,10 @@
-"""What the engine decides: bindings, per-group decisions with reasons, pods left pending."""
+"""What the engine decides: bindings, per-group decisions with reasons, pods left pending.
+
+A group's decision carries its reasons as data — the domains tried (`Attempt`: how many of
+its pods or child groups fit, how many it needs, which node checks blocked the rest) and what a
+group short of pods waits for (`Waiting`) — and the sentences rendered once from that data
+(`gpusched.engine.wording`) for status, Events, ``simulate`` and ``explain``. Readers that
+need a number (``explain``'s hints) read the data, never the sentences."""
 
 from __future__ import annotations
 
@@ -6,18 +12,103 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# The reasons are the API's vocabulary; re-exported for the rooms that read results.
+from gpusched.api.crds import Reason as Reason
 
-class Reason(StrEnum):
-    """Reason codes of the ``PodGroupScheduled`` condition and of pending pods."""
+ENGINE_REASONS = (
+    Reason.SCHEDULED,
+    Reason.UNSCHEDULABLE,
+    Reason.INVALID,
+    Reason.WAITING_FOR_PODS,
+    Reason.SCHEDULING_GATED,
+)
+"""The reasons `schedule` decides; the scheduling service adds the others (its own errors,
+timeouts, gangs partly bound)."""
 
-    SCHEDULED = "Scheduled"
-    UNSCHEDULABLE = "Unschedulable"
-    INVALID = "Invalid"
-    WAITING_FOR_PODS = "WaitingForPods"
-    """A gang has fewer pods (or a CompositePodGroup fewer child groups) than its minimum."""
-    SCHEDULING_GATED = "SchedulingGated"
-    """A pod with ``spec.schedulingGates`` left: not placed, not counted toward its gang, until
-    every gate is removed (Kubernetes' own reason for its ``PodScheduled=False`` condition)."""
+
+class Counted(StrEnum):
+    """What an attempt or a wait counts."""
+
+    PODS = "pods"
+    CHILD_GROUPS = "child groups"
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """Nodes that fail the same check for a pod (the first check each fails)."""
+
+    check: str
+    """The check, e.g. ``insufficient cpu``, ``node is cordoned``."""
+    nodes: int
+    examples: tuple[str, ...]
+    """Up to two of those nodes, each with its figures: ``node-a (1000m free, needs 4000m)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCheck:
+    """Why the nodes of a domain do not take a pod: how many do, then the checks the others
+    fail, most nodes first (then by check)."""
+
+    fitting: int
+    fitting_examples: tuple[str, ...]
+    """Up to three nodes that fit, with how many copies of the pod each takes when counted
+    (``node-a ×2``)."""
+    blockers: tuple[Blocker, ...]
+    others: int = 0
+    """Nodes failing checks beyond those listed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildBound:
+    """Identical child gangs of a CompositePodGroup, and how many a domain could hold."""
+
+    children: int
+    needed: int
+    """Pods each needs."""
+    topology_key: str | None
+    room: int
+    """How many of them the domain could hold at once (at most ``children``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One domain tried for a group, or a reason that rules out every domain (``note``)."""
+
+    domain: str | None
+    """None for a reason not about one domain (bound pods pin the group elsewhere)."""
+    fit: int = 0
+    """Pods (or child groups, see ``counted``) that fit there."""
+    needed: int = 0
+    counted: Counted = Counted.PODS
+    estimate: bool = False
+    """``fit`` is an optimistic count made before any trial (the domain was refused on it)."""
+    fits: bool = False
+    """The group was placed here."""
+    nodes: NodeCheck | None = None
+    """Why the nodes did not take the group's largest pod (or its first that failed)."""
+    no_pods: bool = False
+    """A trial that placed too few, with no pod left that failed: there were too few pods."""
+    bounds: tuple[ChildBound, ...] = ()
+    """For a composite refused before a trial: its child gangs' bounds."""
+    children: tuple[tuple[str, str], ...] = ()
+    """For a composite trial: (child group, its message) of up to three that failed."""
+    note: str = ""
+    """A reason that is not a count: ``no node has label …``, ``bound pods already span …``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What a group short of pods (or of child groups) waits for."""
+
+    counted: Counted
+    present: int
+    """Valid pods (bound ones included), or child groups that exist or have their pods."""
+    minimum: int | None
+    """``minCount`` or ``minGroupCount``; None when no minimum applies (a basic group)."""
+    ready: bool = False
+    """Child groups: ``present`` counts those that have their pods (else those that exist)."""
+    gated: int = 0
+    """Pods held back by scheduling gates (not counted in ``present``)."""
 
 
 class Phase(StrEnum):
@@ -58,7 +149,15 @@ class GroupDecision:
     message: str
     placement: dict[str, str] = field(default_factory=dict)
     attempts: tuple[str, ...] = ()
-    """One line per domain tried, saying why it did not fit (or that it did)."""
+    """One line per domain tried, saying why it did not fit: ``tried``, rendered (and a last
+    line counting the domains not shown, if any)."""
+    tried: tuple[Attempt, ...] = ()
+    """The domains tried, as data (up to ``maxDomainsReported``)."""
+    waiting: Waiting | None = None
+    """For ``WaitingForPods``: what the group (or the ancestor it waits with) lacks."""
+    inherited_from: str | None = None
+    """The ancestor group whose decision this is: the group was not placed because that
+    ancestor was not (its message says so)."""
     explored: int = 0
     """How many (group, domain) pairs the search looked at, backtracking included: each
     trial, and each domain refused before a trial because the pods cannot fit there."""
@@ -94,9 +193,12 @@ class ScheduleResult:
     bindings: list[Binding] = field(default_factory=list)
     groups: list[GroupDecision] = field(default_factory=list)
     unschedulable: list[PodFailure] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    """The queue: every unit's key (a root group's, or a group-less pod's) in the order the
+    engine took them (priority, then age, then name)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``simulate -o json`` document (DESIGN §5)."""
+        """The engine's part of the ``simulate -o json`` document."""
         return {
             "bindings": [b.to_dict() for b in self.bindings],
             "podGroups": [g.to_dict() for g in self.groups],

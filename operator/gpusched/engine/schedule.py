@@ -10,15 +10,16 @@ that cannot fit holds nothing while later units are placed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.engine import wording
+from gpusched.engine.blockers import node_check
 from gpusched.engine.domains import root_domain
-from gpusched.engine.fit import explain
-from gpusched.engine.fragmentation import cycle_workload
-from gpusched.engine.gpuset import choose_gpus, worst_tier
-from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.gpuset import choose_gpus
+from gpusched.engine.gpushape import worst_tier
+from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
 from gpusched.engine.request import PodRequest
@@ -30,7 +31,13 @@ from gpusched.engine.result import (
     Reason,
     ScheduleResult,
 )
+from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Holding, Snapshot
+
+TurnObserver = Callable[[str, Snapshot], None]
+"""Told before each unit's turn: the unit's key (a root group's, or a group-less pod's) and
+the working snapshot as the unit finds it (what was bound plus what earlier units were given).
+It must not change the snapshot; ``explain`` copies it to measure hints on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,36 +50,43 @@ class _Unit:
 
 
 def schedule(
-    snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec] = ()
+    snapshot: Snapshot,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec] = (),
+    observe: TurnObserver | None = None,
 ) -> ScheduleResult:
     """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
     every change: the caller's snapshot is as before (its journal rolled back to where it was,
     under its lock), and copying it per call is not needed."""
     with snapshot.lock:
-        checkpoint, workload = snapshot.checkpoint(), snapshot.workload
+        checkpoint = snapshot.checkpoint()
         try:
-            return _schedule(snapshot, pods, groups)
+            return _schedule(snapshot, pods, groups, observe)
         finally:
             snapshot.rollback(checkpoint)
-            snapshot.workload = workload
 
 
 def _schedule(
-    work: Snapshot, pods: Sequence[PodRequest], groups: Sequence[GroupSpec]
+    work: Snapshot,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec],
+    observe: TurnObserver | None,
 ) -> ScheduleResult:
-    if work.config.scoring.fragmentation_weight and not work.workload:
-        work.workload = cycle_workload(work, pods)
+    scoring = Scoring.for_cycle(work.config.scoring, work, pods)
     result = ScheduleResult()
     pods, gated = _gated(work, pods, result)
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)
     # Without groups there is nothing to plan (the planner indexes every holding by group).
-    planner = Planner(work, valid, pods_by_group, gated) if valid else None
+    planner = Planner(work, scoring, valid, pods_by_group, gated) if valid else None
     for unit in _units(valid, pods_by_group, loose):
+        result.order.append(unit.key)
+        if observe is not None:
+            observe(unit.key, work)
         if unit.group is not None and planner is not None:
             planner.place(unit.group, root_domain(work))
         elif unit.pod is not None:
-            _place_loose(work, unit.pod, result)
+            _place_loose(work, scoring, unit.pod, result)
     _collect(work, pods, valid, planner.decisions if planner is not None else {}, result)
     return result
 
@@ -102,8 +116,8 @@ def _gated(
             continue
         message = f"waiting for scheduling gates to be removed: {', '.join(pod.gates)}"
         result.unschedulable.append(PodFailure(pod.key, Reason.SCHEDULING_GATED, message))
-        if pod.group is not None:
-            gated[f"{pod.namespace}/{pod.group}"] += 1
+        if pod.group_key is not None:
+            gated[pod.group_key] += 1
     return ready, dict(gated)
 
 
@@ -132,8 +146,7 @@ def _screen(
         if pod.key in seen or pod.key in snapshot.holdings:
             continue
         seen.add(pod.key)
-        group_key = f"{pod.namespace}/{pod.group}" if pod.group else None
-        problem = invalid.get(group_key or "") or _impossible(snapshot, pod)
+        problem = invalid.get(pod.group_key or "") or _impossible(snapshot, pod)
         if problem is None:
             keep.append(pod)
         else:
@@ -192,10 +205,10 @@ def _by_group(
     by_group: dict[str, list[PodRequest]] = defaultdict(list)
     loose = []
     for pod in pods:
-        if pod.group is None:
+        key = pod.group_key
+        if key is None:
             loose.append(pod)
             continue
-        key = f"{pod.namespace}/{pod.group}"
         group = known.get(key)
         if group is None:
             message = f"PodGroup {key} not found"
@@ -213,22 +226,10 @@ def _units(
     pods_by_group: dict[str, list[PodRequest]],
     loose: Sequence[PodRequest],
 ) -> list[_Unit]:
-    children: dict[str, list[GroupSpec]] = defaultdict(list)
-    for group in groups:
-        if group.parent is not None:
-            children[group.parent].append(group)
-
-    def members(group: GroupSpec) -> list[PodRequest]:
-        found = list(pods_by_group.get(group.key, []))
-        for child in children.get(group.key, []):
-            found.extend(members(child))
-        return found
-
+    tree = GroupTree(groups)
     units = []
-    for group in groups:
-        if group.parent is not None:
-            continue
-        pods = members(group)
+    for group in tree.roots():
+        pods = [p for g in tree.descendants(group) for p in pods_by_group.get(g.key, [])]
         priority = max((p.priority for p in pods), default=0)
         created = min([group.created, *(p.created for p in pods)])
         units.append(_Unit(priority, created, group.key, group, None))
@@ -240,14 +241,14 @@ def _units(
 # ----- pods without a group ------------------------------------------------------------------
 
 
-def _place_loose(snapshot: Snapshot, pod: PodRequest, result: ScheduleResult) -> None:
-    choice = pick_node(snapshot, pod)
+def _place_loose(
+    snapshot: Snapshot, scoring: Scoring, pod: PodRequest, result: ScheduleResult
+) -> None:
+    choice = pick_node(snapshot, pod, scoring)
     if choice is None:
-        why = explain(snapshot, pod, range(len(snapshot.nodes)))
-        total = len(snapshot.nodes)
-        result.unschedulable.append(
-            PodFailure(pod.key, Reason.UNSCHEDULABLE, f"0/{total} nodes available: {why}")
-        )
+        nodes = node_check(snapshot, pod, range(len(snapshot.nodes)))
+        message = wording.none_available(len(snapshot.nodes), nodes)
+        result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
         return
     snapshot.assume(pod, choice.node, choice.gpus)
 
@@ -276,7 +277,7 @@ def _collect(
     for pod in sorted(pods, key=lambda p: p.key):
         if pod.key in snapshot.holdings or pod.key in reported or pod.group is None:
             continue
-        result.unschedulable.append(_left_pending(pod, decided.get(f"{pod.namespace}/{pod.group}")))
+        result.unschedulable.append(_left_pending(pod, decided.get(pod.group_key or "")))
     result.unschedulable.sort(key=lambda u: u.pod)
 
 

@@ -4,8 +4,9 @@ GPU set chosen inside a node and are computed only for the best few nodes (see `
 Ranges (before the weights of `ScoringConfig`):
 - `binpack`: Volcano's formula, [0, 100 × binpack.weight].
 - `least_allocated`: kube-scheduler's spread, [0, 100].
-- `gpu_dimensions`: the seed's three GPU dimensions, [0, 40 + 30 + 50] with the defaults.
-- `fragmentation.score`: FGD's sigmoid of the fragmentation growth, (0, 100).
+- `gpu_dimensions`: free-memory continuity, same-app affinity and fewer pods, [0, 40 + 30 + 50]
+  with the defaults.
+- `fragmentation_score`: FGD's sigmoid of the fragmentation growth, (0, 100).
 - `topology`: [0, 100]; 100 when the pod's GPUs are all NVLink-connected, 0 when unknown.
 - `best_fit`, `dot_product`, `packing`: the FGD paper's baselines, [0, 100] each.
 """
@@ -16,27 +17,30 @@ import math
 
 import numpy as np
 
-from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.config import GPU_RESOURCE, BinpackConfig, GpuScoreConfig
 from gpusched.api.topology import LinkTier
 from gpusched.engine import fragmentation
 from gpusched.engine.gpuset import GpuChoice
+from gpusched.engine.nodes import BoolArray, FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.snapshot import FloatArray, IntArray, Snapshot
+from gpusched.engine.scoring import Scoring
+from gpusched.engine.snapshot import Snapshot
 
 MAX_NODE_SCORE = 100.0
 PODS_PER_GPU_FOR_ZERO = 4
 """`gpu_dimensions`' fewer-pods term reaches 0 at this many pods per chosen GPU."""
 
 
-def binpack(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
+def binpack(
+    snapshot: Snapshot, pod: PodRequest, nodes: IntArray, config: BinpackConfig
+) -> FloatArray:
     """Volcano binpack: weight × Σ_r w_r·(request_r + used_r)/allocatable_r ÷ Σ_r w_r × 100,
     over the resources the pod requests that carry a weight (a resource the node would
     overflow scores 0, as in Volcano)."""
-    config = snapshot.config.scoring.binpack
     total = np.zeros(nodes.size)
     weight_sum = 0.0
     for name, amount in pod.resources.items():
-        weight = _resource_weight(snapshot, name)
+        weight = _resource_weight(config, name)
         column = snapshot.columns.get(name)
         if not weight or not amount or column is None:
             continue
@@ -55,8 +59,7 @@ def binpack(snapshot: Snapshot, pod: PodRequest, nodes: IntArray) -> FloatArray:
     return total / weight_sum * MAX_NODE_SCORE * config.weight
 
 
-def _resource_weight(snapshot: Snapshot, name: str) -> float:
-    config = snapshot.config.scoring.binpack
+def _resource_weight(config: BinpackConfig, name: str) -> float:
     if name == "cpu":
         return config.cpu
     if name == "memory":
@@ -159,36 +162,42 @@ def node_scores(
     snapshot: Snapshot,
     pod: PodRequest,
     nodes: IntArray,
-    workload: tuple[fragmentation.TaskType, ...] = (),
+    scoring: Scoring,
 ) -> FloatArray:
-    """The weighted vectorised scores of ``nodes`` for ``pod``; ``workload`` is the target
-    workload of the fragmentation score (skipped when empty)."""
-    scoring = snapshot.config.scoring
+    """The weighted vectorised scores of ``nodes`` for ``pod``; the fragmentation score is
+    skipped without a target workload."""
+    config = scoring.config
     total = np.zeros(nodes.size)
-    if scoring.binpack.weight:
-        total += binpack(snapshot, pod, nodes)
-    if scoring.least_allocated_weight:
-        total += scoring.least_allocated_weight * least_allocated(snapshot, pod, nodes)
-    if scoring.fragmentation_weight and workload:
-        total += scoring.fragmentation_weight * fragmentation.score(snapshot, pod, nodes, workload)
-    if scoring.best_fit_weight:
-        total += scoring.best_fit_weight * best_fit(snapshot, pod, nodes)
-    if scoring.dot_product_weight:
-        total += scoring.dot_product_weight * dot_product(snapshot, pod, nodes)
-    if scoring.packing_weight:
-        total += scoring.packing_weight * packing(snapshot, pod, nodes)
+    if config.binpack.weight:
+        total += binpack(snapshot, pod, nodes, config.binpack)
+    if config.least_allocated_weight:
+        total += config.least_allocated_weight * least_allocated(snapshot, pod, nodes)
+    if config.fragmentation_weight and scoring.workload:
+        fragments = fragmentation_score(snapshot, pod, nodes, scoring)
+        total += config.fragmentation_weight * fragments
+    if config.best_fit_weight:
+        total += config.best_fit_weight * best_fit(snapshot, pod, nodes)
+    if config.dot_product_weight:
+        total += config.dot_product_weight * dot_product(snapshot, pod, nodes)
+    if config.packing_weight:
+        total += config.packing_weight * packing(snapshot, pod, nodes)
     return total
 
 
-def gpu_dimensions(snapshot: Snapshot, pod: PodRequest, node: int, gpus: tuple[int, ...]) -> float:
-    """The seed's GPU dimensions for the chosen GPUs: free-memory continuity (mean free-memory
+def gpu_dimensions(
+    snapshot: Snapshot,
+    pod: PodRequest,
+    node: int,
+    gpus: tuple[int, ...],
+    weights: GpuScoreConfig,
+) -> float:
+    """The three GPU dimensions of the chosen GPUs: free-memory continuity (mean free-memory
     ratio; 0 when unknown or stale, which is never healthy), same-``app`` affinity (share of
     the GPUs already running a pod with the pod's ``app`` label) and fewer pods (fewer pods
     already on those GPUs is better). Called for every candidate node, so it avoids numpy for
     these few-element sums."""
     if not gpus:
         return 0.0
-    weights = snapshot.config.scoring.gpu
     base = int(snapshot.gpu_offset[node])
     ids = [base + g for g in gpus]
     continuity = _continuity(snapshot, ids) if snapshot.has_memory_telemetry else 0.0
@@ -219,3 +228,33 @@ def topology(choice: GpuChoice | None) -> float:
     if choice is None or len(choice.gpus) < 2:
         return MAX_NODE_SCORE
     return MAX_NODE_SCORE * (LinkTier.UNKNOWN - choice.worst_tier) / LinkTier.UNKNOWN
+
+
+def fragmentation_score(
+    snapshot: Snapshot, pod: PodRequest, nodes: IntArray, scoring: Scoring
+) -> FloatArray:
+    """FGD's node score, floored to ``scoring.fragmentationStep``. For a share, the score of
+    the GPU it would take (``scoring.fragmentationShareGpu``: the best-fitting GPU, or the best
+    score of any). Range [0, 100); 50 = no change."""
+    config = scoring.config
+    delta = fragmentation.growth(
+        snapshot, pod, nodes, scoring.workload, config.fragmentation_share_gpu
+    )
+    scored = fragmentation.sigmoid_score(delta, config.fragmentation_step)
+    if delta.ndim == 2:
+        best: FloatArray = np.where(np.isinf(delta), -1.0, scored).max(axis=1)
+        return best
+    return scored
+
+
+def best_share_gpus(
+    snapshot: Snapshot, pod: PodRequest, nodes: IntArray, scoring: Scoring
+) -> BoolArray:
+    """Per node of ``nodes`` (rows) and GPU (columns), whether a share on that GPU gets the
+    node's best fragmentation score (all ``False`` where it fits no GPU). The caller picks
+    among them by best fit: GPUs in one score step are equally good for the cluster."""
+    delta = fragmentation.growth(snapshot, pod, nodes, scoring.workload)
+    scored = fragmentation.sigmoid_score(delta, scoring.config.fragmentation_step)
+    masked = np.where(np.isinf(delta), -1.0, scored)
+    best: BoolArray = (masked == masked.max(axis=1, keepdims=True)) & ~np.isinf(delta)
+    return best

@@ -1,4 +1,5 @@
-"""The cluster as the engine sees it: static node facts plus mutable usage arrays.
+"""The cluster as the engine sees it: static node facts (`nodes.NodeFacts`) plus mutable usage
+arrays.
 
 Static parts (labels, taints, GPU shapes, label-value codes) are built once and shared by copies;
 mutable parts (resource usage, per-GPU free milli, derived per-node GPU counters) are numpy
@@ -9,66 +10,16 @@ rolled back to a checkpoint (Volcano's Statement, without copying the cluster).
 
 from __future__ import annotations
 
-import functools
-import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
-import numpy.typing as npt
 
-from gpusched.api.config import GPU_RESOURCE, SchedulerConfig, StaleTelemetry
-from gpusched.api.errors import InvalidObjectError
-from gpusched.api.k8s import Node, Taint
-from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
-from gpusched.engine.gpuset import NodeShape
+from gpusched.api.config import SchedulerConfig
+from gpusched.engine.nodes import IntArray, NodeFacts, Statics
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.workload import TaskCounts
-
-if TYPE_CHECKING:
-    from gpusched.engine.fragmentation import TaskType
-
-BoolArray = npt.NDArray[np.bool_]
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-
-BASE_RESOURCES = ("cpu", "memory", "pods")
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSample:
-    """Telemetry of one GPU (dcgm-exporter fields); ``None`` where the metric is missing."""
-
-    temperature_c: float | None = None
-    fb_free_mib: float | None = None
-    fb_used_mib: float | None = None
-    utilization: float | None = None
-    xid_errors: float | None = None
-    age_seconds: float = 0.0
-    """How old the oldest of these values is, in seconds, when the snapshot was taken."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """What never changes while a snapshot lives."""
-
-    name: str
-    labels: Mapping[str, str]
-    taints: tuple[Taint, ...]
-    unschedulable: bool
-    ready: bool
-    shape: NodeShape
-    topology_known: bool
-    """The node has a valid ``gpusched.io/gpu-topology`` annotation."""
-    topology_error: str | None
-    """Why the annotation could not be used; such a node takes single-GPU pods only."""
-    gpu_memory_mib: tuple[float | None, ...] = ()
-
-    @property
-    def gpu_count(self) -> int:
-        return self.shape.gpu_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,48 +45,11 @@ class BoundPod:
     """Indices from ``gpusched.io/gpus``; ``None`` when the pod carries no such annotation."""
 
 
-@dataclass(slots=True)
-class _Statics:
-    nodes: tuple[NodeInfo, ...]
-    index: dict[str, int]
-    columns: dict[str, int]
-    allocatable: IntArray
-    gpu_offset: IntArray
-    gpu_usable: BoolArray
-    gpu_slot: IntArray
-    """Per GPU, its NUMA slot within its node: GPUs of one known NUMA node share a slot; a GPU
-    of unknown NUMA node has a slot of its own (single-numa-node cannot vouch for it)."""
-    numa_slots: int
-    gpu_mem_free: FloatArray
-    gpu_mem_total: FloatArray
-    gpu_notes: dict[int, str]
-    """Global GPU id → why it is excluded, or why its telemetry is unknown (reported)."""
-    node_notes: dict[int, list[str]]
-    label_codes: dict[str, tuple[IntArray, list[tuple[tuple[str, str], ...]]]] = field(
-        default_factory=dict
-    )
-    static_masks: dict[str, BoolArray] = field(default_factory=dict)
-    static_reasons: dict[str, tuple[IntArray, list[str]]] = field(default_factory=dict)
-    has_memory_telemetry: bool = False
-    derived: dict[str, Any] = field(default_factory=dict)
-    """Caches computed from the static facts and shared by every copy (the tie-break orders,
-    the fragmentation tables): a copy never pays for them again. A cache that also depends on
-    usage keys its rows by `Snapshot.stamp`, so copies that diverge never read each other's."""
-    clock: int = 0
-    """The last stamp handed out (see `Snapshot.stamp`)."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    """Held by `schedule` while it works on a snapshot in place (it rolls its changes back
-    before returning), and by `SnapshotCache.build`: one cluster, one writer at a time, even
-    when a cancelled caller's thread is still finishing."""
+class Snapshot(NodeFacts):
+    """Nodes, their usage and their GPUs."""
 
-
-class Snapshot:
-    """Nodes, their usage and their GPUs. Node indices follow node names in sorted order, so
-    every "lowest index" tie-break is a tie-break on the node name."""
-
-    def __init__(self, config: SchedulerConfig, statics: _Statics) -> None:
-        self.config = config
-        self._s = statics
+    def __init__(self, config: SchedulerConfig, statics: Statics) -> None:
+        super().__init__(config, statics)
         n = len(statics.nodes)
         g = int(statics.gpu_offset[-1])
         self.used: IntArray = np.zeros_like(statics.allocatable)
@@ -158,112 +72,8 @@ class Snapshot:
         self.gpu_apps: dict[int, dict[str, int]] = {}
         self._journal: list[tuple[bool, Holding]] = []
         self._tasks: TaskCounts | None = None
-        self.workload: tuple[TaskType, ...] = ()
-        """Target workload of the fragmentation score (FGD); empty turns the score off."""
         for node in range(n):
             self._refresh_node(node)
-
-    # ----- static facts -------------------------------------------------------------------
-
-    @property
-    def nodes(self) -> tuple[NodeInfo, ...]:
-        return self._s.nodes
-
-    @property
-    def derived(self) -> dict[str, Any]:
-        return self._s.derived
-
-    @property
-    def lock(self) -> threading.Lock:
-        return self._s.lock
-
-    @property
-    def index(self) -> Mapping[str, int]:
-        return self._s.index
-
-    @property
-    def columns(self) -> Mapping[str, int]:
-        return self._s.columns
-
-    @property
-    def allocatable(self) -> IntArray:
-        return self._s.allocatable
-
-    @property
-    def gpu_offset(self) -> IntArray:
-        return self._s.gpu_offset
-
-    @property
-    def gpu_usable(self) -> BoolArray:
-        return self._s.gpu_usable
-
-    @property
-    def gpu_mem_free(self) -> FloatArray:
-        return self._s.gpu_mem_free
-
-    @property
-    def gpu_mem_total(self) -> FloatArray:
-        return self._s.gpu_mem_total
-
-    @property
-    def has_memory_telemetry(self) -> bool:
-        """Whether any GPU has fresh free-memory telemetry (lets hot paths skip the NaNs)."""
-        return self._s.has_memory_telemetry
-
-    @property
-    def gpu_notes(self) -> Mapping[int, str]:
-        return self._s.gpu_notes
-
-    @property
-    def node_notes(self) -> dict[int, list[str]]:
-        return self._s.node_notes
-
-    @property
-    def static_masks(self) -> dict[str, BoolArray]:
-        return self._s.static_masks
-
-    @property
-    def static_reasons(self) -> dict[str, tuple[IntArray, list[str]]]:
-        return self._s.static_reasons
-
-    @property
-    def largest(self) -> IntArray:
-        """Per resource column, the most any node has allocatable (0 without nodes)."""
-        cached: IntArray | None = self._s.derived.get("largest")
-        if cached is None:
-            cached = self.allocatable.max(axis=0, initial=0)
-            self._s.derived["largest"] = cached
-        return cached
-
-    @property
-    def most_gpus(self) -> int:
-        """The most GPUs any node has."""
-        cached: int | None = self._s.derived.get("most gpus")
-        if cached is None:
-            cached = int(np.diff(self.gpu_offset).max(initial=0))
-            self._s.derived["most gpus"] = cached
-        return cached
-
-    def domain_codes(self, key: str) -> tuple[IntArray, list[tuple[tuple[str, str], ...]]]:
-        """Per node, a code for its domain of label ``key`` (-1: no such label), and each
-        domain's full path as (key, value) pairs by code, in path order. The path runs through
-        every outer ``topologyLevels`` key the node has, so rack-1 of zone-a and rack-1 of
-        zone-b are different domains."""
-        cached = self._s.label_codes.get(key)
-        if cached is None:
-            levels = self.config.topology_levels
-            outer = levels[: levels.index(key)] if key in levels else ()
-            paths = [_path(n.labels, outer, key) for n in self.nodes]
-            ordered = sorted({p for p in paths if p is not None})
-            by_path = {p: i for i, p in enumerate(ordered)}
-            codes = [by_path[p] if p is not None else -1 for p in paths]
-            cached = (np.array(codes, dtype=np.int64), ordered)
-            self._s.label_codes[key] = cached
-        return cached
-
-    def node_gpus(self, node: int) -> range:
-        """Global GPU ids of ``node``."""
-        return range(int(self.gpu_offset[node]), int(self.gpu_offset[node + 1]))
 
     # ----- copies and transactions --------------------------------------------------------
 
@@ -302,7 +112,6 @@ class Snapshot:
         clone._journal = []
         tasks = self._tasks
         clone._tasks = tasks.copy() if tasks is not None and not cold else None
-        clone.workload = self.workload
         return clone
 
     def checkpoint(self) -> int:
@@ -320,6 +129,10 @@ class Snapshot:
     def journal_since(self, checkpoint: int) -> list[tuple[bool, Holding]]:
         """The changes made after ``checkpoint``: (added, holding) in order."""
         return list(self._journal[checkpoint:])
+
+    def settle(self) -> None:
+        """Empties the journal: what is held now is the cluster as built, nothing to undo."""
+        self._journal.clear()
 
     def assume(self, pod: PodRequest, node: int, gpus: Sequence[int]) -> Holding:
         """Places ``pod`` on ``node`` holding node-local ``gpus``; journaled. A pod is held
@@ -349,7 +162,7 @@ class Snapshot:
         return holding
 
     def load(self, bound: Iterable[BoundPod]) -> None:
-        """Assumes every pod of ``bound`` on its node, as `_add_bound` does one by one, but
+        """Assumes every pod of ``bound`` on its node, as `add_bound` does one by one, but
         over Python lists with each node's GPU counters refreshed once at the end: building a
         snapshot of 100,000 bound pods costs a few microseconds a pod. Not journaled (a new
         snapshot's journal is cleared anyway); pods on unknown nodes or held already are
@@ -367,7 +180,7 @@ class Snapshot:
             node = index.get(bound_pod.node)
             if node is None or pod.key in holdings:
                 continue
-            gpus = _bound_gpus(self, node, bound_pod, free)
+            gpus = bound_gpus(self, node, bound_pod, free)
             requested = tuple(pod.resources.items())
             vector = vectors.get(requested)
             if vector is None:  # pods come in a few shapes: each vector is built once
@@ -487,344 +300,15 @@ class Snapshot:
         self.max_numa_free[node] = max(counts, default=0)
 
 
-def _path(
-    labels: Mapping[str, str], outer: Sequence[str], key: str
-) -> tuple[tuple[str, str], ...] | None:
-    if key not in labels:
-        return None
-    return (*((k, labels[k]) for k in outer if k in labels), (key, labels[key]))
-
-
-# ----- building a snapshot -----------------------------------------------------------------
-
-
-class SnapshotCache:
-    """Keeps the last snapshot and brings it up to date instead of building it anew.
-
-    The operator needs a snapshot every scheduling cycle, from objects that mostly did not
-    change since the last one. Its cluster state replaces a Node object on every watch
-    update and keeps one `BoundPod` object per unchanged pod, so object identity is the change
-    signal: per-node facts of an unchanged Node are reused; the static part (with its cached
-    node masks) is reused while no Node, the telemetry mapping or the config changed; and
-    then only the pods that came, went or changed are assumed or forgotten. A snapshot built
-    through the cache belongs to it: callers must not change it (`schedule` works on it in
-    place under `Snapshot.lock` and rolls its changes back before it returns).
-    """
-
-    def __init__(self) -> None:
-        self._infos: dict[str, tuple[Node, NodeInfo]] = {}
-        self._inputs: tuple[tuple[Node, ...], object, SchedulerConfig] | None = None
-        self._snapshot: Snapshot | None = None
-        self._held: dict[str, BoundPod] = {}
-
-    def build(
-        self,
-        ordered: Sequence[Node],
-        bound: Iterable[BoundPod],
-        telemetry: Mapping[tuple[str, int], GpuSample] | None,
-        config: SchedulerConfig,
-    ) -> Snapshot:
-        nodes = tuple(ordered)
-        snapshot = self._snapshot
-        if snapshot is None or not self._same(nodes, telemetry, config):
-            infos = [self._info(node) for node in nodes]
-            self._infos = {node.name: self._infos[node.name] for node in nodes}
-            snapshot = Snapshot(config, _build_statics(nodes, infos, telemetry, config))
-            self._inputs = (nodes, telemetry, config)
-            self._snapshot = snapshot
-            self._held = {}
-        with snapshot.lock:
-            self._sync(snapshot, bound)
-        return snapshot
-
-    def _sync(self, snapshot: Snapshot, bound: Iterable[BoundPod]) -> None:
-        """Assumes the pods that came or changed, forgets those that went or changed."""
-        current: dict[str, BoundPod] = {}
-        for pod in bound:
-            current.setdefault(pod.pod.key, pod)
-        for key, before in list(self._held.items()):
-            now = current.get(key)
-            if now is None or (now is not before and now != before):
-                snapshot.forget(key)
-                del self._held[key]
-        if not self._held:  # a new snapshot: every pod at once
-            snapshot.load(current.values())
-            self._held = dict(current)
-        for key, pod in current.items():
-            if key not in self._held:
-                _add_bound(snapshot, pod)
-                self._held[key] = pod
-        snapshot._journal.clear()
-
-    def _same(self, nodes: tuple[Node, ...], telemetry: object, config: SchedulerConfig) -> bool:
-        if self._inputs is None:
-            return False
-        before, before_telemetry, before_config = self._inputs
-        return (
-            before_telemetry is telemetry
-            and before_config is config
-            and len(before) == len(nodes)
-            and all(a is b for a, b in zip(before, nodes, strict=True))
-        )
-
-    def _info(self, node: Node) -> NodeInfo:
-        hit = self._infos.get(node.name)
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        info = _node_info(node)
-        self._infos[node.name] = (node, info)
-        return info
-
-
-def build_snapshot(
-    nodes: Iterable[Node],
-    bound: Iterable[BoundPod] = (),
-    telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
-    config: SchedulerConfig | None = None,
-    cache: SnapshotCache | None = None,
-) -> Snapshot:
-    """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
-    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone).
-
-    ``telemetry=None`` means there is no telemetry source (``simulate`` without
-    ``--metrics``): GPUs are judged by allocation alone and nothing is reported about them. A
-    mapping, even an empty one, means a source exists: a GPU missing from it is unknown, which
-    is never healthy (usable or not as ``telemetry.stale`` says, and always reported).
-    With a ``cache`` the previous snapshot is brought up to date instead (see
-    `SnapshotCache`); the result then belongs to the cache and must not be changed."""
-    config = config or SchedulerConfig()
-    ordered = sorted(nodes, key=lambda n: n.name)
-    if cache is not None:
-        return cache.build(ordered, bound, telemetry, config)
-    allocatables = [node.allocatable_resources() for node in ordered]
-    infos = [_node_info(node, a) for node, a in zip(ordered, allocatables, strict=True)]
-    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config, allocatables))
-    snapshot.load(bound)
-    snapshot._journal.clear()
-    return snapshot
-
-
-def _build_statics(
-    ordered: Sequence[Node],
-    infos: list[NodeInfo],
-    telemetry: Mapping[tuple[str, int], GpuSample] | None,
-    config: SchedulerConfig,
-    parsed: list[dict[str, int]] | None = None,
-) -> _Statics:
-    allocatables = parsed if parsed is not None else [n.allocatable_resources() for n in ordered]
-    columns = _columns(allocatables)
-    return _statics(config, infos, allocatables, columns, telemetry)
-
-
-def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:
-    names = list(BASE_RESOURCES)
-    extra = sorted({r for a in allocatables for r in a} - set(names) - {GPU_RESOURCE})
-    return {name: i for i, name in enumerate(names + extra)}
-
-
-@functools.lru_cache(maxsize=256)
-def _parsed_topology(raw: str) -> tuple[int, NodeShape, tuple[float | None, ...]]:
-    """A topology annotation's GPU count, shape and memory per GPU. Memoised on the text:
-    the nodes of a cluster carry a handful of distinct annotations (one per hardware model),
-    and parsing and checking one took most of building a 5,000-node snapshot. Raises
-    `InvalidObjectError` (not memoised) for an annotation that does not parse."""
-    topology = parse_topology_annotation("", raw)
-    memory = tuple(float(g.memory_mib) if g.memory_mib is not None else None for g in topology.gpus)
-    return len(topology.gpus), NodeShape.from_topology(topology), memory
-
-
-def clear_topology_memo() -> None:
-    """Forgets the parsed topology annotations (for benchmarks that time a first build)."""
-    _parsed_topology.cache_clear()
-
-
-def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> NodeInfo:
-    """The static facts of ``node``; ``allocatable``: its parsed allocatable resources, when
-    the caller has them already (parsing quantities is not free)."""
-    resources = allocatable if allocatable is not None else node.allocatable_resources()
-    count = resources.get(GPU_RESOURCE, 0)
-    raw = node.metadata.annotations.get(TOPOLOGY_ANNOTATION)
-    shape: NodeShape | None = None
-    known, error = False, None
-    memory: tuple[float | None, ...] = (None,) * count
-    if raw is not None:
-        try:
-            parsed = _parsed_topology(raw)
-        except InvalidObjectError:
-            try:  # again, for a message that names this node
-                parse_topology_annotation(node.name, raw)
-            except InvalidObjectError as err:
-                error = str(err)
-            else:  # pragma: no cover - the annotation parses the same for any node name
-                raise
-        else:
-            described, parsed_shape, parsed_memory = parsed
-            if described != count:
-                error = (
-                    f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
-                    f"{described} GPUs but the node advertises {count} {GPU_RESOURCE}"
-                )
-            else:
-                shape, known, memory = parsed_shape, True, parsed_memory
-    return NodeInfo(
-        name=node.name,
-        labels=dict(node.labels),
-        taints=tuple(node.spec.taints),
-        unschedulable=node.spec.unschedulable,
-        ready=node.ready,
-        shape=shape if shape is not None else NodeShape.unknown(count),
-        topology_known=known,
-        topology_error=error,
-        gpu_memory_mib=memory,
-    )
-
-
-def _statics(
-    config: SchedulerConfig,
-    infos: list[NodeInfo],
-    allocatables: list[dict[str, int]],
-    columns: dict[str, int],
-    telemetry: Mapping[tuple[str, int], GpuSample] | None,
-) -> _Statics:
-    allocatable = np.zeros((len(infos), len(columns)), dtype=np.int64)
-    for row, resources in enumerate(allocatables):
-        for name, amount in resources.items():
-            if name in columns:
-                allocatable[row, columns[name]] = amount
-    counts = [info.gpu_count for info in infos]
-    offset = np.zeros(len(infos) + 1, dtype=np.int64)
-    offset[1:] = np.cumsum(counts)
-    total = int(offset[-1])
-    statics = _Statics(
-        nodes=tuple(infos),
-        index={info.name: i for i, info in enumerate(infos)},
-        columns=columns,
-        allocatable=allocatable,
-        gpu_offset=offset,
-        gpu_usable=np.ones(total, dtype=np.bool_),
-        gpu_slot=_numa_slots(infos, total),
-        numa_slots=max((len(_slot_ids(info)) for info in infos), default=0),
-        gpu_mem_free=np.full(total, math.nan),
-        gpu_mem_total=np.full(total, math.nan),
-        gpu_notes={},
-        node_notes={},
-    )
-    for n, info in enumerate(infos):
-        _node_gpus_statics(config, statics, n, info, telemetry)
-    statics.has_memory_telemetry = bool((~np.isnan(statics.gpu_mem_free)).any())
-    return statics
-
-
-def _slot_ids(info: NodeInfo) -> list[int]:
-    """Per GPU of the node, its NUMA slot (see `_Statics.gpu_slot`): known NUMA nodes first,
-    in id order, then one slot per GPU of unknown NUMA node."""
-    known = sorted({numa for numa in info.shape.numa if numa is not None})
-    slot_of = {numa: slot for slot, numa in enumerate(known)}
-    next_slot = len(known)
-    ids = []
-    for numa in info.shape.numa:
-        if numa is None:
-            ids.append(next_slot)
-            next_slot += 1
-        else:
-            ids.append(slot_of[numa])
-    return ids
-
-
-def _numa_slots(infos: Sequence[NodeInfo], total: int) -> IntArray:
-    slots = np.zeros(total, dtype=np.int64)
-    start = 0
-    for info in infos:
-        slots[start : start + info.gpu_count] = _slot_ids(info)
-        start += info.gpu_count
-    return slots
-
-
-def _node_gpus_statics(
-    config: SchedulerConfig,
-    statics: _Statics,
-    n: int,
-    info: NodeInfo,
-    telemetry: Mapping[tuple[str, int], GpuSample] | None,
-) -> None:
-    base = int(statics.gpu_offset[n])
-    excluded = False
-    for gpu in range(info.gpu_count):
-        gid = base + gpu
-        sample = telemetry.get((info.name, gpu)) if telemetry is not None else None
-        total = info.gpu_memory_mib[gpu] if gpu < len(info.gpu_memory_mib) else None
-        verdict = gpu_verdict(config, sample, total) if telemetry is not None else None
-        fresh = sample is not None and sample.age_seconds <= config.telemetry.max_age_seconds
-        if fresh and sample is not None and sample.fb_free_mib is not None:
-            statics.gpu_mem_free[gid] = sample.fb_free_mib
-        statics.gpu_mem_total[gid] = _total_memory(sample, total)
-        if verdict is not None:
-            usable, note = verdict
-            statics.gpu_notes[gid] = note
-            if not usable:
-                statics.gpu_usable[gid] = False
-                excluded = True
-    if excluded and config.telemetry.exclude_whole_node:
-        statics.gpu_usable[base : base + info.gpu_count] = False
-        statics.node_notes.setdefault(n, []).append("excluded: a GPU failed a telemetry check")
-    if info.topology_error:
-        statics.node_notes.setdefault(n, []).append(info.topology_error)
-
-
-def _total_memory(sample: GpuSample | None, total: float | None) -> float:
-    if total is not None:
-        return total
-    if sample and sample.fb_free_mib is not None and sample.fb_used_mib is not None:
-        return sample.fb_free_mib + sample.fb_used_mib
-    return math.nan
-
-
-def gpu_verdict(
-    config: SchedulerConfig, sample: GpuSample | None, total_mib: float | None
-) -> tuple[bool, str] | None:
-    """Whether a GPU is usable by its telemetry: ``None`` when healthy, else (usable, why).
-
-    Unknown or stale data is never called healthy: it is reported, and usable or not as
-    ``telemetry.stale`` says."""
-    limits = config.telemetry
-    stale_usable = limits.stale is StaleTelemetry.USABLE
-    if sample is None:
-        return stale_usable, "no telemetry"
-    if sample.age_seconds > limits.max_age_seconds:
-        age = f"{sample.age_seconds:.0f} s > {limits.max_age_seconds:.0f} s"
-        return stale_usable, f"telemetry stale ({age})"
-    if sample.temperature_c is not None and sample.temperature_c > limits.temperature_limit_c:
-        return False, f"{sample.temperature_c:.0f} °C > {limits.temperature_limit_c:.0f} °C"
-    if limits.exclude_xid_errors and sample.xid_errors:
-        return False, f"XID error {sample.xid_errors:.0f}"
-    ratio = _free_ratio(sample, total_mib)
-    if ratio is not None and ratio < limits.min_free_memory_ratio:
-        return False, (
-            f"free memory {ratio:.0%} < {limits.min_free_memory_ratio:.0%} "
-            f"({sample.fb_free_mib:.0f} MiB free)"
-        )
-    return None
-
-
-def _free_ratio(sample: GpuSample, total_mib: float | None) -> float | None:
-    if sample.fb_free_mib is None:
-        return None
-    if total_mib is None:
-        if sample.fb_used_mib is None:
-            return None
-        total_mib = sample.fb_free_mib + sample.fb_used_mib
-    return sample.fb_free_mib / total_mib if total_mib > 0 else None
-
-
-def _add_bound(snapshot: Snapshot, bound: BoundPod) -> None:
+def add_bound(snapshot: Snapshot, bound: BoundPod) -> None:
     node = snapshot.index.get(bound.node)
     if node is None or bound.pod.key in snapshot.holdings:
         return
-    gpus = _bound_gpus(snapshot, node, bound, snapshot.gpu_free)
+    gpus = bound_gpus(snapshot, node, bound, snapshot.gpu_free)
     snapshot.assume(bound.pod, node, gpus)
 
 
-def _bound_gpus(
+def bound_gpus(
     snapshot: Snapshot, node: int, bound: BoundPod, gpu_free: Sequence[int] | IntArray
 ) -> list[int]:
     """The GPUs a bound pod holds. Without a valid ``gpusched.io/gpus`` annotation we cannot

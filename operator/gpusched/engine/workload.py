@@ -1,7 +1,8 @@
-"""Task keys: the kinds of pods FGD's target workload is made of.
+"""FGD's target workload: the kinds of pods (task types) the fragmentation score measures
+against, and how often each comes.
 
-Two pods with equal keys are the same task type for the fragmentation score: same CPU, same
-per-GPU milli, same GPU count, same node constraints. `Snapshot.task_counts` keeps a count
+Two pods with equal task keys are the same task type: same CPU, same per-GPU milli, same GPU
+count, same node constraints. `Snapshot.task_counts` keeps a count
 per key of the pods it holds, so the target workload of a cycle is read from a few dozen
 counts instead of every bound pod.
 """
@@ -9,6 +10,9 @@ counts instead of every bound pod.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from operator import itemgetter
 
 from gpusched.api.k8s import NodeSelectorTerm
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
@@ -62,3 +66,46 @@ class TaskCounts:
     def copy(self) -> TaskCounts:
         """An independent count; the constraint representatives are shared (only added to)."""
         return TaskCounts(Counter(self.counts), self.terms)
+
+
+COVERAGE = 0.95
+"""Task types are taken, most frequent first, until they cover this share of pods (FGD's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskType:
+    cpu_milli: int
+    gpu_milli: int
+    """Per GPU: 1000 for whole-GPU tasks, the share for sharing tasks, 0 for CPU-only."""
+    gpus: int
+    weight: float
+    required_terms: tuple[NodeSelectorTerm, ...] | None = None
+    """Required node affinity of the task's pods (e.g. the GPU models it may use); ``None``:
+    any node."""
+
+
+def target_workload(pods: Iterable[PodRequest]) -> tuple[TaskType, ...]:
+    """The most frequent (cpu, gpu milli, GPU count, node constraints) types covering 95 % of
+    ``pods``, with their frequencies renormalised to sum to 1."""
+    counts = TaskCounts()
+    for pod in pods:
+        counts.add(pod)
+    return workload_of(counts)
+
+
+def workload_of(tasks: TaskCounts) -> tuple[TaskType, ...]:
+    """The target workload of counted task types: most frequent first (ties by key) until
+    they cover 95 % of the pods."""
+    total = sum(tasks.counts.values())
+    chosen: list[tuple[TaskKey, int]] = []
+    covered = 0
+    ranked = sorted(tasks.counts.items())
+    ranked.sort(key=itemgetter(1), reverse=True)  # stable: equal counts stay in key order
+    for key, count in ranked:
+        if covered >= COVERAGE * total:
+            break
+        chosen.append((key, count))
+        covered += count
+    return tuple(
+        TaskType(c, g, k, n / covered, tasks.terms.get((c, g, k, s))) for (c, g, k, s), n in chosen
+    )

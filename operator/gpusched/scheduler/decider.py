@@ -8,10 +8,11 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.engine.build import SnapshotCache, build_snapshot
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, ScheduleResult
 from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import GpuSample, SnapshotCache, build_snapshot
 from gpusched.scheduler import metrics, quality_metrics
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator

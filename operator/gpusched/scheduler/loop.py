@@ -22,7 +22,6 @@ import time
 from datetime import UTC, datetime
 
 from gpusched.api.config import OperatorConfig
-from gpusched.api.crds import REASON_INVALID
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, Reason, ScheduleResult
 from gpusched.scheduler import metrics, quality_metrics
@@ -141,7 +140,7 @@ class SchedulingLoop:
                     pod_ref(record),
                     "Warning",
                     "FailedScheduling",
-                    f"{REASON_INVALID}: {record.error}",
+                    f"{Reason.INVALID}: {record.error}",
                 )
                 continue
             root = self.state.root_of_request(record.request)

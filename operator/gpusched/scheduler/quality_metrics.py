@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.engine.fragmentation import TaskType
 from gpusched.engine.quality import ClusterQuality, link_tiers, measure
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import TaskType
 
 _DOMAIN = ("level", "domain")
 

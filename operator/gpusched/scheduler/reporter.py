@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, REASON_INVALID, GroupStatus
+from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, GroupStatus
 from gpusched.engine.groups import GroupKind
-from gpusched.engine.result import GroupDecision
+from gpusched.engine.result import GroupDecision, Reason
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
@@ -23,8 +23,6 @@ from gpusched.scheduler.records import PodRecord
 from gpusched.scheduler.refs import group_ref, workload_ref
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.status import (
-    REASON_BINDING,
-    REASON_DEGRADED,
     Attempt,
     Counts,
     Partial,
@@ -113,7 +111,7 @@ class Reporter:
             group = self.state.groups[key]
             if group.spec.invalid is not None:
                 self.recorder.record(
-                    group_ref(group), "Warning", REASON_INVALID, group.spec.invalid
+                    group_ref(group), "Warning", Reason.INVALID, group.spec.invalid
                 )
             self.outbox.offer(
                 group_ref(group),
@@ -171,7 +169,7 @@ class Reporter:
             p.pod.metadata.name for p in pods if p.node is None and not p.pod.is_terminal
         )
         binding = any(p.key in self.state.reservations for p in pods)
-        return Partial(REASON_BINDING if binding else REASON_DEGRADED, minimum, tuple(waiting))
+        return Partial(Reason.BINDING if binding else Reason.DEGRADED, minimum, tuple(waiting))
 
     def _timed_out(
         self, root: str, by_group: Mapping[str, list[PodRecord]], wall: datetime
@@ -207,7 +205,7 @@ class Reporter:
                     else:
                         groups.append((group.metadata.name, group.kind, status))
             else:
-                self.recorder.record(ref, "Warning", REASON_INVALID, error or "")
+                self.recorder.record(ref, "Warning", Reason.INVALID, error or "")
             previous = self.outbox.last(ref) or record.raw_status
             condition = materialized_condition(previous, error, missing, wall)
             summary = workload_status(groups, condition)

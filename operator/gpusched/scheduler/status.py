@@ -15,12 +15,11 @@ from typing import Any
 from gpusched.api.crds import (
     CONDITION_MATERIALIZED,
     CONDITION_SCHEDULED,
-    REASON_SCHEDULED,
-    REASON_TIMEOUT,
     Condition,
     GroupPhase,
     GroupStatus,
     LastAttempt,
+    Reason,
     WorkloadGroupStatus,
     WorkloadStatus,
 )
@@ -126,13 +125,6 @@ def placement(
     return where
 
 
-REASON_BINDING = "Binding"
-"""A gang below its minCount has pods bound and binds of the rest in flight or retried."""
-REASON_DEGRADED = "Degraded"
-"""A gang below its minCount has pods bound and the rest waiting to be placed again (their
-room was lost: a refused bind, a node gone, a pod re-created); it is placed first."""
-
-
 @dataclass(frozen=True, slots=True)
 class Partial:
     """A gang partly bound below its minCount: which reason, and the pods not bound."""
@@ -144,7 +136,7 @@ class Partial:
     def message(self, counts: Counts, attempt: Attempt | None) -> str:
         names = ", ".join(self.missing[:10]) + (", …" if len(self.missing) > 10 else "")
         text = f"{counts.scheduled} of {self.minimum} pods bound; not yet: {names or 'none'}"
-        if self.reason == REASON_DEGRADED and attempt is not None:
+        if self.reason == Reason.DEGRADED and attempt is not None:
             text += f"; {attempt.message}"
         return text
 
@@ -166,9 +158,9 @@ def group_status(
         condition = _condition(previous, "False", partial.reason, message, now)
     elif phase in (GroupPhase.SCHEDULED, GroupPhase.RUNNING, GroupPhase.SUCCEEDED):
         message = _scheduled_message(record, counts, where)
-        condition = _condition(previous, "True", REASON_SCHEDULED, message, now)
+        condition = _condition(previous, "True", Reason.SCHEDULED, message, now)
     elif attempt is not None:
-        reason = REASON_TIMEOUT if phase is GroupPhase.UNSCHEDULABLE else attempt.reason
+        reason = Reason.TIMEOUT if phase is GroupPhase.UNSCHEDULABLE else attempt.reason
         condition = _condition(previous, "False", reason, attempt.message, now)
     else:
         condition = _condition(previous, "False", "WaitingForPods", "no attempt yet", now)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from gpusched.api.config import TelemetryConfig
-from gpusched.engine.snapshot import GpuSample
+from gpusched.engine.health import GpuSample
 from gpusched.telemetry.prometheus import PrometheusClient, TelemetryError, read_answer
 from gpusched.telemetry.series import METRICS, SeriesIndex, SkipReason, TelemetryData
 from gpusched.telemetry.status import TelemetryStatus, describe_data

@@ -30,7 +30,7 @@ from enum import StrEnum
 
 from gpusched.api.config import TelemetryConfig
 from gpusched.api.topology import MAX_GPUS_PER_NODE
-from gpusched.engine.snapshot import GpuSample
+from gpusched.engine.health import GpuSample
 
 __all__ = [
     "GPU_LABEL",

@@ -17,7 +17,6 @@ asks to free capacity that a domain does not have even when empty. For a gang:
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,12 +28,11 @@ from gpusched.api.k8s import POD_GROUP_LABEL
 from gpusched.engine.domains import Domain, copies, root_domain, subdomains
 from gpusched.engine.fit import node_reason, static_mask
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.snapshot import BoolArray, IntArray, Snapshot
+from gpusched.engine.result import Attempt, Counted, Waiting
+from gpusched.engine.snapshot import Snapshot
 
-_MIN_COUNT = re.compile(r"(\d+) of (\d+) valid pods exist")
-_CHILDREN_EXIST = re.compile(r"(\d+) of (\d+) child groups (?:exist|have their pods)")
-_CHILDREN_FIT = re.compile(r"(\d+) of (\d+) child groups (?:could )?fit")
 NO_NODE_PASSES = (
     "no node passes the {what}' node constraints (readiness, cordon, taints, nodeSelector, "
     "affinity): change the constraints or the nodes' labels"
@@ -55,15 +53,22 @@ def _listed(items: Sequence[str]) -> str:
 # ----- groups waiting, composites ------------------------------------------------------------
 
 
-def waiting_hints(spec: GroupSpec, message: str, invalid: Sequence[str] = ()) -> list[str]:
-    """For ``WaitingForPods``; ``invalid`` are messages of the group's pods the engine
+def waiting_hints(
+    spec: GroupSpec, waiting: Waiting | None, invalid: Sequence[str] = ()
+) -> list[str]:
+    """For ``WaitingForPods``: ``waiting`` is what the decision says the group (or the
+    ancestor it waits with) lacks; ``invalid`` are messages of the group's pods the engine
     refused (they do not count as present)."""
     hints = []
     if invalid:
         hints.append(f"fix {plural(len(invalid), 'invalid pod')}: {invalid[0]}")
-    found = _MIN_COUNT.search(message)
-    if found is not None:
-        present, minimum = int(found.group(1)), int(found.group(2))
+    if waiting is not None and waiting.minimum is not None:
+        present, minimum = waiting.present, waiting.minimum
+        if waiting.counted is Counted.CHILD_GROUPS:
+            hints.append(f"{minimum - present} more child group(s) must exist with all their pods")
+            if present:
+                hints.append(f"or lower minGroupCount to {present}")
+            return hints
         name = spec.key.split("/", 1)[1]
         if len(invalid) >= minimum - present:
             return hints
@@ -74,22 +79,13 @@ def waiting_hints(spec: GroupSpec, message: str, invalid: Sequence[str] = ()) ->
         if present:
             hints.append(f"or lower minCount to {present}")
         return hints
-    found = _CHILDREN_EXIST.search(message)
-    if found is not None:
-        ready, minimum = int(found.group(1)), int(found.group(2))
-        hints.append(f"{minimum - ready} more child group(s) must exist with all their pods")
-        if ready:
-            hints.append(f"or lower minGroupCount to {ready}")
-        return hints
     return [*hints, "create the group's pods"]
 
 
-def composite_hints(spec: GroupSpec, lines: Sequence[str]) -> list[str]:
-    """From the engine's lines (message and domains) of a failed CompositePodGroup."""
-    best = 0
-    for line in lines:
-        for found in _CHILDREN_FIT.finditer(line):
-            best = max(best, int(found.group(1)))
+def composite_hints(spec: GroupSpec, tried: Sequence[Attempt]) -> list[str]:
+    """From the domains a failed CompositePodGroup tried: the most child groups that fit in
+    one."""
+    best = max((a.fit for a in tried if a.counted is Counted.CHILD_GROUPS), default=0)
     hints = []
     if 0 < best < spec.minimum:
         fit = "1 child group fits" if best == 1 else f"{best} child groups fit"

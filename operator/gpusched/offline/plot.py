@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from gpusched.api.k8s import Pod
 from gpusched.api.topology import LinkTier
-from gpusched.engine.gpuset import NodeShape
+from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Snapshot
@@ -38,8 +37,7 @@ from gpusched.engine.snapshot import Snapshot
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from gpusched.explain import Run
-    from gpusched.simulate import ClusterObjects, Simulation
+    from gpusched.offline.simulate import Run
 
 DETAILED_MAX_NODES = 100
 LEGEND_INCHES = 2.6
@@ -91,22 +89,9 @@ class PlotSummary:
 def plot_run(
     run: Run, path: Path, highlight: Iterable[str] = (), title: str | None = None
 ) -> PlotSummary:
-    """The cluster of an ``explain`` run with the engine's placements applied."""
-    after = with_bindings(run.snapshot, run.bindings.values(), run.pending)
+    """The cluster of an offline run with the engine's placements applied."""
+    after = with_bindings(run.snapshot, run.result.bindings, run.pending)
     return plot_snapshot(after, path, highlight=highlight, title=title)
-
-
-def plot_simulation(
-    objects: ClusterObjects, simulation: Simulation, path: Path, title: str | None = None
-) -> PlotSummary:
-    """The cluster of a ``simulate`` run with the engine's placements applied."""
-    requests = {pod.key: PodRequest.from_pod(pod) for pod in objects.pods if _pending(pod)}
-    after = with_bindings(simulation.snapshot, simulation.result.bindings, requests)
-    return plot_snapshot(after, path, title=title)
-
-
-def _pending(pod: Pod) -> bool:
-    return not pod.spec.node_name and not pod.is_terminal
 
 
 def with_bindings(

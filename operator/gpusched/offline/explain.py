@@ -1,8 +1,8 @@
 """`gpusched explain`: why a pod, PodGroup, CompositePodGroup or Workload is (not) placed.
 
 Phases:
-1. Input: the cluster's objects, from YAML files (the loader of ``simulate``) or from a live
-   cluster (`gpusched.k8s.reader`, read-only), as API documents.
+1. Input: the cluster's objects, from YAML files or from a live cluster (read-only), read by
+   `gpusched.offline.inputs`.
 2. Decision: the engine runs on every pending pod, exactly as the operator's loop would now,
    so the target competes with the work ahead of it in the queue.
 3. Report: per group involved, the decision as the group's status ``lastAttempt`` would show
@@ -10,7 +10,7 @@ Phases:
    would make it fit — measured on the cluster as the engine found it when the target's turn
    came (bound pods plus what the engine placed before it).
 
-Hints (`gpusched.hints`) come from the per-node counts the planner ranks domains by: for
+Hints (`gpusched.offline.hints`) come from the per-node counts the planner ranks domains by: for
 the domain closest to fitting, what to free and where; whether the group would fit now with
 a lower ``minCount`` or a wider topology level; what capacity telemetry or node state keeps
 from it.
@@ -19,33 +19,19 @@ from it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpusched import hints
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.crds import (
-    CompositePodGroup,
-    PodGroup,
-    materialize,
-    parse_composite_pod_group,
-    parse_pod_group,
-    parse_workload,
-)
-from gpusched.api.errors import InvalidObjectError
-from gpusched.api.k8s import POD_GROUP_LABEL, Pod, parse_node, parse_pod
+from gpusched.api.k8s import POD_GROUP_LABEL, Pod
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Reason
-from gpusched.engine.schedule import schedule
-from gpusched.engine.snapshot import (
-    BoundPod,
-    GpuSample,
-    Snapshot,
-    build_snapshot,
-)
-from gpusched.simulate import ClusterObjects, first_attempt
+from gpusched.offline import hints
+from gpusched.offline.inputs import ClusterObjects
+from gpusched.offline.simulate import Run, simulate
 
 KINDS = {
     "pod": "Pod",
@@ -93,157 +79,49 @@ class Target:
         return Target(KINDS[kind.lower()], namespace, name)
 
 
-# ----- phase 1: objects from API documents ---------------------------------------------------
-
-
-@dataclass(slots=True)
-class Cluster:
-    """The objects read, plus those that failed validation (kept: the target may be one)."""
-
-    objects: ClusterObjects
-    invalid_groups: dict[str, GroupSpec] = field(default_factory=dict)
-    invalid_pods: dict[str, str] = field(default_factory=dict)
-    workloads: dict[str, list[str]] = field(default_factory=dict)
-    """Workload key → keys of the groups it materialises."""
-
-
-def from_objects(objects: ClusterObjects) -> Cluster:
-    """A cluster read by ``simulate``'s loader (invalid groups kept with their errors)."""
-    cluster = Cluster(objects, invalid_groups={g.key: g for g in objects.invalid_groups})
-    for group in objects.groups:
-        ref = group.spec.workload_ref
-        if ref is not None:
-            key = f"{group.metadata.namespace}/{ref.workload_name}"
-            cluster.workloads.setdefault(key, []).append(group.key)
-    return cluster
-
-
-def from_documents(documents: Iterable[Mapping[str, Any]]) -> Cluster:
-    """A cluster from live API documents. Like the operator, an invalid group or pod does not
-    stop the rest: it is kept with its error, and explained as Invalid if asked about."""
-    objects = ClusterObjects()
-    cluster = Cluster(objects)
-    explicit: list[PodGroup | CompositePodGroup] = []
-    materialised: list[PodGroup | CompositePodGroup] = []
-    for document in documents:
-        kind = document.get("kind")
-        try:
-            if kind == "Node":
-                objects.nodes.append(parse_node(document))
-            elif kind == "Pod":
-                _add_pod(cluster, parse_pod(document))
-            elif kind in ("PodGroup", "CompositePodGroup"):
-                explicit.append(_parse_group(document))
-            elif kind == "Workload":
-                materialised.extend(materialize(parse_workload(document)))
-        except InvalidObjectError as error:
-            _invalid(cluster, document, str(error))
-    names = {g.key for g in explicit}
-    objects.groups = explicit + [g for g in materialised if g.key not in names]
-    for group in objects.groups:
-        ref = group.spec.workload_ref
-        if ref is not None:
-            key = f"{group.metadata.namespace}/{ref.workload_name}"
-            cluster.workloads.setdefault(key, []).append(group.key)
-    return cluster
-
-
-def _parse_group(document: Mapping[str, Any]) -> PodGroup | CompositePodGroup:
-    if document.get("kind") == "PodGroup":
-        return parse_pod_group(document)
-    return parse_composite_pod_group(document)
-
-
-def _add_pod(cluster: Cluster, pod: Pod) -> None:
-    try:
-        PodRequest.from_pod(pod)
-        pod.assigned_gpus()
-    except InvalidObjectError as error:
-        cluster.invalid_pods[pod.key] = str(error)
-        return
-    cluster.objects.pods.append(pod)
-
-
-def _invalid(cluster: Cluster, document: Mapping[str, Any], error: str) -> None:
-    metadata = document.get("metadata") or {}
-    key = f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '<unnamed>'}"
-    kind = document.get("kind")
-    if kind == "PodGroup":
-        cluster.invalid_groups[key] = GroupSpec(key, GroupKind.POD_GROUP, invalid=error)
-    elif kind == "CompositePodGroup":
-        cluster.invalid_groups[key] = GroupSpec(key, GroupKind.COMPOSITE, invalid=error)
-    elif kind == "Pod":
-        cluster.invalid_pods[key] = error
-    elif kind == "Workload":
-        cluster.objects.invalid_workloads[key] = error
-
-
 # ----- phase 2: the decision -----------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Run:
-    """The engine's decision on everything pending, with what it was decided on."""
-
-    snapshot: Snapshot
-    """Before the decision (bound pods only)."""
-    pending: dict[str, PodRequest]
-    bound: dict[str, BoundPod]
-    groups: dict[str, GroupSpec]
-    decisions: dict[str, GroupDecision]
-    bindings: dict[str, Binding]
-    failures: dict[str, PodFailure]
-    pods: dict[str, Pod]
-
-
-def decide(
-    cluster: Cluster,
+def explain_target(
+    objects: ClusterObjects,
     config: SchedulerConfig,
-    telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
-) -> Run:
-    """Runs the engine as ``simulate`` does (bound pods consume capacity, pending pods with
-    our scheduler name are placed), invalid groups included as the operator includes them."""
-    bound: dict[str, BoundPod] = {}
-    pending: dict[str, PodRequest] = {}
-    pods: dict[str, Pod] = {}
-    for pod in cluster.objects.pods:
-        pods[pod.key] = pod
-        if pod.is_terminal:
-            continue
-        request = PodRequest.from_pod(pod)
-        if pod.spec.node_name:
-            bound[pod.key] = BoundPod(request, pod.spec.node_name, pod.assigned_gpus())
-        elif pod.spec.scheduler_name == config.scheduler_name:
-            pending[pod.key] = request
-    snapshot = build_snapshot(cluster.objects.nodes, bound.values(), telemetry, config)
-    specs = {g.key: _spec(g) for g in cluster.objects.groups}
-    specs.update({k: v for k, v in cluster.invalid_groups.items() if k not in specs})
-    result = first_attempt(schedule(snapshot, list(pending.values()), list(specs.values())))
-    return Run(
-        snapshot=snapshot,
-        pending=pending,
-        bound=bound,
-        groups=specs,
-        decisions={d.name: d for d in result.groups},
-        bindings={b.pod: b for b in result.bindings},
-        failures={f.pod: f for f in result.unschedulable},
-        pods=pods,
-    )
+    telemetry: Mapping[tuple[str, int], GpuSample] | None,
+    target: Target,
+) -> tuple[Run, Explanation]:
+    """Runs the engine once, keeping the cluster as it was at the turn of every unit the
+    report measures hints on, and explains ``target``; `ExplainError` when there is no such
+    object."""
+
+    def units(groups: Mapping[str, GroupSpec]) -> set[str]:
+        return _units_of(objects, groups, target)
+
+    run = simulate(objects, config, telemetry, turns=units)
+    return run, explain(run, target)
 
 
-def _spec(group: PodGroup | CompositePodGroup) -> GroupSpec:
-    if isinstance(group, PodGroup):
-        return GroupSpec.from_pod_group(group)
-    return GroupSpec.from_composite(group)
+def _units_of(objects: ClusterObjects, groups: Mapping[str, GroupSpec], target: Target) -> set[str]:
+    """The units (root groups, group-less pods) whose turn the report about ``target`` may
+    look at: the roots of its groups, or the pod itself."""
+    if target.kind == "Workload":
+        keys = objects.workload_groups().get(target.key, [])
+    elif target.kind == "Pod":
+        pod = next((r.pod for r in objects.pods if r.pod.key == target.key), None)
+        if pod is None or not pod.group:
+            return {target.key}
+        keys = [f"{pod.namespace}/{pod.group}"]
+    else:
+        keys = [target.key]
+    return {root_of(groups, key) for key in keys}
 
 
-def root_of(run: Run, key: str) -> str:
+def root_of(groups: Mapping[str, GroupSpec], key: str) -> str:
+    """The root group above ``key`` (``key`` itself for a root, or a group not known)."""
     seen = {key}
-    group = run.groups.get(key)
+    group = groups.get(key)
     while group is not None and group.parent is not None and group.parent not in seen:
         seen.add(group.parent)
         key = group.parent
-        group = run.groups.get(key)
+        group = groups.get(key)
     return key
 
 
@@ -265,41 +143,6 @@ def descendants(run: Run, key: str) -> list[str]:
 
 def _pod_group_key(request: PodRequest) -> str | None:
     return f"{request.namespace}/{request.group}" if request.group else None
-
-
-def before_turn(run: Run, root: str) -> Snapshot:
-    """The cluster as the engine found it when ``root``'s turn came: bound pods plus the
-    placements of the work it took earlier (higher priority, then older, then by name)."""
-    rank = _unit_ranks(run)
-    mine = rank.get(root)
-    work = run.snapshot.copy()
-    for key, binding in sorted(run.bindings.items()):
-        request = run.pending.get(key)
-        if request is None:
-            continue
-        group = _pod_group_key(request)
-        unit = root_of(run, group) if group is not None else key
-        if unit == root or mine is None or rank.get(unit, mine) >= mine:
-            continue
-        node = work.index.get(binding.node)
-        if node is not None:
-            work.assume(request, node, binding.gpus)
-    return work
-
-
-def _unit_ranks(run: Run) -> dict[str, tuple[int, float, str]]:
-    """The engine's order key of every unit (root group or group-less pod)."""
-    priority: dict[str, int] = defaultdict(int)
-    created: dict[str, float] = {}
-    for spec in run.groups.values():
-        if spec.parent is None:
-            created[spec.key] = spec.created
-    for key, request in run.pending.items():
-        group = _pod_group_key(request)
-        unit = root_of(run, group) if group is not None else key
-        priority[unit] = max(priority.get(unit, request.priority), request.priority)
-        created[unit] = min(created.get(unit, request.created), request.created)
-    return {unit: (-priority.get(unit, 0), when, unit) for unit, when in created.items()}
 
 
 # ----- phase 3: the report -------------------------------------------------------------------
@@ -388,14 +231,14 @@ def _render_group(group: GroupReport) -> list[str]:
     return lines
 
 
-def explain(run: Run, cluster: Cluster, target: Target) -> Explanation:
+def explain(run: Run, target: Target) -> Explanation:
     """The report about ``target``; `ExplainError` when there is no such object."""
     if target.kind == "Pod":
-        return _explain_pod(run, cluster, target)
-    invalid = cluster.objects.invalid_workloads.get(target.key)
+        return _explain_pod(run, target)
+    invalid = run.objects.invalid_workloads.get(target.key)
     if target.kind == "Workload" and invalid is not None:
         return Explanation(target, f"Workload {target.key}: Invalid", [invalid])
-    keys = _target_groups(run, cluster, target)
+    keys = _target_groups(run, target)
     explanation = Explanation(target, _group_headline(run, target, keys))
     for key in keys:
         explanation.groups.append(_group_report(run, key))
@@ -403,9 +246,9 @@ def explain(run: Run, cluster: Cluster, target: Target) -> Explanation:
     return explanation
 
 
-def _target_groups(run: Run, cluster: Cluster, target: Target) -> list[str]:
+def _target_groups(run: Run, target: Target) -> list[str]:
     if target.kind == "Workload":
-        groups = cluster.workloads.get(target.key)
+        groups = run.objects.workload_groups().get(target.key)
         if not groups:
             raise ExplainError(f"Workload {target.key} not found (or it has no templates)")
         roots = sorted({k for k in groups if run.groups.get(k, None) is not None})
@@ -496,10 +339,11 @@ def _group_report(run: Run, key: str) -> GroupReport:
 # ----- a pod ---------------------------------------------------------------------------------
 
 
-def _explain_pod(run: Run, cluster: Cluster, target: Target) -> Explanation:
+def _explain_pod(run: Run, target: Target) -> Explanation:
     key = target.key
-    if key in cluster.invalid_pods:
-        return Explanation(target, f"Pod {key}: Invalid", [cluster.invalid_pods[key]])
+    invalid = run.objects.invalid_pods.get(key)
+    if invalid is not None:
+        return Explanation(target, f"Pod {key}: Invalid", [invalid])
     pod = run.pods.get(key)
     if pod is None:
         raise ExplainError(f"Pod {key} not found")
@@ -514,7 +358,7 @@ def _explain_pod(run: Run, cluster: Cluster, target: Target) -> Explanation:
     if failure is not None and (own or not (group_key is not None and group_key in run.decisions)):
         explanation.pod_lines += [f"reason: {failure.reason.value}", f"message: {failure.message}"]
     if group_key is not None and group_key in run.groups:
-        root = root_of(run, group_key)
+        root = root_of(run.groups, group_key)
         explanation.groups += [_group_report(run, k) for k in descendants(run, root)]
     elif failure is not None and key in run.pending:
         explanation.hints = _pod_failure_hints(run, key, failure, group_key)
@@ -528,7 +372,7 @@ def _pod_failure_hints(run: Run, key: str, failure: PodFailure, group_key: str |
         return [_ungate_hint(run, [key])]
     if group_key is not None:
         return [f"create PodGroup {group_key}, or change the pod's {POD_GROUP_LABEL} label"]
-    return hints.pod_hints(before_turn(run, key), run.pending[key])
+    return hints.pod_hints(run.turns.get(key, run.snapshot), run.pending[key])
 
 
 def _pod_state(run: Run, pod: Pod) -> str:
@@ -560,21 +404,21 @@ def group_hints(run: Run, spec: GroupSpec, decision: GroupDecision) -> list[str]
     if decision.reason is Reason.WAITING_FOR_PODS:
         refused = [run.failures[k].message for k in _failed_members(run, spec, Reason.INVALID)]
         gated = _failed_members(run, spec, Reason.SCHEDULING_GATED)
-        waiting = hints.waiting_hints(spec, decision.message, refused)
+        waiting = hints.waiting_hints(spec, decision.waiting, refused)
         if not gated:
             return waiting
         # Ungating is the fix when the gated pods would complete the gang.
         counted = len(pending) + len(bound) - len(gated) - len(refused)
         enough = spec.kind is GroupKind.POD_GROUP and counted + len(gated) >= spec.minimum
         return [_ungate_hint(run, gated)] + ([] if enough else waiting)
-    if decision.message.startswith(("PodGroup ", "CompositePodGroup ")) and spec.parent:
+    if decision.inherited_from is not None and spec.parent:
         return [f"see {spec.parent}: this group failed with its parent"]
     if spec.kind is GroupKind.COMPOSITE:
-        return hints.composite_hints(spec, [decision.message, *decision.attempts])
+        return hints.composite_hints(spec, decision.tried)
     pods = [run.pending[k] for k in pending]
     if not pods:
         return []
-    snapshot = before_turn(run, root_of(run, spec.key))
+    snapshot = run.turns.get(root_of(run.groups, spec.key), run.snapshot)
     held = [
         (run.bound[k].pod, snapshot.index[run.bound[k].node])
         for k in bound

@@ -1,10 +1,23 @@
-"""Human-readable tables of a simulation's decisions."""
+"""What ``gpusched simulate`` prints of a run: the ``-o json`` document and the tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from gpusched.simulate import Simulation
+from gpusched.offline.simulate import Run
+
+
+def document(run: Run) -> dict[str, Any]:
+    """The ``-o json`` document: the engine's, plus ``invalid`` when a Workload failed
+    validation (invalid PodGroups and CompositePodGroups are in ``podGroups``)."""
+    found = run.result.to_dict()
+    if run.objects.invalid_workloads:
+        found["invalid"] = [
+            {"kind": "Workload", "name": key, "reason": "Invalid", "message": message}
+            for key, message in sorted(run.objects.invalid_workloads.items())
+        ]
+    return found
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -17,13 +30,13 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def render_table(simulation: Simulation) -> str:
-    result = simulation.result
-    snapshot = simulation.snapshot
+def render_table(run: Run) -> str:
+    result = run.result
+    snapshot = run.snapshot
     gpus = int(snapshot.gpu_offset[-1])
     lines = [
         f"Cluster: {len(snapshot.nodes)} nodes, {gpus} GPUs; "
-        f"{simulation.pending} pending pods, {len(result.bindings)} placed, "
+        f"{len(run.pending)} pending pods, {len(result.bindings)} placed, "
         f"{len(result.unschedulable)} unschedulable",
         "",
     ]
@@ -68,9 +81,9 @@ def render_table(simulation: Simulation) -> str:
             for u in result.unschedulable
         ]
         lines += ["UNSCHEDULABLE", *_table(["POD", "REASON", "MESSAGE"], rows), ""]
-    if simulation.invalid_workloads:
-        rows = [[key, "Invalid", why] for key, why in sorted(simulation.invalid_workloads.items())]
+    if run.objects.invalid_workloads:
+        rows = [[key, "Invalid", why] for key, why in sorted(run.objects.invalid_workloads.items())]
         lines += ["INVALID WORKLOADS", *_table(["NAME", "REASON", "MESSAGE"], rows), ""]
-    for kind, count in sorted(simulation.ignored.items()):
+    for kind, count in sorted(run.ignored.items()):
         lines.append(f"(ignored {count} × {kind})")
     return "\n".join(lines).rstrip() + "\n"

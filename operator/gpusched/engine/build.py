@@ -1,0 +1,263 @@
+"""Building a snapshot from parsed Kubernetes objects: `build_snapshot` from scratch, or
+`SnapshotCache` bringing the last one up to date."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
+from gpusched.api.errors import InvalidObjectError
+from gpusched.api.k8s import Node
+from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
+from gpusched.engine.gpushape import NodeShape
+from gpusched.engine.health import GpuSample, apply_telemetry
+from gpusched.engine.nodes import IntArray, NodeInfo, Statics
+from gpusched.engine.snapshot import BoundPod, Snapshot, add_bound
+
+BASE_RESOURCES = ("cpu", "memory", "pods")
+
+
+class SnapshotCache:
+    """Keeps the last snapshot and brings it up to date instead of building it anew.
+
+    The operator needs a snapshot every scheduling cycle, from objects that mostly did not
+    change since the last one. Its cluster state replaces a Node object on every watch
+    update and keeps one `BoundPod` object per unchanged pod, so object identity is the change
+    signal: per-node facts of an unchanged Node are reused; the static part (with its cached
+    node masks) is reused while no Node, the telemetry mapping or the config changed; and
+    then only the pods that came, went or changed are assumed or forgotten. A snapshot built
+    through the cache belongs to it: callers must not change it (`schedule` works on it in
+    place under `Snapshot.lock` and rolls its changes back before it returns).
+    """
+
+    def __init__(self) -> None:
+        self._infos: dict[str, tuple[Node, NodeInfo]] = {}
+        self._inputs: tuple[tuple[Node, ...], object, SchedulerConfig] | None = None
+        self._snapshot: Snapshot | None = None
+        self._held: dict[str, BoundPod] = {}
+
+    def build(
+        self,
+        ordered: Sequence[Node],
+        bound: Iterable[BoundPod],
+        telemetry: Mapping[tuple[str, int], GpuSample] | None,
+        config: SchedulerConfig,
+    ) -> Snapshot:
+        nodes = tuple(ordered)
+        snapshot = self._snapshot
+        if snapshot is None or not self._same(nodes, telemetry, config):
+            infos = [self._info(node) for node in nodes]
+            self._infos = {node.name: self._infos[node.name] for node in nodes}
+            snapshot = Snapshot(config, _build_statics(nodes, infos, telemetry, config))
+            self._inputs = (nodes, telemetry, config)
+            self._snapshot = snapshot
+            self._held = {}
+        with snapshot.lock:
+            self._sync(snapshot, bound)
+        return snapshot
+
+    def _sync(self, snapshot: Snapshot, bound: Iterable[BoundPod]) -> None:
+        """Assumes the pods that came or changed, forgets those that went or changed."""
+        current: dict[str, BoundPod] = {}
+        for pod in bound:
+            current.setdefault(pod.pod.key, pod)
+        for key, before in list(self._held.items()):
+            now = current.get(key)
+            if now is None or (now is not before and now != before):
+                snapshot.forget(key)
+                del self._held[key]
+        if not self._held:  # a new snapshot: every pod at once
+            snapshot.load(current.values())
+            self._held = dict(current)
+        for key, pod in current.items():
+            if key not in self._held:
+                add_bound(snapshot, pod)
+                self._held[key] = pod
+        snapshot.settle()
+
+    def _same(self, nodes: tuple[Node, ...], telemetry: object, config: SchedulerConfig) -> bool:
+        if self._inputs is None:
+            return False
+        before, before_telemetry, before_config = self._inputs
+        return (
+            before_telemetry is telemetry
+            and before_config is config
+            and len(before) == len(nodes)
+            and all(a is b for a, b in zip(before, nodes, strict=True))
+        )
+
+    def _info(self, node: Node) -> NodeInfo:
+        hit = self._infos.get(node.name)
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        info = _node_info(node)
+        self._infos[node.name] = (node, info)
+        return info
+
+
+def build_snapshot(
+    nodes: Iterable[Node],
+    bound: Iterable[BoundPod] = (),
+    telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
+    config: SchedulerConfig | None = None,
+    cache: SnapshotCache | None = None,
+) -> Snapshot:
+    """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
+    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone).
+
+    ``telemetry=None`` means there is no telemetry source (``simulate`` without
+    ``--metrics``): GPUs are judged by allocation alone and nothing is reported about them. A
+    mapping, even an empty one, means a source exists: a GPU missing from it is unknown, which
+    is never healthy (usable or not as ``telemetry.stale`` says, and always reported).
+    With a ``cache`` the previous snapshot is brought up to date instead (see
+    `SnapshotCache`); the result then belongs to the cache and must not be changed."""
+    config = config or SchedulerConfig()
+    ordered = sorted(nodes, key=lambda n: n.name)
+    if cache is not None:
+        return cache.build(ordered, bound, telemetry, config)
+    allocatables = [node.allocatable_resources() for node in ordered]
+    infos = [_node_info(node, a) for node, a in zip(ordered, allocatables, strict=True)]
+    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config, allocatables))
+    snapshot.load(bound)
+    snapshot.settle()
+    return snapshot
+
+
+def _build_statics(
+    ordered: Sequence[Node],
+    infos: list[NodeInfo],
+    telemetry: Mapping[tuple[str, int], GpuSample] | None,
+    config: SchedulerConfig,
+    parsed: list[dict[str, int]] | None = None,
+) -> Statics:
+    allocatables = parsed if parsed is not None else [n.allocatable_resources() for n in ordered]
+    columns = _columns(allocatables)
+    return _statics(config, infos, allocatables, columns, telemetry)
+
+
+def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    names = list(BASE_RESOURCES)
+    extra = sorted({r for a in allocatables for r in a} - set(names) - {GPU_RESOURCE})
+    return {name: i for i, name in enumerate(names + extra)}
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_topology(raw: str) -> tuple[int, NodeShape, tuple[float | None, ...]]:
+    """A topology annotation's GPU count, shape and memory per GPU. Memoised on the text:
+    the nodes of a cluster carry a handful of distinct annotations (one per hardware model),
+    and parsing and checking one took most of building a 5,000-node snapshot. Raises
+    `InvalidObjectError` (not memoised) for an annotation that does not parse."""
+    topology = parse_topology_annotation("", raw)
+    memory = tuple(float(g.memory_mib) if g.memory_mib is not None else None for g in topology.gpus)
+    return len(topology.gpus), NodeShape.from_topology(topology), memory
+
+
+def clear_topology_memo() -> None:
+    """Forgets the parsed topology annotations (for benchmarks that time a first build)."""
+    _parsed_topology.cache_clear()
+
+
+def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> NodeInfo:
+    """The static facts of ``node``; ``allocatable``: its parsed allocatable resources, when
+    the caller has them already (parsing quantities is not free)."""
+    resources = allocatable if allocatable is not None else node.allocatable_resources()
+    count = resources.get(GPU_RESOURCE, 0)
+    raw = node.metadata.annotations.get(TOPOLOGY_ANNOTATION)
+    shape: NodeShape | None = None
+    known, error = False, None
+    memory: tuple[float | None, ...] = (None,) * count
+    if raw is not None:
+        try:
+            parsed = _parsed_topology(raw)
+        except InvalidObjectError:
+            try:  # again, for a message that names this node
+                parse_topology_annotation(node.name, raw)
+            except InvalidObjectError as err:
+                error = str(err)
+            else:  # pragma: no cover - the annotation parses the same for any node name
+                raise
+        else:
+            described, parsed_shape, parsed_memory = parsed
+            if described != count:
+                error = (
+                    f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
+                    f"{described} GPUs but the node advertises {count} {GPU_RESOURCE}"
+                )
+            else:
+                shape, known, memory = parsed_shape, True, parsed_memory
+    return NodeInfo(
+        name=node.name,
+        labels=dict(node.labels),
+        taints=tuple(node.spec.taints),
+        unschedulable=node.spec.unschedulable,
+        ready=node.ready,
+        shape=shape if shape is not None else NodeShape.unknown(count),
+        topology_known=known,
+        topology_error=error,
+        gpu_memory_mib=memory,
+    )
+
+
+def _statics(
+    config: SchedulerConfig,
+    infos: list[NodeInfo],
+    allocatables: list[dict[str, int]],
+    columns: dict[str, int],
+    telemetry: Mapping[tuple[str, int], GpuSample] | None,
+) -> Statics:
+    allocatable = np.zeros((len(infos), len(columns)), dtype=np.int64)
+    for row, resources in enumerate(allocatables):
+        for name, amount in resources.items():
+            if name in columns:
+                allocatable[row, columns[name]] = amount
+    counts = [info.gpu_count for info in infos]
+    offset = np.zeros(len(infos) + 1, dtype=np.int64)
+    offset[1:] = np.cumsum(counts)
+    total = int(offset[-1])
+    statics = Statics(
+        nodes=tuple(infos),
+        index={info.name: i for i, info in enumerate(infos)},
+        columns=columns,
+        allocatable=allocatable,
+        gpu_offset=offset,
+        gpu_usable=np.ones(total, dtype=np.bool_),
+        gpu_slot=_numa_slots(infos, total),
+        numa_slots=max((len(_slot_ids(info)) for info in infos), default=0),
+        gpu_mem_free=np.full(total, math.nan),
+        gpu_mem_total=np.full(total, math.nan),
+        gpu_notes={},
+        node_notes={},
+    )
+    for n, info in enumerate(infos):
+        apply_telemetry(config, statics, n, info, telemetry)
+    statics.has_memory_telemetry = bool((~np.isnan(statics.gpu_mem_free)).any())
+    return statics
+
+
+def _slot_ids(info: NodeInfo) -> list[int]:
+    """Per GPU of the node, its NUMA slot (see `Statics.gpu_slot`): known NUMA nodes first,
+    in id order, then one slot per GPU of unknown NUMA node."""
+    known = sorted({numa for numa in info.shape.numa if numa is not None})
+    slot_of = {numa: slot for slot, numa in enumerate(known)}
+    next_slot = len(known)
+    ids = []
+    for numa in info.shape.numa:
+        if numa is None:
+            ids.append(next_slot)
+            next_slot += 1
+        else:
+            ids.append(slot_of[numa])
+    return ids
+
+
+def _numa_slots(infos: Sequence[NodeInfo], total: int) -> IntArray:
+    slots = np.zeros(total, dtype=np.int64)
+    start = 0
+    for info in infos:
+        slots[start : start + info.gpu_count] = _slot_ids(info)
+        start += info.gpu_count
+    return slots

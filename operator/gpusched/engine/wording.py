@@ -1,0 +1,140 @@
+"""The engine's sentences, rendered in this one place from the data of its decisions
+(`gpusched.engine.result`): the status ``lastAttempt`` message and domain lines, the reasons
+of pods left pending. Nothing parses them back: whoever needs a number reads the data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpusched.engine.result import Attempt, ChildBound, Counted, NodeCheck, Waiting
+
+# ----- nodes -----------------------------------------------------------------------------------
+
+
+def node_reasons(check: NodeCheck) -> str:
+    """ "2 nodes fit (node-a ×2, …); 5 × insufficient cpu: node-b (1000m free, needs 4000m),
+    node-c (…), …; 3 more nodes for other reasons", the way kube-scheduler aggregates."""
+    parts = []
+    if check.fitting:
+        more = ", …" if check.fitting > len(check.fitting_examples) else ""
+        verb = "node fits" if check.fitting == 1 else "nodes fit"
+        parts.append(f"{check.fitting} {verb} ({', '.join(check.fitting_examples)}{more})")
+    for blocker in check.blockers:
+        more = ", …" if blocker.nodes > len(blocker.examples) else ""
+        parts.append(f"{blocker.nodes} × {blocker.check}: {', '.join(blocker.examples)}{more}")
+    if check.others:
+        parts.append(f"{check.others} more nodes for other reasons")
+    return "; ".join(parts) if parts else "no nodes"
+
+
+def none_available(total: int, check: NodeCheck) -> str:
+    """Why a pod without a group fits no node of the cluster."""
+    return f"0/{total} nodes available: {node_reasons(check)}"
+
+
+def left_out(total: int, domain: str | None, check: NodeCheck) -> str:
+    """Why a pod of a placed group did not fit beside the others in ``domain`` (None: the
+    whole cluster)."""
+    where = f" of {domain}" if domain is not None else ""
+    return f"0/{total} nodes{where} available beside its group's other pods: {node_reasons(check)}"
+
+
+# ----- one domain tried ------------------------------------------------------------------------
+
+
+def summary(attempt: Attempt) -> str:
+    """Why the domain did not take the group, in short (or that it did)."""
+    if attempt.note:
+        return attempt.note
+    if attempt.fits:
+        return "fits"
+    counts = f"{attempt.fit} of {attempt.needed} {attempt.counted.value}"
+    if attempt.counted is Counted.PODS:
+        return f"at most {counts} fit" if attempt.estimate else f"{counts} fit"
+    if attempt.estimate:
+        return f"at most {counts} could fit ({_bounds(attempt.bounds)})"
+    failed = "; ".join(f"{name}: {message}" for name, message in attempt.children)
+    return f"{counts} fit" + (f" ({failed})" if failed else "")
+
+
+def _bounds(bounds: Sequence[ChildBound]) -> str:
+    parts = []
+    for bound in bounds:
+        where = f"{bound.topology_key} domains" if bound.topology_key else "room"
+        parts.append(f"{bound.children} × {bound.needed}-pod gang: {where} for {bound.room}")
+    return "; ".join(parts)
+
+
+def short(attempt: Attempt) -> str:
+    """``domain: summary``."""
+    text = summary(attempt)
+    return text if attempt.domain is None else f"{attempt.domain}: {text}"
+
+
+def full(attempt: Attempt) -> str:
+    """``domain: summary: why the nodes refused``."""
+    if attempt.nodes is not None:
+        return f"{short(attempt)}: {node_reasons(attempt.nodes)}"
+    if attempt.no_pods:
+        return f"{short(attempt)}: no pods"
+    return short(attempt)
+
+
+def within(attempt: Attempt, parent: str | None, in_full: bool) -> str:
+    """The line inside a message that already says "in ``parent``" (None: the whole cluster,
+    which is never named)."""
+    text = full(attempt) if in_full else short(attempt)
+    if parent is not None and attempt.domain == parent:
+        return text.removeprefix(f"{attempt.domain}: ")
+    return text
+
+
+# ----- a group's message -----------------------------------------------------------------------
+
+
+def waiting(wait: Waiting) -> str:
+    """What a group short of pods or child groups waits for."""
+    if wait.counted is Counted.CHILD_GROUPS:
+        verb = "have their pods" if wait.ready else "exist"
+        return f"{wait.present} of {wait.minimum} child groups {verb} (minGroupCount)"
+    are = "is" if wait.gated == 1 else "are"
+    also = f"; {wait.gated} more {are} held back by scheduling gates" if wait.gated else ""
+    if wait.minimum is not None:
+        return f"{wait.present} of {wait.minimum} valid pods exist (minCount {wait.minimum}){also}"
+    return f"no valid pods exist{also}"
+
+
+def no_placement(parent: str | None, attempts: Sequence[Attempt], more: int) -> str:
+    """The message of a group placed nowhere in ``parent`` (None: in any domain): every
+    domain tried with why in short, or the one domain tried in full; then ``more`` domains
+    not shown, counted."""
+    said = [within(a, parent, in_full=len(attempts) == 1 and not more) for a in attempts]
+    summary_ = "; ".join(said)
+    if more:
+        summary_ += f"; {more_domains(more)}"
+    where = f"in {parent}" if parent is not None else "in any domain"
+    return f"no placement {where}" + (f": {summary_}" if summary_ else "")
+
+
+def more_domains(count: int) -> str:
+    return f"… {count} more domains"
+
+
+def attempt_lines(attempts: Sequence[Attempt], more: int) -> tuple[str, ...]:
+    """The ``domains`` of a status: each attempt in full, then the domains not shown."""
+    lines = [full(a) for a in attempts]
+    return (*lines, more_domains(more)) if more else tuple(lines)
+
+
+def inherited(kind: str, key: str, message: str) -> str:
+    """The message of a group that shares its ancestor's decision."""
+    return f"{kind} {key}: {message}"
+
+
+def placed(done: int, of: int, counted: Counted, domain: str) -> str:
+    noun = "pending pods" if counted is Counted.PODS else "child groups"
+    return f"{done} of {of} {noun} placed in {domain}"
+
+
+def beside_siblings(domain: str) -> str:
+    return f"did not fit beside its sibling groups in {domain}"

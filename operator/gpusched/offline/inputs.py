@@ -1,0 +1,381 @@
+"""What a person hands the offline tools, read once: Kubernetes objects (YAML files, or the
+documents of a live cluster), the SchedulerConfig file, a saved dcgm-exporter scrape.
+
+Objects are read in one of two ways:
+- **strict** (files, `load`): a file has been through no API server, so anything the API
+  server or the operator would refuse is an `InputError` naming the file, the object and the
+  field — except PodGroups, CompositePodGroups and Workloads, which the operator keeps as
+  invalid and reports (so do we);
+- **lenient** (a live cluster, `from_documents`): the API server already took every object,
+  so an object that fails our validation is kept with its error, as the operator keeps it,
+  and is explained as Invalid if asked about.
+
+Each pod's `PodRequest` and GPU indices are parsed once, here, and travel with the pod.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpusched.api.config import SchedulerConfig, load_config
+from gpusched.api.crds import (
+    CompositePodGroup,
+    PodGroup,
+    materialize,
+    parse_composite_pod_group,
+    parse_pod_group,
+    parse_workload,
+)
+from gpusched.api.errors import InvalidObjectError, format_field_path
+from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
+from gpusched.api.strict import check_pod_fields
+from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.request import PodRequest
+
+if TYPE_CHECKING:
+    from gpusched.engine.health import GpuSample
+    from gpusched.telemetry.status import TelemetryStatus
+
+YAML_SUFFIXES = (".yaml", ".yml", ".json")
+CLUSTER_SCOPED = frozenset(
+    {"Node", "Namespace", "PersistentVolume", "StorageClass", "PriorityClass"}
+)
+"""Kinds without a namespace, among those a snapshot may hold."""
+SAMPLE_DIR = Path(__file__).resolve().parent.parent / "samples"
+"""The embedded sample: ``examples/`` of the source tree, shipped inside the package."""
+
+
+class InputError(Exception):
+    """Unreadable or invalid input; the message names the file, the object and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPod:
+    """A pod as read, with what the engine needs of it, parsed once."""
+
+    pod: Pod
+    request: PodRequest
+    gpus: tuple[int, ...] | None
+    """The GPU indices its annotation assigns (bound pods), or None."""
+
+
+@dataclass(slots=True)
+class ClusterObjects:
+    nodes: list[Node] = field(default_factory=list)
+    pods: list[ReadPod] = field(default_factory=list)
+    groups: list[PodGroup | CompositePodGroup] = field(default_factory=list)
+    invalid_groups: list[GroupSpec] = field(default_factory=list)
+    """PodGroups and CompositePodGroups that failed validation: reported ``Invalid`` naming
+    the field, their pods left pending, exactly as the operator treats them."""
+    invalid_workloads: dict[str, str] = field(default_factory=dict)
+    """Workload key → why it failed validation (it materialises no group)."""
+    invalid_pods: dict[str, str] = field(default_factory=dict)
+    """Pod key → why it failed validation (lenient reading only: strict reading refuses)."""
+    ignored: dict[str, int] = field(default_factory=dict)
+    """Kinds we read past, with counts (Jobs, Namespaces, …)."""
+
+    def group_specs(self) -> dict[str, GroupSpec]:
+        """Every group the engine is given, by key: the valid ones and the invalid ones."""
+        specs = {g.key: _spec(g) for g in self.groups}
+        specs.update({g.key: g for g in self.invalid_groups if g.key not in specs})
+        return specs
+
+    def workload_groups(self) -> dict[str, list[str]]:
+        """Workload key → keys of the groups it materialises."""
+        found: dict[str, list[str]] = {}
+        for group in self.groups:
+            ref = group.spec.workload_ref
+            if ref is not None:
+                key = f"{group.metadata.namespace}/{ref.workload_name}"
+                found.setdefault(key, []).append(group.key)
+        return found
+
+
+def _spec(group: PodGroup | CompositePodGroup) -> GroupSpec:
+    if isinstance(group, PodGroup):
+        return GroupSpec.from_pod_group(group)
+    return GroupSpec.from_composite(group)
+
+
+# ----- objects ---------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Adds documents to a `ClusterObjects`, strictly or leniently (see the module)."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+        self.objects = ClusterObjects()
+        self.explicit: list[PodGroup | CompositePodGroup] = []
+        self.materialised: list[PodGroup | CompositePodGroup] = []
+
+    def add(self, document: Any) -> None:
+        """Strict: `InvalidObjectError` for an object that must not be kept."""
+        objects = self.objects
+        if not isinstance(document, dict):
+            raise InvalidObjectError("document", "", "must be a mapping (a Kubernetes object)")
+        kind = document.get("kind")
+        if kind == "Node":
+            self._lenient(document, lambda: objects.nodes.append(parse_node(document)))
+        elif kind == "Pod":
+            self._lenient(document, lambda: self._add_pod(document))
+        elif kind in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
+            self._add_group(GroupKind(kind), document)
+        elif kind == "Workload":
+            try:
+                self.materialised.extend(materialize(parse_workload(document)))
+            except InvalidObjectError as error:
+                objects.invalid_workloads[_key(document)] = str(error)
+        elif isinstance(kind, str) and kind:
+            objects.ignored[kind] = objects.ignored.get(kind, 0) + 1
+        else:
+            raise InvalidObjectError("document", "kind", "missing or not a string")
+
+    def _lenient(self, document: dict[str, Any], add: Callable[[], None]) -> None:
+        try:
+            add()
+        except InvalidObjectError as error:
+            if self.strict:
+                raise
+            if document.get("kind") == "Pod":
+                self.objects.invalid_pods[_key(document)] = str(error)
+            # A Node the operator cannot read is one it does not place pods on.
+
+    def _add_pod(self, document: dict[str, Any]) -> None:
+        pod = parse_pod(document)
+        if self.strict:
+            # A file has been through no API server: refuse unknown fields as it would.
+            check_pod_fields(document, f"Pod {pod.key}")
+        # Fields read only when scheduling (GPU share, GPU indices) are parsed now, while the
+        # file and document are known for the message.
+        self.objects.pods.append(ReadPod(pod, PodRequest.from_pod(pod), pod.assigned_gpus()))
+
+    def _add_group(self, kind: GroupKind, document: dict[str, Any]) -> None:
+        """A valid group, or an invalid one kept with its error (the operator's way)."""
+        try:
+            if kind is GroupKind.POD_GROUP:
+                self.explicit.append(parse_pod_group(document))
+            else:
+                self.explicit.append(parse_composite_pod_group(document))
+        except InvalidObjectError as error:
+            if self.strict and _identity(document) is None:
+                raise  # not even a name: nothing to report it under
+            spec = GroupSpec(_key(document), kind, invalid=str(error))
+            self.objects.invalid_groups.append(spec)
+
+    def done(self) -> ClusterObjects:
+        """The objects; a group given explicitly (valid or not) wins over a Workload's."""
+        objects = self.objects
+        names = {g.key for g in self.explicit} | {g.key for g in objects.invalid_groups}
+        objects.groups = self.explicit + [g for g in self.materialised if g.key not in names]
+        return objects
+
+
+def _key(document: Mapping[str, Any]) -> str:
+    metadata = document.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '<unnamed>'}"
+
+
+def load(paths: Iterable[Path]) -> ClusterObjects:
+    """Reads every YAML document under ``paths`` (files or folders, recursively, sorted),
+    strictly.
+
+    An object given twice (a folder and a file inside it) is read once when both copies are
+    the same, and is an error naming both places and the first field that differs when they
+    are not. An input without a Node is an error: there would be nothing to place pods on.
+    """
+    paths = list(paths)
+    reader, seen = _Reader(strict=True), _Seen()
+    documents = 0
+    for path in _files(paths):
+        for number, document in _documents(path):
+            where = f"{path}: document {number}"
+            documents += 1
+            try:
+                if seen.before(document, where):
+                    continue
+                reader.add(document)
+            except InvalidObjectError as err:
+                raise InputError(f"{where}: {err}") from None
+    if not reader.objects.nodes:
+        raise InputError(
+            f"{', '.join(map(str, paths))}: no Node among {documents} documents read: "
+            "pods are placed on the Nodes of the input (kubectl get nodes -o yaml)"
+        )
+    return reader.done()
+
+
+def from_documents(documents: Iterable[Mapping[str, Any]]) -> ClusterObjects:
+    """The objects of a live cluster, read leniently (see the module)."""
+    reader = _Reader(strict=False)
+    for document in documents:
+        reader.add(dict(document))
+    return reader.done()
+
+
+def _files(paths: Iterable[Path]) -> Iterator[Path]:
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.suffix in YAML_SUFFIXES)
+        elif path.is_file():
+            yield path
+        else:
+            raise InputError(f"{path}: no such file or directory")
+
+
+def _documents(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        documents = list(yaml.safe_load_all(text))
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {err}") from None
+    except yaml.YAMLError as err:
+        raise InputError(f"{path}: not valid YAML: {err}") from None
+    number = 0
+    for document in documents:
+        number += 1
+        if document is None:
+            continue
+        if isinstance(document, dict) and document.get("kind") == "List":
+            for item in document.get("items") or []:
+                yield number, item
+        else:
+            yield number, document
+
+
+# ----- the same object twice -------------------------------------------------------------------
+
+
+def _identity(document: Any) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) as the API server keys objects; ``None`` for a document too
+    broken to have one (the parser then names what is wrong)."""
+    if not isinstance(document, dict):
+        return None
+    kind, metadata = document.get("kind"), document.get("metadata")
+    if not isinstance(kind, str) or not isinstance(metadata, dict):
+        return None
+    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        return None
+    return kind, "" if kind in CLUSTER_SCOPED else namespace, name
+
+
+class _Seen:
+    """Each object once, by identity, with where it was first read and its document."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[str, str, str], tuple[str, Any]] = {}
+
+    def before(self, document: Any, where: str) -> bool:
+        """Whether ``document`` is an object already read; `InputError` when its contents
+        differ."""
+        identity = _identity(document)
+        if identity is None:
+            return False
+        first = self.first.setdefault(identity, (where, document))
+        if first[1] is document:
+            return False
+        if first[1] == document:
+            return True
+        kind, namespace, name = identity
+        obj = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+        raise InputError(
+            f"{obj} is given twice with different contents, in {first[0]} and in {where}: "
+            f"{format_field_path(_first_difference(first[1], document))} differs"
+        )
+
+
+def _first_difference(a: Any, b: Any, path: tuple[str | int, ...] = ()) -> tuple[str | int, ...]:
+    """The path of the first field where ``a`` and ``b`` differ (they do differ)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            if key not in a or key not in b or a[key] != b[key]:
+                if key in a and key in b:
+                    return _first_difference(a[key], b[key], (*path, str(key)))
+                return (*path, str(key))
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return _first_difference(x, y, (*path, index))
+    return path
+
+
+# ----- the config file -------------------------------------------------------------------------
+
+
+def read_config(path: Path | None) -> SchedulerConfig:
+    """The SchedulerConfig in ``path``, or the defaults; `InputError` naming the file."""
+    if path is None:
+        return SchedulerConfig()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return load_config(raw, source=str(path))
+    except (OSError, yaml.YAMLError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    except InvalidObjectError as error:
+        raise InputError(str(error)) from None
+
+
+# ----- a saved scrape --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metrics:
+    samples: Mapping[tuple[str, int], GpuSample]
+    status: TelemetryStatus
+
+
+def read_metrics(
+    path: Path | None, objects: ClusterObjects, config: SchedulerConfig
+) -> Metrics | None:
+    """Telemetry from a saved scrape, through the operator's mapping; series of nodes not in
+    the snapshot are counted as unknown."""
+    if path is None:
+        return None
+    from gpusched.telemetry.exposition import parse_exposition
+    from gpusched.telemetry.status import describe_data
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    check_exposition(text, path)
+    known = {n.name for n in objects.nodes}
+    data = parse_exposition(text, config.telemetry, known)
+    now = data.newest_time() or 0.0
+    status = describe_data(data, f"file {path}", now, config.telemetry.max_age_seconds)
+    return Metrics(data.view(now), status)
+
+
+_SAMPLE_LINE = re.compile(
+    r"[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
+    r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+]?Inf|NaN)"
+    r"(?:[ \t]+-?\d+)?[ \t]*"
+)
+"""One sample of the Prometheus text format: ``name{labels} value [timestamp]``."""
+
+
+def check_exposition(text: str, path: Path) -> None:
+    """`InputError` unless ``text`` is a scrape in the Prometheus text format with at least one
+    dcgm-exporter series. A file of another kind (YAML, a Prometheus API answer in JSON)
+    would otherwise read as "no GPU data", hiding the mistake. A line cut short is allowed,
+    as a scrape saved while the exporter wrote may end with one."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    samples = [line for _, line in lines if _SAMPLE_LINE.fullmatch(line)]
+    if not samples:
+        first = next((f"line {n}: {line[:60]!r}" for n, line in lines), "the file is empty")
+        raise InputError(
+            f"{path}: not a /metrics scrape in the Prometheus text format "
+            f"(no line reads NAME{{LABELS}} VALUE; {first})"
+        )
+    if not any(line.startswith("DCGM_FI_DEV_") for line in samples):
+        raise InputError(
+            f"{path}: no dcgm-exporter series (DCGM_FI_DEV_*) among its {len(samples)} samples: "
+            "save the dcgm-exporter's /metrics (port 9400), not another exporter's"
+        )

@@ -1,0 +1,112 @@
+"""The one engine run of the offline tools (``simulate``, ``explain``, their pictures): the
+objects read by `gpusched.offline.inputs`, placed exactly as the operator's loop would place
+them now.
+
+Bound pods consume capacity; pending pods with our scheduler name are placed; invalid groups
+are given to the engine, as the operator gives them, so that it reports them Invalid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+
+from gpusched.api.config import SchedulerConfig
+from gpusched.api.k8s import Pod
+from gpusched.engine.build import build_snapshot
+from gpusched.engine.groups import GroupSpec
+from gpusched.engine.health import GpuSample
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
+from gpusched.engine.schedule import schedule
+from gpusched.engine.snapshot import BoundPod, Snapshot
+from gpusched.offline.inputs import ClusterObjects
+
+OTHER_SCHEDULER = "Pod (other scheduler, pending)"
+"""How pending pods of another scheduler are counted among the ignored objects."""
+
+
+@dataclass(slots=True)
+class Run:
+    """The engine's decision on everything pending, with what it was decided on."""
+
+    objects: ClusterObjects
+    snapshot: Snapshot
+    """Before the decision (bound pods only)."""
+    pods: dict[str, Pod]
+    pending: dict[str, PodRequest]
+    bound: dict[str, BoundPod]
+    groups: dict[str, GroupSpec]
+    result: ScheduleResult
+    """Each group's phase as after one attempt (`first_attempt`)."""
+    turns: dict[str, Snapshot] = field(default_factory=dict)
+    """Unit key → the cluster as the engine found it when that unit's turn came (for the
+    units asked for)."""
+    ignored: dict[str, int] = field(default_factory=dict)
+    """Kinds read past, and pending pods of other schedulers, with counts."""
+    decisions: dict[str, GroupDecision] = field(init=False)
+    bindings: dict[str, Binding] = field(init=False)
+    failures: dict[str, PodFailure] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.decisions = {d.name: d for d in self.result.groups}
+        self.bindings = {b.pod: b for b in self.result.bindings}
+        self.failures = {f.pod: f for f in self.result.unschedulable}
+
+
+def simulate(
+    objects: ClusterObjects,
+    config: SchedulerConfig,
+    telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
+    turns: Callable[[Mapping[str, GroupSpec]], Collection[str]] | None = None,
+) -> Run:
+    """Runs the engine once on ``objects``. ``telemetry`` goes to `build_snapshot` unchanged
+    (``None``: no telemetry source); ``turns``: given the groups, the units (root group keys,
+    keys of pods without a group) whose turn to keep a copy of the cluster at."""
+    bound: dict[str, BoundPod] = {}
+    pending: dict[str, PodRequest] = {}
+    pods: dict[str, Pod] = {}
+    ignored = dict(objects.ignored)
+    for read in objects.pods:
+        pod = read.pod
+        pods[pod.key] = pod
+        if pod.is_terminal:
+            continue
+        if pod.spec.node_name:
+            bound[pod.key] = BoundPod(read.request, pod.spec.node_name, read.gpus)
+        elif pod.spec.scheduler_name == config.scheduler_name:
+            pending[pod.key] = read.request
+        else:
+            ignored[OTHER_SCHEDULER] = ignored.get(OTHER_SCHEDULER, 0) + 1
+    snapshot = build_snapshot(objects.nodes, bound.values(), telemetry, config)
+    specs = objects.group_specs()
+    wanted = turns(specs) if turns is not None else ()
+    kept: dict[str, Snapshot] = {}
+
+    def observe(unit: str, work: Snapshot) -> None:
+        if unit in wanted:
+            kept[unit] = work.copy()
+
+    result = schedule(snapshot, list(pending.values()), list(specs.values()), observe)
+    return Run(
+        objects=objects,
+        snapshot=snapshot,
+        pods=pods,
+        pending=pending,
+        bound=bound,
+        groups=specs,
+        result=first_attempt(result),
+        turns=kept,
+        ignored=ignored,
+    )
+
+
+def first_attempt(result: ScheduleResult) -> ScheduleResult:
+    """The result with each group's phase as the operator's status shows it after one
+    attempt: a group that does not fit stays ``Pending`` (reason ``Unschedulable``) until its
+    ``scheduleTimeoutSeconds`` pass, and an offline run never waits that long."""
+    result.groups = [
+        replace(g, phase=Phase.PENDING) if g.phase is Phase.UNSCHEDULABLE else g
+        for g in result.groups
+    ]
+    return result
