@@ -3,6 +3,7 @@ operator's identity (the chart's Role allows the one Lease in the release namesp
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +23,11 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        """Time passes at once: nothing waits for it."""
+        self.now += seconds
+        await asyncio.sleep(0)
 
 
 @pytest.mark.asyncio

@@ -6,6 +6,7 @@ judged on the observer's own clock."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Mapping
 from typing import Any
@@ -64,6 +65,11 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        """Time passes at once: nothing waits for it."""
+        self.now += seconds
+        await asyncio.sleep(0)
 
 
 def elector(store: LeaseStore, identity: str, clock: Clock, log: list[str]) -> LeaderElector:

@@ -6,6 +6,7 @@ the cases that need exact control of timing and failures."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ import pytest
 from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.health import GpuSample
+from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
@@ -85,6 +87,11 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        """Time passes at once: nothing waits for it."""
+        self.now += seconds
+        await asyncio.sleep(0)
 
 
 def node(name: str, rack: str = "rack-1", gpus: int = 8) -> dict[str, Any]:
@@ -158,14 +165,13 @@ def service(api: FakeApi, clock: Clock) -> Scheduler:
     config = load_config(
         {"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1, "maxBackoffSeconds": 8}}
     )
-    return Scheduler(config, ClusterState(), api, clock=clock)
+    return build_scheduler(config, ClusterState(), api, clock=clock)
 
 
 async def run_cycle(scheduler: Scheduler) -> None:
     await scheduler.cycle()
     await scheduler.settle()
-    await scheduler.outbox.flush()
-    await scheduler.recorder.flush()
+    await scheduler.reporter.flush()
 
 
 def bound_to(api: FakeApi) -> dict[str, str]:
@@ -325,9 +331,9 @@ async def test_a_gang_that_cannot_fit_backs_off_and_retries_at_once_when_room_is
     clock.now += 3.0  # a second failure doubles the delay to 2 s
     await run_cycle(scheduler)
     clock.now += 1.0
-    assert scheduler._backing_off("default/g", clock.now)
+    assert scheduler.backoff.backing_off("default/g", clock.now)
     scheduler.state.delete_pod("default/theirs")  # room: retried after the shortest delay
-    assert not scheduler._backing_off("default/g", clock.now)
+    assert not scheduler.backoff.backing_off("default/g", clock.now)
     await run_cycle(scheduler)
     assert sorted(bound_to(api)) == ["default/g-0", "default/g-1"]
     assert scheduler.cycles == cycles_before + 3
@@ -448,7 +454,7 @@ async def test_hot_gpus_from_telemetry_are_not_given_out() -> None:
     healthy = GpuSample(temperature_c=50, fb_free_mib=80000, fb_used_mib=0, age_seconds=1)
     hot = GpuSample(temperature_c=91, fb_free_mib=80000, fb_used_mib=0, age_seconds=1)
     samples = {("a", g): (hot if g < 6 else healthy) for g in range(8)}
-    scheduler = Scheduler(config, ClusterState(), api, telemetry=lambda: samples, clock=clock)
+    scheduler = build_scheduler(config, ClusterState(), api, telemetry=lambda: samples, clock=clock)
     scheduler.state.upsert_node(node("a"))
     scheduler.state.upsert_pod(pod("p", 2))
     scheduler.state.upsert_pod(pod("q", 1))
@@ -464,7 +470,9 @@ async def test_only_a_leader_with_a_fresh_pod_list_binds() -> None:
     api, clock = FakeApi(), Clock()
     config = load_config({"operator": {"batchWindowSeconds": 0}})
     leading = [False]
-    scheduler = Scheduler(config, ClusterState(), api, clock=clock, leading=lambda: leading[0])
+    scheduler = build_scheduler(
+        config, ClusterState(), api, clock=clock, leading=lambda: leading[0]
+    )
     scheduler.state.upsert_node(node("a", gpus=2))
     scheduler.state.upsert_pod(pod("p", 2))
     await run_cycle(scheduler)
@@ -489,7 +497,9 @@ async def test_a_bind_decided_before_the_lease_was_lost_is_not_sent() -> None:
     api, clock = FakeApi(), Clock()
     config = load_config({"operator": {"batchWindowSeconds": 0}})
     leading = [True]
-    scheduler = Scheduler(config, ClusterState(), api, clock=clock, leading=lambda: leading[0])
+    scheduler = build_scheduler(
+        config, ClusterState(), api, clock=clock, leading=lambda: leading[0]
+    )
     scheduler.state.upsert_node(node("a"))
     scheduler.state.upsert_pod(pod("p", 2))
     await scheduler.cycle()  # decided and reserved; the bind task has not run yet
