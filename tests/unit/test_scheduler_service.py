@@ -651,3 +651,35 @@ async def test_a_foreign_pod_landing_before_the_bind_goes_out_stops_the_bind() -
     clock.now += 1.0
     await run_cycle(scheduler)
     assert api.binds == [("default/p", "a", {"gpusched.io/gpus": "0,1,2,3"})]
+
+
+@pytest.mark.asyncio
+async def test_an_unknown_bind_keeps_its_room_while_it_may_still_land_though_a_pod_came_in() -> (
+    None
+):
+    # Node a, 4 GPUs. p's bind (all four) gets no answer: the server may commit it within the
+    # bind timeout. Meanwhile x, another scheduler's 1-GPU pod, is bound onto a. p's GPUs must
+    # not go to q (ours) while p's bind may still land; once it can no longer, they may.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=4))
+    scheduler.state.upsert_pod(pod("p", 4))
+    api.failures["default/p"] = [ApiError(0, "connection reset")]
+    api.pods["default/p"] = pod("p", 4)  # read back: still pending
+    await run_cycle(scheduler)
+    scheduler.state.upsert_pod(pod("x", 1, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("q", 3, created="2099-01-01T00:00:00Z"))
+    for _ in range(3):  # retries are due and read p back; still within the bind timeout
+        clock.now += 1.0
+        await run_cycle(scheduler)
+        assert list(scheduler.state.reservations) == ["default/p"]
+        assert api.binds == []
+    clock.now += 5.0  # past the bind timeout: p's first send can no longer land
+    await run_cycle(scheduler)
+    await run_cycle(scheduler)
+    assert "default/p" not in scheduler.state.reservations, scheduler.state.reservations
+    clock.now += 8.0  # q's backoff (it failed while p held the room)
+    await run_cycle(scheduler)
+    assert bound_to(api) == {
+        "default/q": "a"
+    }  # x holds 1 of 4: q's 3 fit, p's 4 do not  # x holds 1 of 4: q's 3 fit, p's 4 do not

@@ -151,15 +151,15 @@ class Binder:
         fence = self.leadership.fence(term)
         async with self._slots:
             started = self.clock()
-            self.unknown.sent(key, started)
             try:
                 if not fence():  # early out; the client asks again as the request goes out
                     raise FencedError(f"bind of {key}")
                 if self.state.overcommits(key, reservation):
                     # Another scheduler's pod landed on this node between the decision and
                     # now (the wait for a slot included): sending would over-commit it.
-                    self._room_taken(key, reservation, root)
+                    self._not_sent(key, ref, reservation, root, attempt)
                     return
+                self.unknown.sent(key, started)
                 await self.api.bind(ref, reservation.node, annotations, fence)
                 error = None
             except ApiError as failure:
@@ -257,6 +257,17 @@ class Binder:
             self.state.release(key, reservation)  # no-op unless the body was older than ours
             self._bind_over(key, retry.root)
             self.background.wake()
+
+    def _not_sent(
+        self, key: str, ref: ObjectRef, reservation: Reservation, root: str, attempt: int
+    ) -> None:
+        """The node is full without this pod. If an earlier send of this bind may still land,
+        the room stays held and the pod is read back later; otherwise it is placed afresh."""
+        if self.unknown.may_still_land(key, self.clock()) and self.unknown.keep(
+            key, ref, reservation, root, attempt, read_first=True
+        ):
+            return
+        self._room_taken(key, reservation, root)
 
     def _room_taken(self, key: str, reservation: Reservation, root: str) -> None:
         """Another scheduler's pod landed in this room before the bind went out: the node

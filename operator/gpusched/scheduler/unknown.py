@@ -61,6 +61,12 @@ class UnknownBinds:
         """The bind of ``key`` goes out at ``at``."""
         self._sent_at[key] = at
 
+    def may_still_land(self, key: str, now: float) -> bool:
+        """Whether a bind of ``key`` sent earlier could still be committed by the server (it
+        went out less than the bind timeout ago): until then its room is not given away,
+        whatever else landed there."""
+        return now - self._sent_at.get(key, float("-inf")) <= BIND_TIMEOUT_SECONDS
+
     def over(self, key: str) -> None:
         """The bind of ``key`` has its final answer."""
         self._sent_at.pop(key, None)
@@ -126,6 +132,8 @@ class UnknownBinds:
         elif (body.get("spec") or {}).get("nodeName"):
             self.state.upsert_pod(body)
         elif self.state.taken_by_others(key, reservation):
+            if self.may_still_land(key, self.clock()):
+                return Verdict.UNREAD  # the earlier send may yet land: read again later
             return Verdict.ROOM_TAKEN
         else:
             return Verdict.SEND
@@ -136,12 +144,12 @@ class UnknownBinds:
         fresh list shows most of them bound (dropped by `ClusterState.upsert_pod`) or gone.
         One still pending whose last bind went out more than the bind timeout ago can no
         longer land (the server commits a write within that, or never), so its room is
-        released: another leader may have promised it since. One sent more recently is
-        read back and sent again, unless another pod holds its GPUs now."""
+        released: another leader may have promised it since. One sent more recently keeps
+        its room (it may still land) and is read back: sent again, or, once it can no longer
+        land, released if another pod holds its GPUs now."""
         now = self.clock()
         for key, reservation in list(self.state.reservations.items()):
-            sent = self._sent_at.get(key, float("-inf"))
-            if now - sent > BIND_TIMEOUT_SECONDS or self.state.taken_by_others(key, reservation):
+            if not self.may_still_land(key, now):
                 self._retries.pop(key, None)
                 self.state.release(key, reservation)
             elif key not in self._retries:
