@@ -65,8 +65,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gpusched.inputs import InputError
+    from gpusched.inputs.config import read_config
+    from gpusched.inputs.objects import load
+    from gpusched.inputs.scrape import read_metrics
     from gpusched.offline.explain import ExplainError, Target, explain_target
-    from gpusched.offline.inputs import InputError, load, read_config, read_metrics
     from gpusched.offline.live import UnreachableError, read_cluster, read_prometheus
 
     try:

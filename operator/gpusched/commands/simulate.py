@@ -39,7 +39,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gpusched.offline.inputs import SAMPLE_DIR, InputError, load, read_config, read_metrics
+    from gpusched.inputs import InputError
+    from gpusched.inputs.config import read_config
+    from gpusched.inputs.objects import SAMPLE_DIR, load
+    from gpusched.inputs.scrape import read_metrics
     from gpusched.offline.report import document, render_table
     from gpusched.offline.simulate import simulate
 

@@ -2,7 +2,7 @@
 
 Phases:
 1. Input: the cluster's objects, from YAML files or from a live cluster (read-only), read by
-   `gpusched.offline.inputs`.
+   `gpusched.inputs.objects`.
 2. Decision: the engine runs on every pending pod, exactly as the operator's loop would now,
    so the target competes with the work ahead of it in the queue.
 3. Report: per group involved, the decision as the group's status ``lastAttempt`` would show
@@ -29,8 +29,8 @@ from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Reason
+from gpusched.inputs.objects import ClusterObjects
 from gpusched.offline import hints
-from gpusched.offline.inputs import ClusterObjects
 from gpusched.offline.simulate import Run, simulate
 
 KINDS = {

@@ -1,5 +1,5 @@
 """The one engine run of the offline tools (``simulate``, ``explain``, their pictures): the
-objects read by `gpusched.offline.inputs`, placed exactly as the operator's loop would place
+objects read by `gpusched.inputs.objects`, placed exactly as the operator's loop would place
 them now.
 
 Bound pods consume capacity; pending pods with our scheduler name are placed; invalid groups
@@ -20,7 +20,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from gpusched.offline.inputs import ClusterObjects
+from gpusched.inputs.objects import ClusterObjects
 
 OTHER_SCHEDULER = "Pod (other scheduler, pending)"
 """How pending pods of another scheduler are counted among the ignored objects."""
