@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Pod
 from gpusched.engine.build import build_snapshot
-from gpusched.engine.groups import GroupSpec
+from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
@@ -44,11 +44,13 @@ class Run:
     units asked for)."""
     ignored: dict[str, int] = field(default_factory=dict)
     """Kinds read past, and pending pods of other schedulers, with counts."""
+    tree: GroupTree = field(init=False)
     decisions: dict[str, GroupDecision] = field(init=False)
     bindings: dict[str, Binding] = field(init=False)
     failures: dict[str, PodFailure] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.tree = GroupTree(self.groups.values())
         self.decisions = {d.name: d for d in self.result.groups}
         self.bindings = {b.pod: b for b in self.result.bindings}
         self.failures = {f.pod: f for f in self.result.unschedulable}
