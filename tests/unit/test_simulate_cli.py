@@ -25,7 +25,7 @@ import yaml
 from gpusched.api.config import SchedulerConfig
 from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
-from gpusched.offline.inputs import SAMPLE_DIR, load
+from gpusched.inputs.objects import SAMPLE_DIR, load
 from gpusched.offline.report import document as json_document
 from gpusched.offline.simulate import simulate as run_engine
 

@@ -2,7 +2,7 @@
 
 Phases:
 1. Input: the cluster's objects, from YAML files or from a live cluster (read-only), read by
-   `gpusched.offline.inputs`.
+   `gpusched.inputs.objects`.
 2. Decision: the engine runs on every pending pod, exactly as the operator's loop would now,
    so the target competes with the work ahead of it in the queue.
 3. Report: per group involved, the decision as the group's status ``lastAttempt`` would show
@@ -18,19 +18,18 @@ from it.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.api.crds import Reason
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod
-from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
-from gpusched.engine.request import PodRequest
-from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Reason
+from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure
+from gpusched.inputs.objects import ClusterObjects
 from gpusched.offline import hints
-from gpusched.offline.inputs import ClusterObjects
 from gpusched.offline.simulate import Run, simulate
 
 KINDS = {
@@ -108,41 +107,30 @@ def _units_of(objects: ClusterObjects, groups: Mapping[str, GroupSpec], target: 
         pod = next((r.pod for r in objects.pods if r.pod.key == target.key), None)
         if pod is None or not pod.group:
             return {target.key}
-        keys = [f"{pod.namespace}/{pod.group}"]
+        keys = [_group_of(pod)]
     else:
         keys = [target.key]
-    return {root_of(groups, key) for key in keys}
+    tree = GroupTree(groups.values())
+    return {tree.root_of(key) for key in keys}
 
 
-def root_of(groups: Mapping[str, GroupSpec], key: str) -> str:
-    """The root group above ``key`` (``key`` itself for a root, or a group not known)."""
-    seen = {key}
-    group = groups.get(key)
-    while group is not None and group.parent is not None and group.parent not in seen:
-        seen.add(group.parent)
-        key = group.parent
-        group = groups.get(key)
-    return key
+def _family(run: Run, key: str) -> list[str]:
+    """The keys of the tree ``key`` is in, from its root down, parents first, children in key
+    order. Where the root is a parent that does not exist, its children that do (``key``
+    among them) stand for it."""
+    root = run.tree.root_of(key)
+    tops = [run.groups[root]] if root in run.groups else run.tree.children(root)
+    return [g.key for top in tops for g in run.tree.descendants(top)]
 
 
-def descendants(run: Run, key: str) -> list[str]:
-    """``key`` and every group under it, parents first, children in name order."""
-    children: dict[str, list[str]] = defaultdict(list)
-    for spec in sorted(run.groups.values(), key=lambda g: g.key):
-        if spec.parent is not None:
-            children[spec.parent].append(spec.key)
-    found, stack = [], [key]
-    while stack:
-        current = stack.pop(0)
-        if current in found:
-            continue
-        found.append(current)
-        stack[:0] = children.get(current, [])
-    return found
+def _descendants(run: Run, key: str) -> list[str]:
+    """``key`` (a known group) and every group under it, parents first."""
+    return [g.key for g in run.tree.descendants(run.groups[key])]
 
 
-def _pod_group_key(request: PodRequest) -> str | None:
-    return f"{request.namespace}/{request.group}" if request.group else None
+def _group_of(pod: Pod) -> str:
+    """The key of a grouped pod's PodGroup."""
+    return str(GroupKey(pod.namespace, pod.group or ""))
 
 
 # ----- phase 3: the report -------------------------------------------------------------------
@@ -256,14 +244,14 @@ def _target_groups(run: Run, target: Target) -> list[str]:
         for key in roots:
             parent = run.groups[key].parent
             if parent is None or parent not in groups:
-                ordered += [k for k in descendants(run, key) if k not in ordered]
+                ordered += [k for k in _descendants(run, key) if k not in ordered]
         return ordered
     spec = run.groups.get(target.key)
     if spec is None or spec.kind.value != target.kind:
         known = sorted(k for k, g in run.groups.items() if g.kind.value == target.kind)
         shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
         raise ExplainError(f"{target.kind} {target.key} not found (known: {shown or 'none'})")
-    return descendants(run, target.key)
+    return _descendants(run, target.key)
 
 
 def _group_headline(run: Run, target: Target, keys: Sequence[str]) -> str:
@@ -287,7 +275,7 @@ def _failed_members(run: Run, spec: GroupSpec, reason: Reason) -> list[str]:
         k
         for k, p in sorted(run.pods.items())
         if p.group
-        and f"{p.namespace}/{p.group}" == spec.key
+        and _group_of(p) == spec.key
         and k in run.failures
         and run.failures[k].reason is reason
     ]
@@ -305,8 +293,8 @@ def _ungate_hint(run: Run, keys: Sequence[str]) -> str:
 
 def _members(run: Run, key: str) -> tuple[list[str], list[str]]:
     """(pending, bound) pod keys of a PodGroup."""
-    pending = sorted(k for k, r in run.pending.items() if _pod_group_key(r) == key)
-    bound = sorted(k for k, b in run.bound.items() if _pod_group_key(b.pod) == key)
+    pending = sorted(k for k, r in run.pending.items() if r.group_key == key)
+    bound = sorted(k for k, b in run.bound.items() if b.pod.group_key == key)
     return pending, bound
 
 
@@ -315,7 +303,7 @@ def _summary(run: Run, spec: GroupSpec) -> str:
         return "invalid"
     if spec.kind is GroupKind.COMPOSITE:
         policy = f"minGroupCount {spec.minimum}"
-        children = [g for g in run.groups.values() if g.parent == spec.key]
+        children = run.tree.children(spec.key)
         counts = hints.plural(len(children), "child group")
     else:
         policy = f"gang, minCount {spec.minimum}" if spec.gang else "basic"
@@ -347,8 +335,7 @@ def _explain_pod(run: Run, target: Target) -> Explanation:
     pod = run.pods.get(key)
     if pod is None:
         raise ExplainError(f"Pod {key} not found")
-    group = pod.group
-    group_key = f"{pod.namespace}/{group}" if group else None
+    group_key = _group_of(pod) if pod.group else None
     explanation = Explanation(target, f"Pod {key}: {_pod_state(run, pod)}")
     explanation.highlight.add(group_key or key)
     if group_key is not None:
@@ -358,8 +345,7 @@ def _explain_pod(run: Run, target: Target) -> Explanation:
     if failure is not None and (own or not (group_key is not None and group_key in run.decisions)):
         explanation.pod_lines += [f"reason: {failure.reason.value}", f"message: {failure.message}"]
     if group_key is not None and group_key in run.groups:
-        root = root_of(run.groups, group_key)
-        explanation.groups += [_group_report(run, k) for k in descendants(run, root)]
+        explanation.groups += [_group_report(run, k) for k in _family(run, group_key)]
     elif failure is not None and key in run.pending:
         explanation.hints = _pod_failure_hints(run, key, failure, group_key)
     return explanation
@@ -418,7 +404,7 @@ def group_hints(run: Run, spec: GroupSpec, decision: GroupDecision) -> list[str]
     pods = [run.pending[k] for k in pending]
     if not pods:
         return []
-    snapshot = run.turns.get(root_of(run.groups, spec.key), run.snapshot)
+    snapshot = run.turns.get(run.tree.root_of(spec.key), run.snapshot)
     held = [
         (run.bound[k].pod, snapshot.index[run.bound[k].node])
         for k in bound
