@@ -280,8 +280,14 @@ OPERATOR_GRANTS = {
     # Kopf's watches and the cluster state: every pod and node (handlers/__init__.py), a pod
     # re-read before its bind (KubeClusterApi.get_pod). test_rbac_calls.py derives the same
     # from the code; this table is what a reviewer reads.
-    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "nodes"): {"list", "watch"},
+    # Preemption (KubeClusterApi.evict, delete_pod, patch_pod_status): victims evicted, or
+    # marked DisruptionTarget and deleted; the preemptor's nominatedNodeName. PriorityClasses
+    # watched.
+    ("", "pods/eviction"): {"create"},
+    ("", "pods/status"): {"patch"},
+    ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     # KubeClusterApi.bind: POST pods/{name}/binding.
     ("", "pods/binding"): {"create"},
     # KubeClusterApi.create_event / patch_event: aggregated Scheduled / FailedScheduling.

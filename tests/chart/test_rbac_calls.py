@@ -50,6 +50,11 @@ def _create_custom(kind: str) -> _Call:
 CALLS: dict[str, list[_Call]] = {
     "bind": [lambda api: api.bind(POD, "node-a", {"gpusched.io/gpus": "0,1"})],
     "get_pod": [lambda api: api.get_pod(POD)],
+    # Preemption: victims evicted (deleted where an eviction is not possible, marked first),
+    # and the preemptor's pods' nominatedNodeName.
+    "evict": [lambda api: api.evict(POD)],
+    "delete_pod": [lambda api: api.delete_pod(POD)],
+    "patch_pod_status": [lambda api: api.patch_pod_status(POD, {})],
     "patch_status": [_patch_status(o) for o in (PODGROUP, COMPOSITE, WORKLOAD)],
     "create_event": [lambda api: api.create_event(EVENT)],
     "patch_event": [lambda api: api.patch_event("ml", "e-1", {"count": 2})],

@@ -40,6 +40,10 @@ class FakeApi:
     events: list[dict[str, Any]] = field(default_factory=list)
     event_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)
+    evictions: list[str] = field(default_factory=list)
+    evict_failures: dict[str, list[ApiError]] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    pod_statuses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     async def bind(
         self,
@@ -60,6 +64,22 @@ class FakeApi:
 
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         return self.pods.get(pod.key)
+
+    async def evict(self, pod: ObjectRef, fence: Fence | None = None) -> None:
+        if fence is not None and not fence():
+            raise FencedError(f"eviction of {pod.key}")
+        pending = self.evict_failures.get(pod.key)
+        if pending:
+            raise pending.pop(0)
+        self.evictions.append(pod.key)
+
+    async def delete_pod(self, pod: ObjectRef, fence: Fence | None = None) -> None:
+        self.deleted.append(pod.key)
+
+    async def patch_pod_status(
+        self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None
+    ) -> None:
+        self.pod_statuses.append((pod.key, dict(status)))
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         self.statuses.append((obj.kind, obj.key, dict(status)))

@@ -288,6 +288,16 @@ async def composite_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> No
     await _group_event(GroupKind.COMPOSITE, event, memo)
 
 
+@kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
+async def priority_class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    scheduler = _scheduler(memo)
+    body = event["object"]
+    if event["type"] == "DELETED":
+        scheduler.priority_class_deleted(body["metadata"]["name"])
+    else:
+        scheduler.priority_class_changed(body)
+
+
 @kopf.on.event(GROUP, VERSION, "workloads", registry=registry)
 async def workload_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)

@@ -23,6 +23,7 @@ from gpusched.api.crds import GROUP, VERSION
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 PLURALS = {
     "PodGroup": "podgroups",
     "CompositePodGroup": "compositepodgroups",
@@ -205,6 +206,27 @@ class KubeClusterApi:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
         await self._write("POST", path, body, timeout=BIND_TIMEOUT_SECONDS, fence=fence)
 
+    async def evict(self, pod: ObjectRef, fence: Fence | None = None) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": _preconditions(pod),
+        }
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction"
+        await self._write("POST", path, body, fence=fence)
+
+    async def delete_pod(self, pod: ObjectRef, fence: Fence | None = None) -> None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **_preconditions(pod)}
+        await self._write("DELETE", path, body, fence=fence)
+
+    async def patch_pod_status(
+        self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None
+    ) -> None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        await self._write("PATCH", path, {"status": dict(status)}, STRATEGIC_PATCH, fence=fence)
+
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         try:
             return await self._request("GET", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
@@ -258,6 +280,11 @@ class KubeClusterApi:
         document = await self._request("GET", "/api/v1/pods")
         items: list[dict[str, Any]] = document.get("items") or []
         return items
+
+
+def _preconditions(pod: ObjectRef) -> dict[str, Any]:
+    """Delete options that touch only this very pod, not a new one of the same name."""
+    return {"preconditions": {"uid": pod.uid}} if pod.uid else {}
 
 
 def _answer(status: int, data: bytes) -> dict[str, Any]:

@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterable, Mapping
 from gpusched.api.config import SchedulerConfig
 from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.health import GpuSample
+from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
-from gpusched.engine.result import Binding, ScheduleResult
+from gpusched.engine.result import Binding, Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
+from gpusched.engine.snapshot import Snapshot
 from gpusched.scheduler import metrics, quality_metrics
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
@@ -48,6 +50,8 @@ class Decider:
         self._snapshots = SnapshotCache()
         self.quality_at = float("-inf")
         """When the quality gauges were last measured (our clock)."""
+        self._decided: tuple[Snapshot, list[PodRequest]] | None = None
+        """The last decision's snapshot and pods, for its preemption plans."""
         self._placed: list[Binding] = []
         """Bindings reserved since the last quality measurement (counted by link tier)."""
 
@@ -63,8 +67,30 @@ class Decider:
         groups = self.state.group_specs()
         result = await asyncio.to_thread(schedule, snapshot, view.ready, groups)
         view.amend(result)
+        self._decided = (snapshot, view.ready)
         metrics.DECISION_SECONDS.observe(self.clock() - started)
         return result, view
+
+    async def plan_preemptions(self, result: ScheduleResult) -> list[PreemptionPlan]:
+        """The preemption plans for what the last `decide` (which gave ``result``) left
+        unschedulable, on the same snapshot, in a worker thread."""
+        if self._decided is None:
+            return []
+        snapshot, ready = self._decided
+        self._decided = None
+        if not any(
+            d.phase is Phase.UNSCHEDULABLE and d.reason is Reason.UNSCHEDULABLE
+            for d in result.groups
+        ):
+            return []  # nothing to plan for: no thread, no await
+        foreign = frozenset(
+            record.key
+            for record in self.state.pods.values()
+            if record.holding is not None
+            and record.pod.spec.scheduler_name != self.state.scheduler_name
+        )
+        groups = self.state.group_specs()
+        return await asyncio.to_thread(plan_cycle, snapshot, result, ready, groups, (), foreign)
 
     def placed(self, bindings: Iterable[Binding]) -> None:
         """Bindings reserved: counted in the next quality measurement."""

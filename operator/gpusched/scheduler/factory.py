@@ -19,6 +19,7 @@ from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ClusterApi
+from gpusched.scheduler.preemptor import Preemptor
 from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import RESYNC_SECONDS, Resync
 from gpusched.scheduler.service import Scheduler
@@ -47,7 +48,10 @@ def build_scheduler(
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)
     reporter = Reporter(config, state, recorder, outbox)
-    leadership = Leadership(leading, on_lost=(reporter.reset, quality_metrics.default().clear))
+    leadership = Leadership(
+        leading,
+        on_lost=(reporter.reset, quality_metrics.default().clear, state.drop_nominations),
+    )
     book = ClaimBook()
     releaser = ClaimReleaser(book, claims)
     allocator = ClaimAllocator(book, DraView(book), releaser, claims, leadership.leading)
@@ -57,6 +61,7 @@ def build_scheduler(
         settings, state, api, allocator, recorder, backoff, leadership, unknown, clock, background
     )
     resync = Resync(state, api, allocator, clock, background, resync_seconds)
+    preemptor = Preemptor(state, api, binder, recorder, leadership, backoff, clock, background)
     loop = SchedulingLoop(
         settings,
         state,
@@ -66,6 +71,7 @@ def build_scheduler(
         backoff,
         Decider(config, state, allocator, telemetry or (lambda: None), clock),
         binder,
+        preemptor,
         unknown,
         releaser,
         reporter,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +17,12 @@ from gpusched.api.crds import (
 )
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.materialize import materialize
+from gpusched.api.priority import PriorityClass, parse_priority_class
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.scheduler.records import generation_of, mapping, metadata_of, name_of, namespace_of
+
+logger = logging.getLogger(__name__)
 
 Group = PodGroup | CompositePodGroup
 
@@ -51,8 +55,10 @@ class GroupBook:
 
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     workloads: dict[str, WorkloadRecord] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    """The cluster's PriorityClasses by name, as last watched."""
     groups_generation: int = 0
-    """Bumped when a group's spec appears, changes or goes."""
+    """Bumped when a group's spec (or a PriorityClass it may name) appears, changes or goes."""
     _children_index: tuple[int, dict[str, list[str]]] | None = None
 
     def upsert_group(self, kind: GroupKind, body: Mapping[str, Any]) -> bool:
@@ -72,11 +78,7 @@ class GroupBook:
                 if kind is GroupKind.POD_GROUP
                 else parse_composite_pod_group(body)
             )
-            spec = (
-                GroupSpec.from_pod_group(obj)
-                if isinstance(obj, PodGroup)
-                else GroupSpec.from_composite(obj)
-            )
+            spec = self._spec(obj)
             timeout = float(obj.spec.schedule_timeout_seconds) if isinstance(obj, PodGroup) else 0
         except InvalidObjectError as error:
             spec = GroupSpec(key=key, kind=kind, invalid=str(error))
@@ -87,6 +89,42 @@ class GroupBook:
         self.groups_generation += 1
         self._changed(capacity=False)
         return True
+
+    def _spec(self, obj: Group) -> GroupSpec:
+        # Until the PriorityClasses are listed (a cluster always has the system ones), a
+        # name alone is left unresolved rather than judged not found.
+        classes = self.priority_classes or None
+        if isinstance(obj, PodGroup):
+            return GroupSpec.from_pod_group(obj, classes)
+        return GroupSpec.from_composite(obj, classes)
+
+    def upsert_priority_class(self, body: Mapping[str, Any]) -> None:
+        try:
+            found = parse_priority_class(body)
+        except InvalidObjectError as error:
+            logger.warning("ignoring PriorityClass: %s", error)
+            self.delete_priority_class(name_of(body))
+            return
+        if self.priority_classes.get(found.name) != found:
+            self.priority_classes[found.name] = found
+            self._respec()
+
+    def delete_priority_class(self, name: str) -> None:
+        if self.priority_classes.pop(name, None) is not None:
+            self._respec()
+
+    def _respec(self) -> None:
+        """A PriorityClass changed: every group's priority is resolved again."""
+        for record in self.groups.values():
+            if record.obj is not None:
+                try:
+                    record.spec = self._spec(record.obj)
+                except InvalidObjectError as error:
+                    record.spec = GroupSpec(
+                        key=record.spec.key, kind=record.spec.kind, invalid=str(error)
+                    )
+        self.groups_generation += 1
+        self._changed(capacity=False)
 
     def delete_group(self, key: str) -> None:
         if self.groups.pop(key, None) is not None:

@@ -10,7 +10,10 @@ Each cycle:
    it never blocks smaller groups behind it.
 4. Reserve and bind (`Binder`): every binding is reserved before its request is sent; a bind
    whose outcome is unknown keeps its room and is sent again.
-5. Report (`Reporter`): group and Workload status from what the pods show, Events aggregated.
+5. Preempt (`Preemptor`): for the groups left unschedulable, the engine's preemption plans
+   (on the same snapshot): their room is nominated and their victims evicted; a nomination
+   whose victims are gone is bound (checked first thing each cycle).
+6. Report (`Reporter`): group and Workload status from what the pods show, Events aggregated.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gpusched.scheduler.decider import Decider
 from gpusched.scheduler.dra.release import ClaimReleaser
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.leadership import Leadership
+from gpusched.scheduler.preemptor import Preemptor
 from gpusched.scheduler.refs import group_ref, pod_ref
 from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
@@ -54,6 +58,7 @@ class SchedulingLoop:
         backoff: Backoff,
         decider: Decider,
         binder: Binder,
+        preemptor: Preemptor,
         unknown: UnknownBinds,
         releaser: ClaimReleaser,
         reporter: Reporter,
@@ -68,6 +73,7 @@ class SchedulingLoop:
         self.backoff = backoff
         self.decider = decider
         self.binder = binder
+        self.preemptor = preemptor
         self.unknown = unknown
         self.releaser = releaser
         self.reporter = reporter
@@ -110,6 +116,7 @@ class SchedulingLoop:
         now = self.clock()
         term = self.leadership.term
         self.binder.resend(now, term)
+        self.preemptor.advance(term)
         self.resync.tick(now)
         wall = datetime.now(UTC)
         self.materializer.materialize()
@@ -123,6 +130,9 @@ class SchedulingLoop:
                 return  # leadership changed while the engine ran: the decision is stale
             self._apply(result, roots, now, wall)
             self.decider.placed(self.binder.place(result.bindings, view, term))
+            plans = await self.decider.plan_preemptions(result)
+            if term == self.leadership.term:
+                self.preemptor.preempt(plans, term)
         self.reporter.report(wall)
         metrics.RESERVED_GPUS.set(self.state.reserved_gpus())
         self.decider.measure_quality(now)

@@ -29,3 +29,18 @@ GANG_SECONDS = Histogram(
 PENDING_GROUPS = Gauge("gpusched_pending_groups", "Root groups with pods waiting for a node.")
 RESERVED_GPUS = Gauge("gpusched_reserved_gpus", "GPUs reserved for pods whose bind is in flight.")
 LEADER = Gauge("gpusched_leader", "1 while this replica holds the scheduler Lease, else 0.")
+PREEMPTIONS = Counter(
+    "gpusched_preemptions",
+    "Preemption plans carried out, by result.",
+    ["result"],
+)
+"""``result``: planned (room nominated, evictions begin), evicted (every victim evicted),
+stale (a victim refused, a node or the preemptor went: the room is released and planned
+again), failed (an eviction or delete the API server refused for another reason)."""
+EVICTED_PODS = Counter("gpusched_preempted_pods", "Pods evicted to make room for a preemptor.")
+EVICTED_GPUS = Counter("gpusched_preempted_gpus", "GPUs held by the pods evicted for a preemptor.")
+NOMINATION_SECONDS = Histogram(
+    "gpusched_nomination_to_bound_seconds",
+    "Time from a preemptor's room being nominated to all of its nominated pods bound.",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600),
+)

@@ -64,6 +64,18 @@ class ClusterApi(Protocol):
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         """The pod's body as the API server has it now; None when it does not exist."""
 
+    async def evict(self, pod: ObjectRef, fence: Fence | None = None) -> None:
+        """POSTs a policy/v1 Eviction for ``pod`` (preconditioned on its uid): ApiError 429
+        when a PodDisruptionBudget refuses it, 404 when the pod is gone."""
+
+    async def delete_pod(self, pod: ObjectRef, fence: Fence | None = None) -> None:
+        """DELETEs ``pod`` (preconditioned on its uid); ApiError 404 when it is gone."""
+
+    async def patch_pod_status(
+        self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None
+    ) -> None:
+        """Strategic-merge-patches ``pods/{name}/status`` (conditions merge by type)."""
+
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         """Merge-patches the status subresource of one of our custom objects."""
 

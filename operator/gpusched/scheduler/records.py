@@ -56,6 +56,23 @@ class Reservation:
     holding: BoundPod
 
 
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """Room held for a preemptor while its victims go: the freed GPUs count as the
+    preemptor's pods' (``holdings``, where the plan put them), and the victims, on their
+    way out, no longer count (their GPUs are promised). No other unit is placed there."""
+
+    root: str
+    """The preemptor's root group."""
+    pods: Mapping[str, str]
+    """Nominated pod key → its uid when nominated."""
+    holdings: tuple[BoundPod, ...]
+    victims: Mapping[str, str]
+    """Victim pod key → its uid when the plan was made."""
+    since: float
+    """When it was nominated (our clock)."""
+
+
 def holds(record: PodRecord) -> bool:
     """Bound and not finished: a terminating pod still holds its GPUs until it is gone."""
     return record.node is not None and not record.pod.is_terminal

@@ -165,6 +165,14 @@ class Scheduler:
         self.backoff.clear(key)
         self.wake()
 
+    def priority_class_changed(self, body: Mapping[str, Any]) -> None:
+        self.state.upsert_priority_class(body)
+        self.wake()
+
+    def priority_class_deleted(self, name: str) -> None:
+        self.state.delete_priority_class(name)
+        self.wake()
+
     def workload_changed(self, body: Mapping[str, Any]) -> None:
         self.state.upsert_workload(body)
         self.wake()

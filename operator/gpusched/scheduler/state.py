@@ -25,6 +25,7 @@ from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.groups import GroupBook, GroupRecord, WorkloadRecord
 from gpusched.scheduler.pins import GpuPins
 from gpusched.scheduler.records import (
+    Nomination,
     PodRecord,
     Reservation,
     holds,
@@ -36,7 +37,14 @@ from gpusched.scheduler.records import (
     version_order,
 )
 
-__all__ = ["ClusterState", "GroupRecord", "PodRecord", "Reservation", "WorkloadRecord"]
+__all__ = [
+    "ClusterState",
+    "GroupRecord",
+    "Nomination",
+    "PodRecord",
+    "Reservation",
+    "WorkloadRecord",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +62,8 @@ class ClusterState(GroupBook):
     node_errors: dict[str, str] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
+    nominations: dict[str, Nomination] = field(default_factory=dict)
+    """Root group key → the room held for it while its preemption's victims go."""
     gone: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Uids of pods known to be deleted, oldest first. A uid never comes back, so a watch event
     about one is older than what we know (a fresh list showed the name's new pod before the
@@ -154,7 +164,8 @@ class ClusterState(GroupBook):
             self.gone.popitem(last=False)
 
     def pending(self) -> list[PodRecord]:
-        """Our pods waiting for a node: not bound, not reserved, not finished or deleting."""
+        """Our pods waiting for a node: not bound, reserved, nominated, finished or deleting."""
+        nominated = self.nominated_pods()
         return [
             record
             for key, record in self.pods.items()
@@ -163,16 +174,20 @@ class ClusterState(GroupBook):
             and not record.pod.is_terminal
             and not record.deleting
             and key not in self.reservations
+            and key not in nominated
         ]
 
     def bound(self) -> Iterator[BoundPod]:
         """Every pod holding resources: bound ones of any scheduler, and our reservations."""
         pinned = self._pinned()
+        promised = self._promised()
         for record in self.pods.values():
-            if record.holding is not None:
+            if record.holding is not None and promised.get(record.key) != record.uid:
                 yield pinned.get(record.uid, record.holding)
         for reservation in self.reservations.values():
             yield reservation.holding
+        for nomination in self.nominations.values():
+            yield from nomination.holdings
 
     def _pinned(self) -> dict[str, BoundPod]:
         return self.pins.pinned(self.pods, self._explicit(), self._gpu_count)
@@ -184,6 +199,8 @@ class ClusterState(GroupBook):
                 yield record.holding
         for reservation in self.reservations.values():
             yield reservation.holding
+        for nomination in self.nominations.values():
+            yield from nomination.holdings
 
     def _gpu_count(self, node: str) -> int:
         known = self.nodes.get(node)
@@ -258,6 +275,37 @@ class ClusterState(GroupBook):
             holding=reservation.holding,
         )
         self.reservations.pop(key, None)
+
+    # ----- nominations (room held for a preemptor) ----------------------------------------------
+
+    def nominate(self, nomination: Nomination) -> None:
+        self.nominations[nomination.root] = nomination
+        self._changed(capacity=False)
+
+    def release_nomination(self, root: str) -> Nomination | None:
+        """Drops the room held for ``root``; its pods are pending again."""
+        released = self.nominations.pop(root, None)
+        if released is not None:
+            self._changed(capacity=True)
+        return released
+
+    def drop_nominations(self) -> None:
+        """Leadership lost: whoever leads next plans afresh."""
+        if self.nominations:
+            self.nominations.clear()
+            self._changed(capacity=True)
+
+    def nominated_pods(self) -> set[str]:
+        return {key for n in self.nominations.values() for key in n.pods}
+
+    def _promised(self) -> dict[str, str]:
+        """Victim key → uid, for every victim whose GPUs a nomination holds already."""
+        return {key: uid for n in self.nominations.values() for key, uid in n.victims.items()}
+
+    def victim_present(self, key: str, uid: str) -> bool:
+        """Whether the victim ``key`` (the pod ``uid``) still holds its resources."""
+        record = self.pods.get(key)
+        return record is not None and record.uid == uid and holds(record)
 
     def reserved_gpus(self) -> int:
         return sum(len(r.gpus) for r in self.reservations.values())

@@ -1,0 +1,327 @@
+"""Carrying out preemption plans: nominate the room, evict the victims, bind once they are gone.
+
+For each plan the engine made (`gpusched.engine.preemption.plan_cycle`, outcome Planned):
+1. Nominate: the preemptor's pods get their planned places as a `Nomination` in the ledger
+   (the snapshot counts those GPUs as theirs, and the victims' as no longer held, so no
+   other unit is placed there), and ``status.nominatedNodeName``.
+2. Evict, one eviction unit after the other, through the Eviction API (as a PDB allows), or,
+   where an eviction is not possible, by deleting the pod with the condition
+   ``DisruptionTarget`` (reason ``PreemptionByScheduler``), as kube-scheduler does. A
+   ``disruptionMode: All`` unit goes whole or not at all: its first pod is evicted alone, and
+   once it is gone the rest of the unit goes even if a PDB refuses (a broken gang left
+   running is worse than a budget overrun the planner avoided wherever it could).
+3. Once every victim is gone (the watch shows it), the nominated places are reserved and
+   bound by the `Binder`, exactly where the plan put them.
+
+A plan goes stale (a victim refused before its unit started, a node or a preemptor pod went,
+the victims outlived `NOMINATION_TIMEOUT_SECONDS`): its room is released and the group is
+planned again by the next cycle. Every write is fenced to the term the plan was made in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from enum import Enum
+
+from gpusched.engine.preemption import PreemptionPlan, Victim
+from gpusched.engine.result import Binding
+from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler import metrics
+from gpusched.scheduler.backoff import Backoff
+from gpusched.scheduler.binder import Binder
+from gpusched.scheduler.clock import Clock
+from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.leadership import Leadership
+from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
+from gpusched.scheduler.refs import group_ref
+from gpusched.scheduler.state import ClusterState, Nomination
+from gpusched.scheduler.tasks import Background
+
+logger = logging.getLogger(__name__)
+
+NOMINATION_TIMEOUT_SECONDS = 600.0
+"""A nomination whose victims are not all gone after this many seconds is released and the
+group planned again: long enough for a generous termination grace period, short enough that
+a victim stuck terminating (a node that stopped reporting) does not hold the room forever."""
+GONE = (404, 409)
+"""Answers that say the victim is gone already: not found, or its uid precondition failed (a
+new pod of the same name is not the victim)."""
+NAMED_VICTIMS = 10
+"""How many victims an Event on the preemptor names (then a count)."""
+
+
+class Evicted(Enum):
+    EVICTED = "evicted"
+    GONE = "gone"
+    REFUSED = "refused"
+    FAILED = "failed"
+    FENCED = "fenced"
+
+
+class Preemptor:
+    def __init__(
+        self,
+        state: ClusterState,
+        api: ClusterApi,
+        binder: Binder,
+        events: EventRecorder,
+        leadership: Leadership,
+        backoff: Backoff,
+        clock: Clock,
+        background: Background,
+    ) -> None:
+        self.state = state
+        self.api = api
+        self.binder = binder
+        self.events = events
+        self.leadership = leadership
+        self.backoff = backoff
+        self.clock = clock
+        self.background = background
+        self._evicting: set[str] = set()
+        """Roots whose evictions are in flight."""
+        self._binding: dict[str, tuple[float, tuple[str, ...]]] = {}
+        """Roots bound into their nominated room: when nominated, and the pods (the
+        nomination-to-bound metric is observed once all show bound)."""
+
+    # ----- from the loop -----------------------------------------------------------------------
+
+    def preempt(self, plans: Iterable[PreemptionPlan], term: int) -> None:
+        """Nominates each Planned plan's room and starts evicting its victims."""
+        for plan in plans:
+            if not plan.planned or plan.preemptor in self.state.nominations:
+                continue
+            nomination = self._nominate(plan)
+            if nomination is None:
+                metrics.PREEMPTIONS.labels("stale").inc()
+                continue
+            metrics.PREEMPTIONS.labels("planned").inc()
+            logger.info("%s: preempting: %s", plan.preemptor, plan.message)
+            self._evicting.add(plan.preemptor)
+            self.background.spawn(self._carry_out(plan, nomination, term))
+
+    def advance(self, term: int) -> None:
+        """Releases stale nominations, binds those whose victims are all gone."""
+        for root, nomination in list(self.state.nominations.items()):
+            why = self._stale(nomination)
+            if why is not None:
+                self._release(nomination, why, "stale")
+            elif root not in self._evicting and not self._waiting_for(nomination):
+                self._bind(nomination, term)
+        self._watch_bound()
+
+    # ----- nominating ----------------------------------------------------------------------------
+
+    def _nominate(self, plan: PreemptionPlan) -> Nomination | None:
+        """The room of ``plan`` held for its preemptor; None when the plan no longer holds
+        (a preemptor pod changed, a node went) and the next cycle plans afresh."""
+        pods: dict[str, str] = {}
+        holdings: list[BoundPod] = []
+        for binding in plan.bindings:
+            record = self.state.pods.get(binding.pod)
+            if (
+                record is None
+                or record.request is None
+                or record.node is not None
+                or record.deleting
+                or binding.pod in self.state.reservations
+                or binding.node not in self.state.nodes
+            ):
+                return None
+            pods[binding.pod] = record.uid
+            holdings.append(BoundPod(record.request, binding.node, binding.gpus))
+        victims = {
+            v.pod: record.uid
+            for v in plan.victims
+            if (record := self.state.pods.get(v.pod)) is not None
+        }
+        nomination = Nomination(plan.preemptor, pods, tuple(holdings), victims, self.clock())
+        self.state.nominate(nomination)
+        return nomination
+
+    def _stale(self, nomination: Nomination) -> str | None:
+        for key, uid in nomination.pods.items():
+            record = self.state.pods.get(key)
+            if record is None or record.uid != uid or record.deleting:
+                return f"its pod {key} is gone"
+            if record.node is not None:
+                return f"its pod {key} was bound meanwhile"
+        for holding in nomination.holdings:
+            if holding.node not in self.state.nodes:
+                return f"node {holding.node} is gone"
+        if self.clock() - nomination.since > NOMINATION_TIMEOUT_SECONDS:
+            return f"its victims were not gone after {NOMINATION_TIMEOUT_SECONDS:.0f} s"
+        return None
+
+    def _waiting_for(self, nomination: Nomination) -> bool:
+        return any(self.state.victim_present(k, u) for k, u in nomination.victims.items())
+
+    def _release(self, nomination: Nomination, why: str, result: str) -> None:
+        if self.state.nominations.get(nomination.root) is not nomination:
+            return  # released already (or by a lost leadership)
+        logger.info("%s: preemption released, planned again: %s", nomination.root, why)
+        metrics.PREEMPTIONS.labels(result).inc()
+        self.state.release_nomination(nomination.root)
+        self.background.wake()
+
+    # ----- evicting ----------------------------------------------------------------------------
+
+    async def _carry_out(self, plan: PreemptionPlan, nomination: Nomination, term: int) -> None:
+        root = plan.preemptor
+        try:
+            self._announce(plan)
+            for victims in _units(plan.victims):
+                if self.state.nominations.get(root) is not nomination:
+                    return  # released meanwhile: never start another unit
+                why = await self._evict_unit(plan, nomination, victims, term)
+                if why is not None:
+                    self._release(nomination, why[1], why[0])
+                    return
+            metrics.PREEMPTIONS.labels("evicted").inc()
+        finally:
+            self._evicting.discard(root)
+            self.background.wake()
+
+    async def _evict_unit(
+        self, plan: PreemptionPlan, nomination: Nomination, victims: list[Victim], term: int
+    ) -> tuple[str, str] | None:
+        """Evicts one unit whole: its first present pod alone (a refusal there leaves the
+        unit untouched), then the rest, deleting those an eviction cannot move. Returns the
+        (result, why) that ends the plan, or None."""
+        present = [v for v in victims if self._present(nomination, v)]
+        if not present:
+            return None
+        first = await self._evict(plan, nomination, present[0], term, may_delete=False)
+        if first is Evicted.REFUSED:
+            return "stale", f"the eviction of {present[0].pod} was refused"
+        if first is Evicted.FENCED:
+            return "stale", "this replica may no longer write"
+        if first is Evicted.FAILED:
+            return "failed", f"{present[0].pod} could not be evicted"
+        rest = await asyncio.gather(
+            *(self._evict(plan, nomination, v, term, may_delete=True) for v in present[1:])
+        )
+        failed = [v.pod for v, r in zip(present[1:], rest, strict=True) if r is Evicted.FAILED]
+        if failed or Evicted.FENCED in rest:
+            logger.error(
+                "%s: unit %s only partly evicted: %s", plan.preemptor, victims[0].unit, failed
+            )
+            return "failed", f"{', '.join(failed) or 'some victims'} could not be evicted"
+        return None
+
+    def _present(self, nomination: Nomination, victim: Victim) -> bool:
+        uid = nomination.victims.get(victim.pod)
+        return uid is not None and self.state.victim_present(victim.pod, uid)
+
+    async def _evict(
+        self,
+        plan: PreemptionPlan,
+        nomination: Nomination,
+        victim: Victim,
+        term: int,
+        *,
+        may_delete: bool,
+    ) -> Evicted:
+        namespace, name = victim.pod.split("/", 1)
+        ref = ObjectRef("v1", "Pod", namespace, name, nomination.victims.get(victim.pod, ""))
+        fence = self.leadership.fence(term)
+        try:
+            await self.api.evict(ref, fence)
+            outcome = Evicted.EVICTED
+        except FencedError:
+            return Evicted.FENCED
+        except ApiError as error:
+            if error.status in GONE:
+                return Evicted.GONE
+            if error.status == 429 and not may_delete:
+                logger.info("eviction of %s refused: %s", victim.pod, error.message)
+                return Evicted.REFUSED
+            outcome = await self._delete(ref, fence, error)
+        if outcome is Evicted.EVICTED:
+            self._evicted(plan, victim, ref)
+        return outcome
+
+    async def _delete(self, ref: ObjectRef, fence: Fence, why: ApiError) -> Evicted:
+        """kube-scheduler's way: mark the pod a disruption target, then delete it."""
+        logger.info("eviction of %s not possible (%s): deleting it", ref.key, why)
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{self.state.scheduler_name}: preempting to make room for a "
+            "higher-priority group",
+        }
+        try:
+            await self.api.patch_pod_status(ref, {"conditions": [condition]}, fence)
+            await self.api.delete_pod(ref, fence)
+        except FencedError:
+            return Evicted.FENCED
+        except ApiError as error:
+            if error.status in GONE:
+                return Evicted.GONE
+            logger.warning("could not delete %s: %s", ref.key, error)
+            return Evicted.FAILED
+        return Evicted.EVICTED
+
+    def _evicted(self, plan: PreemptionPlan, victim: Victim, ref: ObjectRef) -> None:
+        metrics.EVICTED_PODS.inc()
+        metrics.EVICTED_GPUS.inc(len(victim.gpus))
+        priority = f" (priority {plan.priority})" if plan.priority is not None else ""
+        message = f"Preempted by {plan.preemptor}{priority} on node {victim.node}"
+        self.events.record(ref, "Normal", "Preempted", message)
+
+    def _announce(self, plan: PreemptionPlan) -> None:
+        """One Event on the preemptor's root group naming its victims, and the pods'
+        ``status.nominatedNodeName``."""
+        record = self.state.groups.get(plan.preemptor)
+        if record is not None:
+            named = ", ".join(v.pod for v in plan.victims[:NAMED_VICTIMS])
+            more = len(plan.victims) - NAMED_VICTIMS
+            if more > 0:
+                named += f" and {more} more"
+            message = f"Preempting {len(plan.victims)} pods: {named}. {plan.message}"
+            self.events.record(group_ref(record), "Normal", "Preempting", message)
+        for binding in plan.bindings:
+            self.background.spawn(self._nominated_node(binding))
+
+    async def _nominated_node(self, binding: Binding) -> None:
+        record = self.state.pods.get(binding.pod)
+        if record is None:
+            return
+        namespace, name = binding.pod.split("/", 1)
+        ref = ObjectRef("v1", "Pod", namespace, name, record.uid)
+        try:
+            await self.api.patch_pod_status(ref, {"nominatedNodeName": binding.node})
+        except ApiError as error:
+            # Informational only: the ledger holds the room whatever the pod says.
+            logger.debug("nominatedNodeName of %s not set: %s", binding.pod, error)
+
+    # ----- binding -----------------------------------------------------------------------------
+
+    def _bind(self, nomination: Nomination, term: int) -> None:
+        """The victims are gone: the nominated places become reservations and are bound."""
+        self.state.release_nomination(nomination.root)
+        bindings = [Binding(h.pod.key, h.node, tuple(h.gpus or ())) for h in nomination.holdings]
+        logger.info("%s: victims gone, binding into the nominated room", nomination.root)
+        self.binder.place(bindings, None, term)
+        self.backoff.clear(nomination.root)
+        self._binding[nomination.root] = (nomination.since, tuple(nomination.pods))
+
+    def _watch_bound(self) -> None:
+        for root, (since, pods) in list(self._binding.items()):
+            records = [self.state.pods.get(key) for key in pods]
+            if any(r is None for r in records):
+                del self._binding[root]
+            elif all(r is not None and r.node is not None for r in records):
+                metrics.NOMINATION_SECONDS.observe(max(0.0, self.clock() - since))
+                del self._binding[root]
+
+
+def _units(victims: Iterable[Victim]) -> list[list[Victim]]:
+    """Victims by eviction unit, in the plan's order."""
+    units: dict[str, list[Victim]] = {}
+    for victim in victims:
+        units.setdefault(victim.unit, []).append(victim)
+    return list(units.values())

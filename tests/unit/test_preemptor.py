@@ -1,0 +1,211 @@
+"""Carrying out preemption on the fake `ClusterApi`: the room is nominated and held, victims are
+evicted whole, the preemptor is bound into its room once they are gone; a stale plan is
+released and planned again; an ``All`` victim gang is never left half-evicted.
+
+Every story starts from the same full cluster:
+
+    #         zone-a
+    #      /         \\
+    #   rack-1      rack-2
+    #   a    b      c    d       8 GPUs each
+    #   low1 (priority 1, All)   low2 (priority 5, All)
+
+and a 2 × 8-GPU gang ``high`` of priority 100 that wants one rack: the cheapest victims are
+low1's, in rack-1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpusched.engine.groups import GroupKind
+from gpusched.scheduler import metrics
+from gpusched.scheduler.ports import ApiError
+from gpusched.scheduler.service import Scheduler
+from tests.unit.test_scheduler_service import (
+    Clock,
+    FakeApi,
+    bound_to,
+    node,
+    pod,
+    pod_group,
+    run_cycle,
+    service,
+)
+
+LOW1 = ["default/low1-0", "default/low1-1"]
+HIGH = ["default/high-0", "default/high-1"]
+
+
+def prioritized(body: dict[str, Any], priority: int) -> dict[str, Any]:
+    body["spec"]["priority"] = priority
+    return body
+
+
+def group(name: str, priority: int, mode: str = "All") -> dict[str, Any]:
+    body = pod_group(name, 2)
+    body["spec"].update({"priority": priority, "disruptionMode": mode})
+    return body
+
+
+def full_cluster(api: FakeApi, clock: Clock) -> Scheduler:
+    scheduler = service(api, clock)
+    state = scheduler.state
+    for name, rack in (("a", "rack-1"), ("b", "rack-1"), ("c", "rack-2"), ("d", "rack-2")):
+        state.upsert_node(node(name, rack))
+    for gang, priority, nodes in (("low1", 1, "ab"), ("low2", 5, "cd")):
+        state.upsert_group(GroupKind.POD_GROUP, group(gang, priority))
+        for i, where in enumerate(nodes):
+            annotations = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7"}
+            body = pod(f"{gang}-{i}", 8, group=gang, node_name=where, annotations=annotations)
+            state.upsert_pod(prioritized(body, priority))
+    state.upsert_group(GroupKind.POD_GROUP, group("high", 100))
+    for i in range(2):
+        state.upsert_pod(prioritized(pod(f"high-{i}", 8, group="high"), 100))
+    return scheduler
+
+
+def evicted_are_gone(scheduler: Scheduler, api: FakeApi) -> None:
+    """The kubelet's part: what was evicted or deleted is gone, and the watch says so."""
+    for key in api.evictions + api.deleted:
+        scheduler.pod_deleted(key, f"uid-{key.split('/')[1]}")
+
+
+def reasons(api: FakeApi, name: str) -> list[tuple[str, str]]:
+    return [(e["reason"], e["message"]) for e in api.events if e["involvedObject"]["name"] == name]
+
+
+@pytest.mark.asyncio
+async def test_the_victims_room_is_held_for_the_preemptor_and_it_is_bound_there() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    evicted_before = metrics.EVICTED_GPUS._value.get()
+    await run_cycle(scheduler)
+
+    assert sorted(api.evictions) == LOW1  # the whole cheapest gang, nothing of low2
+    assert api.binds == []
+    held = scheduler.state.nominations["default/high"]
+    assert sorted((h.pod.key, h.node) for h in held.holdings) == [
+        ("default/high-0", "a"),
+        ("default/high-1", "b"),
+    ]
+    assert sorted(api.pod_statuses) == [
+        ("default/high-0", {"nominatedNodeName": "a"}),
+        ("default/high-1", {"nominatedNodeName": "b"}),
+    ]
+    assert reasons(api, "low1-0") == [
+        ("Preempted", "Preempted by default/high (priority 100) on node a")
+    ]
+    [message] = [m for reason, m in reasons(api, "high") if reason == "Preempting"]
+    assert "default/low1-0, default/low1-1" in message
+    assert metrics.EVICTED_GPUS._value.get() - evicted_before == 16
+
+    # A newcomer arrives while the victims are terminating: it may not take their room.
+    scheduler.pod_changed(pod("other", 8))
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert [r.key for r in scheduler.state.pending()] == ["default/other"]
+
+    evicted_are_gone(scheduler, api)
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/high-0": "a", "default/high-1": "b"}
+    assert scheduler.state.nominations == {}
+
+
+@pytest.mark.asyncio
+async def test_a_refused_first_eviction_leaves_the_gang_whole_and_the_plan_is_made_again() -> None:
+    # Both low1 pods are protected by a PDB once (429). The first eviction of the unit is
+    # refused: nothing of low1 is touched and the room is released. Planned again, its first
+    # pod goes, and then the unit must go whole: the refused second pod is deleted.
+    api, clock = FakeApi(), Clock()
+    pdb = "Cannot evict pod as it would violate the pod's disruption budget."
+    api.evict_failures = {key: [ApiError(429, pdb)] for key in LOW1}
+    scheduler = full_cluster(api, clock)
+    await run_cycle(scheduler)
+
+    assert api.evictions == []
+    assert api.deleted == []
+    assert scheduler.state.nominations == {}
+    assert sorted(r.key for r in scheduler.state.pending()) == HIGH
+
+    clock.now += 10
+    await run_cycle(scheduler)
+    assert len(api.evictions) == 1
+    assert sorted(api.evictions + api.deleted) == LOW1
+    [(deleted, status)] = [(k, s) for k, s in api.pod_statuses if "conditions" in s]
+    assert deleted == api.deleted[0]
+    assert status["conditions"][0]["type"] == "DisruptionTarget"
+    assert status["conditions"][0]["reason"] == "PreemptionByScheduler"
+
+    evicted_are_gone(scheduler, api)
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/high-0": "a", "default/high-1": "b"}
+
+
+@pytest.mark.asyncio
+async def test_a_preemptor_pod_deleted_while_nominated_releases_the_room() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    await run_cycle(scheduler)
+    assert "default/high" in scheduler.state.nominations
+
+    scheduler.pod_deleted("default/high-0", "uid-high-0")
+    await run_cycle(scheduler)
+    assert scheduler.state.nominations == {}
+    evicted_are_gone(scheduler, api)
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert api.binds == []  # a gang of 2 with one pod waits; the room is free for anyone
+    scheduler.pod_changed(pod("other", 8))
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/other": "a"}
+
+
+@pytest.mark.asyncio
+async def test_a_lost_leadership_drops_the_nomination_and_stops_evicting() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    scheduler.lost_leadership()
+    scheduler.leadership.synced()
+    await scheduler.cycle()  # decided and nominated; evictions are only spawned
+    assert "default/high" in scheduler.state.nominations
+    scheduler.lost_leadership()
+    await scheduler.settle()
+    assert api.evictions == []
+    assert scheduler.state.nominations == {}
+
+
+def priority_class(name: str, value: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_gang_naming_a_priority_class_preempts_once_the_class_is_known() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    scheduler.priority_class_changed(priority_class("system-node-critical", 2_000_001_000))
+    named = group("high", 100)
+    del named["spec"]["priority"]
+    named["spec"]["priorityClassName"] = "production"
+    named["metadata"]["generation"] = 2
+    scheduler.group_changed(GroupKind.POD_GROUP, named)
+    await run_cycle(scheduler)
+    assert api.evictions == []  # PriorityClass "production" not found: nothing is evicted
+    assert scheduler.state.groups["default/high"].spec.priority is None
+
+    scheduler.priority_class_changed(priority_class("production", 100))
+    assert scheduler.state.groups["default/high"].spec.priority == 100
+    clock.now += 10
+    await run_cycle(scheduler)
+    assert sorted(api.evictions) == LOW1
