@@ -75,7 +75,7 @@ def test_the_operator_can_do_what_the_chart_grants_and_nothing_more(
         for forbidden in (
             lambda: operator.list("leases", "default"),  # its Lease lives in its namespace only
             lambda: operator.create(gpu_node("n1", "zone-a", "rack-1")),
-            lambda: operator.delete("pods", "anything", "default"),
+            lambda: operator.delete("nodes", "anything"),
             lambda: operator.list("serviceaccounts", OPERATOR_NAMESPACE),
         ):
             with pytest.raises(ApiStatusError) as refused:

@@ -86,6 +86,19 @@ class EventRecorder:
         except asyncio.QueueFull:
             logger.warning("event queue full; dropped %s %s on %s", reason, message, obj.key)
 
+    async def record_now(self, obj: ObjectRef, type_: str, reason: str, message: str) -> None:
+        """`record`, sent at once rather than queued: for an Event about an object that is
+        going away (its series is forgotten when it is gone, and a queued Event with it)."""
+        message = message[:MAX_MESSAGE]
+        key = (obj.uid or obj.key, obj.kind, reason, message)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series(None, 0, datetime.now(UTC), self.clock(), 0)
+            self._by_object.setdefault(key[0], set()).add(key)
+        series.count += 1
+        series.sent_at = self.clock()
+        await self._deliver(_Outgoing(key, obj, type_, reason, message))
+
     def reset(self) -> None:
         """Drops the Events not sent yet: this replica stopped leading, and what it noted in
         its last term is for nobody now (the API client would refuse them anyway)."""

@@ -240,7 +240,7 @@ class Preemptor:
                 return Evicted.REFUSED
             outcome = await self._delete(ref, fence, error)
         if outcome is Evicted.EVICTED:
-            self._evicted(plan, victim, ref)
+            await self._evicted(plan, victim, ref)
         return outcome
 
     async def _delete(self, ref: ObjectRef, fence: Fence, why: ApiError) -> Evicted:
@@ -265,12 +265,12 @@ class Preemptor:
             return Evicted.FAILED
         return Evicted.EVICTED
 
-    def _evicted(self, plan: PreemptionPlan, victim: Victim, ref: ObjectRef) -> None:
+    async def _evicted(self, plan: PreemptionPlan, victim: Victim, ref: ObjectRef) -> None:
         metrics.EVICTED_PODS.inc()
         metrics.EVICTED_GPUS.inc(len(victim.gpus))
         priority = f" (priority {plan.priority})" if plan.priority is not None else ""
         message = f"Preempted by {plan.preemptor}{priority} on node {victim.node}"
-        self.events.record(ref, "Normal", "Preempted", message)
+        await self.events.record_now(ref, "Normal", "Preempted", message)
 
     def _announce(self, plan: PreemptionPlan) -> None:
         """One Event on the preemptor's root group naming its victims, and the pods'

@@ -1,0 +1,123 @@
+"""Preemption on the real control plane: a high-priority gang arrives in a cluster full of
+low-priority gangs; the cheapest gang is evicted whole through the Eviction API, the gang is
+bound into the room it freed, in one rack, and nothing else took that room meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.cluster.cluster import RealCluster
+from tests.integration.apiserver import ApiClient, wait_for
+from tests.integration.harness import (
+    RACK,
+    assert_no_gpu_shared,
+    domains,
+    dump,
+    events_for,
+    gang,
+    gpu_node,
+    gpu_pod,
+    pods,
+    running_operator,
+)
+
+CLASSES = {"gpusched-test-low": 10, "gpusched-test-mid": 20, "gpusched-test-high": 1000}
+
+
+@pytest.fixture
+def priority_classes(api: ApiClient) -> Iterator[None]:
+    """PriorityClasses are cluster-wide and outlive the reset: made here, removed after."""
+    for name, value in CLASSES.items():
+        if api.get_or_none("priorityclasses", name, group="scheduling.k8s.io") is None:
+            api.create(
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                }
+            )
+    yield
+    for name in CLASSES:
+        api.delete("priorityclasses", name, group="scheduling.k8s.io")
+
+
+def prioritized_gang(name: str, size: int, priority_class: str) -> list[dict[str, Any]]:
+    group = gang(name, size)
+    group["spec"].update({"priorityClassName": priority_class, "disruptionMode": "All"})
+    members = [gpu_pod(f"{name}-{i}", 4, group=name) for i in range(size)]
+    for member in members:
+        member["spec"]["priorityClassName"] = priority_class
+    return [group, *members]
+
+
+def bound(api: ApiClient, prefix: str) -> dict[str, str]:
+    return {
+        key: pod["spec"]["nodeName"]
+        for key, pod in pods(api, "default").items()
+        if key.startswith(f"default/{prefix}-") and pod["spec"].get("nodeName")
+    }
+
+
+def test_a_high_priority_gang_evicts_the_cheapest_gang_whole_and_takes_its_rack(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, priority_classes: None
+) -> None:
+    #            zone-a
+    #       rack-1       rack-2
+    #      n1    n2     n3    n4      8 GPUs each
+    #      low (10, All) mid (20, All): four 4-GPU pods each, filling a rack
+    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
+        api.create(gpu_node(name, "zone-a", rack))
+    with running_operator(kubeconfig):
+        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
+            for body in prioritized_gang(name, 4, cls):
+                api.create(body)
+            wait_for(
+                lambda name=name: len(bound(api, name)) == 4,  # type: ignore[misc]
+                timeout=30,
+                message=lambda: f"the low gangs bound: {dump(pods(api, 'default'))}",
+            )
+        low_rack = domains(api, list(bound(api, "low")), RACK)
+        mid_before = bound(api, "mid")
+
+        # A newcomer of the victims' own priority arrives with the preemptor: it may not
+        # preempt anyone (nothing is strictly lower) nor take the room freed for the gang.
+        for body in prioritized_gang("high", 4, "gpusched-test-high"):
+            api.create(body)
+        squatter = gpu_pod("squatter", 4)
+        squatter["spec"]["priorityClassName"] = "gpusched-test-low"
+        api.create(squatter)
+
+        wait_for(
+            lambda: len(bound(api, "high")) == 4,
+            timeout=60,
+            message=lambda: f"the high gang bound: {dump(pods(api, 'default'))}",
+        )
+        everything = pods(api, "default")
+        assert not [k for k in everything if k.startswith("default/low-")], "low evicted whole"
+        assert bound(api, "mid") == mid_before  # the dearer gang untouched
+        assert domains(api, list(bound(api, "high")), RACK) == low_rack
+        assert not everything["default/squatter"]["spec"].get("nodeName")
+        assert_no_gpu_shared(api)
+        evictions = sorted(
+            urlsplit(r.path).path.split("/")[-2]
+            for r in apiserver.requests()
+            if r.method == "POST" and r.path.endswith("/eviction")
+        )
+        assert evictions == [f"low-{i}" for i in range(4)]  # each once, through the Eviction API
+
+        preempted = wait_for(
+            lambda: [e for e in events_for(api, "low-0") if e["reason"] == "Preempted"],
+            message=lambda: f"a Preempted Event on low-0: {dump(events_for(api, 'low-0'))}",
+        )
+        assert "default/high" in preempted[0]["message"]
+        preempting = wait_for(
+            lambda: [e for e in events_for(api, "high") if e["reason"] == "Preempting"],
+            message=lambda: f"a Preempting Event on high: {dump(events_for(api, 'high'))}",
+        )
+        assert "default/low-0" in preempting[0]["message"]
