@@ -284,10 +284,11 @@ OPERATOR_GRANTS = {
     ("", "nodes"): {"list", "watch"},
     # Preemption (KubeClusterApi.evict, delete_pod, patch_pod_status): victims evicted, or
     # marked DisruptionTarget and deleted; the preemptor's nominatedNodeName. PriorityClasses
-    # watched.
+    # and PodDisruptionBudgets watched.
     ("", "pods/eviction"): {"create"},
     ("", "pods/status"): {"patch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch"},
     # KubeClusterApi.bind: POST pods/{name}/binding.
     ("", "pods/binding"): {"create"},
     # KubeClusterApi.create_event / patch_event: aggregated Scheduled / FailedScheduling.

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler import metrics
@@ -209,3 +210,67 @@ async def test_a_gang_naming_a_priority_class_preempts_once_the_class_is_known()
     clock.now += 10
     await run_cycle(scheduler)
     assert sorted(api.evictions) == LOW1
+
+
+@pytest.mark.asyncio
+async def test_a_node_gone_while_nominated_releases_the_room_and_the_gang_is_planned_again() -> (
+    None
+):
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    await run_cycle(scheduler)
+    assert "default/high" in scheduler.state.nominations
+    scheduler.node_deleted("b")
+    await run_cycle(scheduler)
+    assert scheduler.state.nominations == {}
+    clock.now += 1  # the shortest backoff: the room it had was given back
+    await run_cycle(scheduler)
+    first = scheduler.state.nominations.get("default/high")
+    # Planned again without b: rack-1 cannot hold the gang now, so low2's rack is taken.
+    assert first is not None
+    assert sorted(h.node for h in first.holdings) == ["c", "d"]
+
+
+@pytest.mark.asyncio
+async def test_a_victim_already_gone_is_not_evicted_and_the_rest_of_its_gang_goes() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    await scheduler.cycle()  # nominated; the evictions are spawned, not yet run
+    scheduler.pod_deleted("default/low1-0", "uid-low1-0")
+    await scheduler.settle()
+    assert api.evictions == ["default/low1-1"]
+
+
+@pytest.mark.asyncio
+async def test_the_time_from_nomination_to_bound_is_observed_once_the_gang_shows_bound() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    count = "gpusched_nomination_to_bound_seconds_count"
+    before = REGISTRY.get_sample_value(count) or 0.0
+    await run_cycle(scheduler)
+    evicted_are_gone(scheduler, api)
+    clock.now += 3
+    await run_cycle(scheduler)  # bound into the room
+    await run_cycle(scheduler)  # and seen bound
+    assert REGISTRY.get_sample_value(count) == before + 1
+    assert (REGISTRY.get_sample_value(count.replace("_count", "_sum")) or 0.0) >= 3
+
+
+@pytest.mark.asyncio
+async def test_a_budget_that_allows_no_disruption_sends_the_preemptor_to_the_other_rack() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    for i in range(2):  # low1's pods carry the label the budget selects
+        body = pod(f"low1-{i}", 8, group="low1", node_name="ab"[i])
+        body["metadata"]["labels"]["app"] = "low1"
+        body["metadata"]["annotations"] = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7"}
+        scheduler.pod_changed(prioritized(body, 1))
+    scheduler.budget_changed(
+        {
+            "metadata": {"name": "low1", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "low1"}}},
+            "status": {"disruptionsAllowed": 0},
+        }
+    )
+    await run_cycle(scheduler)
+    assert sorted(api.evictions) == ["default/low2-0", "default/low2-1"]

@@ -298,6 +298,16 @@ async def priority_class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) 
         scheduler.priority_class_changed(body)
 
 
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", registry=registry)
+async def budget_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    scheduler = _scheduler(memo)
+    body = event["object"]
+    if event["type"] == "DELETED":
+        scheduler.budget_deleted(_key(body))
+    else:
+        scheduler.budget_changed(body)
+
+
 @kopf.on.event(GROUP, VERSION, "workloads", registry=registry)
 async def workload_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)

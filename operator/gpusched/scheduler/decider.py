@@ -90,7 +90,10 @@ class Decider:
             and record.pod.spec.scheduler_name != self.state.scheduler_name
         )
         groups = self.state.group_specs()
-        return await asyncio.to_thread(plan_cycle, snapshot, result, ready, groups, (), foreign)
+        budgets = self.state.budgets.for_pods(self.state.pods.values())
+        return await asyncio.to_thread(
+            plan_cycle, snapshot, result, ready, groups, budgets, foreign
+        )
 
     def placed(self, bindings: Iterable[Binding]) -> None:
         """Bindings reserved: counted in the next quality measurement."""

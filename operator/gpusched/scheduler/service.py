@@ -173,6 +173,14 @@ class Scheduler:
         self.state.delete_priority_class(name)
         self.wake()
 
+    def budget_changed(self, body: Mapping[str, Any]) -> None:
+        self.state.budgets.upsert(body)
+        self.wake()
+
+    def budget_deleted(self, key: str) -> None:
+        self.state.budgets.delete(key)
+        self.wake()
+
     def workload_changed(self, body: Mapping[str, Any]) -> None:
         self.state.upsert_workload(body)
         self.wake()

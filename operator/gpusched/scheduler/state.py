@@ -22,6 +22,7 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node, parse_node, parse_pod
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler.budgets import Budgets
 from gpusched.scheduler.groups import GroupBook, GroupRecord, WorkloadRecord
 from gpusched.scheduler.pins import GpuPins
 from gpusched.scheduler.records import (
@@ -62,6 +63,8 @@ class ClusterState(GroupBook):
     node_errors: dict[str, str] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
+    budgets: Budgets = field(default_factory=Budgets)
+    """PodDisruptionBudgets, for the preemption planner."""
     nominations: dict[str, Nomination] = field(default_factory=dict)
     """Root group key → the room held for it while its preemption's victims go."""
     gone: OrderedDict[str, None] = field(default_factory=OrderedDict)
