@@ -14,6 +14,7 @@ import pytest
 from tests.cluster.cluster import RealCluster
 from tests.integration.apiserver import ApiClient, wait_for
 from tests.integration.harness import (
+    GROUP_LABEL,
     RACK,
     assert_no_gpu_shared,
     domains,
@@ -26,6 +27,7 @@ from tests.integration.harness import (
     running_operator,
 )
 
+BUDGETS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
 CLASSES = {"gpusched-test-low": 10, "gpusched-test-mid": 20, "gpusched-test-high": 1000}
 
 
@@ -121,3 +123,53 @@ def test_a_high_priority_gang_evicts_the_cheapest_gang_whole_and_takes_its_rack(
             message=lambda: f"a Preempting Event on high: {dump(events_for(api, 'high'))}",
         )
         assert "default/low-0" in preempting[0]["message"]
+
+
+@pytest.fixture
+def low_budget(api: ApiClient) -> Iterator[None]:
+    """A PodDisruptionBudget keeping every pod of the gang ``low`` (the cluster's reset does
+    not know PodDisruptionBudgets: removed here)."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "low", "namespace": "default"},
+        "spec": {"minAvailable": 4, "selector": {"matchLabels": {GROUP_LABEL: "low"}}},
+    }
+    api.request("POST", BUDGETS, json=body).raise_for_status()
+    yield
+    api.request("DELETE", f"{BUDGETS}/low").raise_for_status()
+
+
+def test_a_budget_that_allows_no_disruption_turns_the_gang_to_the_dearer_rack(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    priority_classes: None,
+    low_budget: None,
+) -> None:
+    # As above, but a PodDisruptionBudget keeps all four low pods (minAvailable 4): evicting
+    # mid (priority 20) violates nothing, so the gang takes mid's rack and low stays whole.
+    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
+        api.create(gpu_node(name, "zone-a", rack))
+    with running_operator(kubeconfig):
+        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
+            for body in prioritized_gang(name, 4, cls):
+                api.create(body)
+            wait_for(
+                lambda name=name: len(bound(api, name)) == 4,  # type: ignore[misc]
+                timeout=30,
+                message=lambda: f"the low gangs bound: {dump(pods(api, 'default'))}",
+            )
+        low_before = bound(api, "low")
+        mid_rack = domains(api, list(bound(api, "mid")), RACK)
+        for body in prioritized_gang("high", 4, "gpusched-test-high"):
+            api.create(body)
+        wait_for(
+            lambda: len(bound(api, "high")) == 4,
+            timeout=60,
+            message=lambda: f"the high gang bound: {dump(pods(api, 'default'))}",
+        )
+        assert bound(api, "low") == low_before
+        assert not bound(api, "mid")
+        assert domains(api, list(bound(api, "high")), RACK) == mid_rack
+        assert_no_gpu_shared(api)
