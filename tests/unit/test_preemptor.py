@@ -132,6 +132,8 @@ async def test_a_refused_first_eviction_leaves_the_gang_whole_and_the_plan_is_ma
     assert api.deleted == []
     assert scheduler.state.nominations == {}
     assert sorted(r.key for r in scheduler.state.pending()) == HIGH
+    cleared = [k for k, s in api.pod_statuses if s == {"nominatedNodeName": None}]
+    assert sorted(cleared) == HIGH
 
     clock.now += 10
     await run_cycle(scheduler)

@@ -164,6 +164,8 @@ class Preemptor:
         logger.info("%s: preemption released, planned again: %s", nomination.root, why)
         metrics.PREEMPTIONS.labels(result).inc()
         self.state.release_nomination(nomination.root)
+        for key in nomination.pods:
+            self.background.spawn(self._nominated_node(key, None))
         self.background.wake()
 
     # ----- evicting ----------------------------------------------------------------------------
@@ -284,19 +286,20 @@ class Preemptor:
             message = f"Preempting {len(plan.victims)} pods: {named}. {plan.message}"
             self.events.record(group_ref(record), "Normal", "Preempting", message)
         for binding in plan.bindings:
-            self.background.spawn(self._nominated_node(binding))
+            self.background.spawn(self._nominated_node(binding.pod, binding.node))
 
-    async def _nominated_node(self, binding: Binding) -> None:
-        record = self.state.pods.get(binding.pod)
-        if record is None:
+    async def _nominated_node(self, key: str, node: str | None) -> None:
+        """Sets (or, with None, clears) the pod's ``status.nominatedNodeName``."""
+        record = self.state.pods.get(key)
+        if record is None or record.node is not None:
             return
-        namespace, name = binding.pod.split("/", 1)
+        namespace, name = key.split("/", 1)
         ref = ObjectRef("v1", "Pod", namespace, name, record.uid)
         try:
-            await self.api.patch_pod_status(ref, {"nominatedNodeName": binding.node})
+            await self.api.patch_pod_status(ref, {"nominatedNodeName": node})
         except ApiError as error:
             # Informational only: the ledger holds the room whatever the pod says.
-            logger.debug("nominatedNodeName of %s not set: %s", binding.pod, error)
+            logger.debug("nominatedNodeName of %s not written: %s", key, error)
 
     # ----- binding -----------------------------------------------------------------------------
 
@@ -312,8 +315,11 @@ class Preemptor:
     def _watch_bound(self) -> None:
         for root, (since, pods) in list(self._binding.items()):
             records = [self.state.pods.get(key) for key in pods]
-            if any(r is None for r in records):
-                del self._binding[root]
+            if any(
+                r is None or (r.node is None and r.key not in self.state.reservations)
+                for r in records
+            ):
+                del self._binding[root]  # gone, or its bind refused: placed afresh
             elif all(r is not None and r.node is not None for r in records):
                 metrics.NOMINATION_SECONDS.observe(max(0.0, self.clock() - since))
                 del self._binding[root]
