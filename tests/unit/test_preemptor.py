@@ -51,12 +51,12 @@ def group(name: str, priority: int, mode: str = "All") -> dict[str, Any]:
     return body
 
 
-def full_cluster(api: FakeApi, clock: Clock) -> Scheduler:
+def full_cluster(api: FakeApi, clock: Clock, low2: int = 5) -> Scheduler:
     scheduler = service(api, clock)
     state = scheduler.state
     for name, rack in (("a", "rack-1"), ("b", "rack-1"), ("c", "rack-2"), ("d", "rack-2")):
         state.upsert_node(node(name, rack))
-    for gang, priority, nodes in (("low1", 1, "ab"), ("low2", 5, "cd")):
+    for gang, priority, nodes in (("low1", 1, "ab"), ("low2", low2, "cd")):
         state.upsert_group(GroupKind.POD_GROUP, group(gang, priority))
         for i, where in enumerate(nodes):
             annotations = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7"}
@@ -276,3 +276,30 @@ async def test_a_budget_that_allows_no_disruption_sends_the_preemptor_to_the_oth
     )
     await run_cycle(scheduler)
     assert sorted(api.evictions) == ["default/low2-0", "default/low2-1"]
+
+
+@pytest.mark.asyncio
+async def test_a_higher_gang_takes_over_a_nominated_room_and_the_victims_it_waited_for() -> None:
+    # low2 has priority 500 here, so high (100) takes rack-1; then top (1000) arrives: rack-1
+    # costs it only high's nominated pods (100), rack-2 costs 500. high's pods are pending,
+    # never evicted; high's room and its victims, still terminating, become top's.
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock, low2=500)
+    await run_cycle(scheduler)
+    assert "default/high" in scheduler.state.nominations
+    scheduler.group_changed(GroupKind.POD_GROUP, group("top", 1000))
+    for i in range(2):
+        scheduler.pod_changed(prioritized(pod(f"top-{i}", 8, group="top"), 1000))
+    clock.now += 1
+    await run_cycle(scheduler)
+
+    assert list(scheduler.state.nominations) == ["default/top"]
+    top = scheduler.state.nominations["default/top"]
+    assert sorted(top.victims) == LOW1
+    assert sorted(r.key for r in scheduler.state.pending()) == HIGH
+    assert not [k for k in api.evictions + api.deleted if "high" in k]
+
+    evicted_are_gone(scheduler, api)
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/top-0": "a", "default/top-1": "b"}

@@ -14,8 +14,9 @@ For each plan the engine made (`gpusched.engine.preemption.plan_cycle`, outcome 
    bound by the `Binder`, exactly where the plan put them.
 
 A plan goes stale (a victim refused before its unit started, a node or a preemptor pod went,
-the victims outlived `NOMINATION_TIMEOUT_SECONDS`): its room is released and the group is
-planned again by the next cycle. Every write is fenced to the term the plan was made in.
+the victims outlived `NOMINATION_TIMEOUT_SECONDS`, a higher group's plan takes its room):
+its room is released and the group is planned again by the next cycle. Every write is fenced
+to the term the plan was made in.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from enum import Enum
 
 from gpusched.engine.preemption import PreemptionPlan, Victim
@@ -82,6 +84,8 @@ class Preemptor:
         self.background = background
         self._evicting: set[str] = set()
         """Roots whose evictions are in flight."""
+        self._plans: dict[str, PreemptionPlan] = {}
+        """The plan of each root holding a nomination (kept until it is released or bound)."""
         self._binding: dict[str, tuple[float, tuple[str, ...]]] = {}
         """Roots bound into their nominated room: when nominated, and the pods (the
         nomination-to-bound metric is observed once all show bound)."""
@@ -90,17 +94,37 @@ class Preemptor:
 
     def preempt(self, plans: Iterable[PreemptionPlan], term: int) -> None:
         """Nominates each Planned plan's room and starts evicting its victims."""
-        for plan in plans:
-            if not plan.planned or plan.preemptor in self.state.nominations:
+        for planned in plans:
+            if not planned.planned or planned.preemptor in self.state.nominations:
                 continue
+            plan = self._displace(planned)
             nomination = self._nominate(plan)
             if nomination is None:
                 metrics.PREEMPTIONS.labels("stale").inc()
                 continue
             metrics.PREEMPTIONS.labels("planned").inc()
             logger.info("%s: preempting: %s", plan.preemptor, plan.message)
+            self._plans[plan.preemptor] = plan
             self._evicting.add(plan.preemptor)
             self.background.spawn(self._carry_out(plan, nomination, term))
+
+    def _displace(self, plan: PreemptionPlan) -> PreemptionPlan:
+        """A plan whose victims include pods nominated for a lower group (the room held for
+        it counts as theirs) takes that room over: the lower nomination is released, its
+        pods are pending again (never evicted: they are not bound), and the victims it was
+        waiting for become this plan's, whole units as they were planned."""
+        owners = {key: n for n in self.state.nominations.values() for key in n.pods}
+        displaced = {owners[v.pod].root: owners[v.pod] for v in plan.victims if v.pod in owners}
+        if not displaced:
+            return plan
+        victims = [v for v in plan.victims if v.pod not in owners]
+        for root, lower in sorted(displaced.items()):
+            earlier = self._plans.get(root)
+            if earlier is not None:
+                victims.extend(v for v in earlier.victims if v.pod in lower.victims)
+            why = f"{plan.preemptor}, of higher priority, takes its room"
+            self._release(lower, why, "stale")
+        return replace(plan, victims=tuple(victims))
 
     def advance(self, term: int) -> None:
         """Releases stale nominations, binds those whose victims are all gone."""
@@ -164,6 +188,7 @@ class Preemptor:
         logger.info("%s: preemption released, planned again: %s", nomination.root, why)
         metrics.PREEMPTIONS.labels(result).inc()
         self.state.release_nomination(nomination.root)
+        self._plans.pop(nomination.root, None)
         for key in nomination.pods:
             self.background.spawn(self._nominated_node(key, None))
         self.background.wake()
@@ -306,6 +331,7 @@ class Preemptor:
     def _bind(self, nomination: Nomination, term: int) -> None:
         """The victims are gone: the nominated places become reservations and are bound."""
         self.state.release_nomination(nomination.root)
+        self._plans.pop(nomination.root, None)
         bindings = [Binding(h.pod.key, h.node, tuple(h.gpus or ())) for h in nomination.holdings]
         logger.info("%s: victims gone, binding into the nominated room", nomination.root)
         self.binder.place(bindings, None, term)
