@@ -280,11 +280,11 @@ OPERATOR_GRANTS = {
     # Kopf's watches and the cluster state: every pod and node (handlers/__init__.py), a pod
     # re-read before its bind (KubeClusterApi.get_pod). test_rbac_calls.py derives the same
     # from the code; this table is what a reviewer reads.
-    ("", "pods"): {"get", "list", "watch", "delete"},
+    ("", "pods"): {"get", "list", "watch", "patch", "delete"},
     ("", "nodes"): {"list", "watch"},
-    # Preemption (KubeClusterApi.evict, delete_pod, patch_pod_status): victims evicted, or
-    # marked DisruptionTarget and deleted; the preemptor's nominatedNodeName. PriorityClasses
-    # and PodDisruptionBudgets watched.
+    # Preemption (KubeClusterApi.annotate_pod, evict, delete_pod, patch_pod_status): victims
+    # annotated, then evicted, or marked DisruptionTarget and deleted; the preemptor's
+    # nominatedNodeName. PriorityClasses and PodDisruptionBudgets watched.
     ("", "pods/eviction"): {"create"},
     ("", "pods/status"): {"patch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},

@@ -50,8 +50,9 @@ def _create_custom(kind: str) -> _Call:
 CALLS: dict[str, list[_Call]] = {
     "bind": [lambda api: api.bind(POD, "node-a", {"gpusched.io/gpus": "0,1"})],
     "get_pod": [lambda api: api.get_pod(POD)],
-    # Preemption: victims evicted (deleted where an eviction is not possible, marked first),
-    # and the preemptor's pods' nominatedNodeName.
+    # Preemption: victims annotated, then evicted (deleted where an eviction is not possible,
+    # marked first), and the preemptor's pods' nominatedNodeName.
+    "annotate_pod": [lambda api: api.annotate_pod(POD, {"gpusched.io/preemption": None})],
     "evict": [lambda api: api.evict(POD)],
     "delete_pod": [lambda api: api.delete_pod(POD)],
     "patch_pod_status": [lambda api: api.patch_pod_status(POD, {})],

@@ -134,6 +134,12 @@ async def test_a_refused_first_eviction_leaves_the_gang_whole_and_the_plan_is_ma
     assert sorted(r.key for r in scheduler.state.pending()) == HIGH
     cleared = [k for k, s in api.pod_statuses if s == {"nominatedNodeName": None}]
     assert sorted(cleared) == HIGH
+    # The unit was marked before its first eviction, and unmarked once it was refused.
+    mark = '{"preemptor": "default/high", "unit": "default/low1", "size": 2}'
+    written = [(k, a["gpusched.io/preemption"]) for k, a in api.annotations]
+    assert sorted(written, key=str) == sorted(
+        [(key, value) for key in LOW1 for value in (mark, None)], key=str
+    )
 
     clock.now += 10
     await run_cycle(scheduler)
@@ -303,3 +309,37 @@ async def test_a_higher_gang_takes_over_a_nominated_room_and_the_victims_it_wait
     clock.now += 1
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/top-0": "a", "default/top-1": "b"}
+
+
+def marked_low1(api: FakeApi, clock: Clock, present: list[int]) -> Scheduler:
+    """What a new leader finds: low1's pods ``present`` still bound, each marked for a
+    preemption by a replica that is gone (its preemptor gone too)."""
+    scheduler = service(api, clock)
+    for name in ("a", "b"):
+        scheduler.state.upsert_node(node(name))
+    scheduler.state.upsert_group(GroupKind.POD_GROUP, group("low1", 1))
+    mark = '{"preemptor": "default/high", "unit": "default/low1", "size": 2}'
+    for i in present:
+        annotations = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7", "gpusched.io/preemption": mark}
+        body = pod(f"low1-{i}", 8, group="low1", node_name="ab"[i], annotations=annotations)
+        scheduler.state.upsert_pod(prioritized(body, 1))
+    return scheduler
+
+
+@pytest.mark.asyncio
+async def test_a_unit_left_part_evicted_by_a_previous_leader_is_evicted_whole() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = marked_low1(api, clock, present=[1])  # low1-0 went before the crash
+    await run_cycle(scheduler)
+    assert api.evictions == ["default/low1-1"]
+    await run_cycle(scheduler)  # the watch has not shown it terminating yet: not sent again
+    assert api.evictions == ["default/low1-1"]
+
+
+@pytest.mark.asyncio
+async def test_a_unit_marked_but_never_started_is_unmarked_and_left_running() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = marked_low1(api, clock, present=[0, 1])
+    await run_cycle(scheduler)
+    assert api.evictions == []
+    assert sorted(api.annotations) == [(k, {"gpusched.io/preemption": None}) for k in LOW1]

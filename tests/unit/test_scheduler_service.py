@@ -44,6 +44,7 @@ class FakeApi:
     evict_failures: dict[str, list[ApiError]] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
     pod_statuses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    annotations: list[tuple[str, dict[str, str | None]]] = field(default_factory=list)
 
     async def bind(
         self,
@@ -75,6 +76,11 @@ class FakeApi:
 
     async def delete_pod(self, pod: ObjectRef, fence: Fence | None = None) -> None:
         self.deleted.append(pod.key)
+
+    async def annotate_pod(
+        self, pod: ObjectRef, annotations: Mapping[str, str | None], fence: Fence | None = None
+    ) -> None:
+        self.annotations.append((pod.key, dict(annotations)))
 
     async def patch_pod_status(
         self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None

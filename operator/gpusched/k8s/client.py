@@ -216,6 +216,15 @@ class KubeClusterApi:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction"
         await self._write("POST", path, body, fence=fence)
 
+    async def annotate_pod(
+        self, pod: ObjectRef, annotations: Mapping[str, str | None], fence: Fence | None = None
+    ) -> None:
+        metadata: dict[str, Any] = {"annotations": dict(annotations)}
+        if pod.uid:
+            metadata["uid"] = pod.uid  # a precondition: a new pod of the name is left alone
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        await self._write("PATCH", path, {"metadata": metadata}, MERGE_PATCH, fence=fence)
+
     async def delete_pod(self, pod: ObjectRef, fence: Fence | None = None) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **_preconditions(pod)}

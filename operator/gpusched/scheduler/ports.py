@@ -68,6 +68,12 @@ class ClusterApi(Protocol):
         """POSTs a policy/v1 Eviction for ``pod`` (preconditioned on its uid): ApiError 429
         when a PodDisruptionBudget refuses it, 404 when the pod is gone."""
 
+    async def annotate_pod(
+        self, pod: ObjectRef, annotations: Mapping[str, str | None], fence: Fence | None = None
+    ) -> None:
+        """Merge-patches the pod's annotations (None removes one); only this very pod (its
+        uid): ApiError 409 for a new pod of the name, 404 when it is gone."""
+
     async def delete_pod(self, pod: ObjectRef, fence: Fence | None = None) -> None:
         """DELETEs ``pod`` (preconditioned on its uid); ApiError 404 when it is gone."""
 

@@ -22,9 +22,10 @@ to the term the plan was made in.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from gpusched.engine.preemption import PreemptionPlan, Victim
@@ -37,8 +38,9 @@ from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
-from gpusched.scheduler.refs import group_ref
-from gpusched.scheduler.state import ClusterState, Nomination
+from gpusched.scheduler.records import PodRecord
+from gpusched.scheduler.refs import group_ref, pod_ref
+from gpusched.scheduler.state import PREEMPTION_ANNOTATION, ClusterState, Nomination
 from gpusched.scheduler.tasks import Background
 
 logger = logging.getLogger(__name__)
@@ -84,6 +86,11 @@ class Preemptor:
         self.background = background
         self._evicting: set[str] = set()
         """Roots whose evictions are in flight."""
+        self._units: set[str] = set()
+        """Eviction units being marked, evicted or unmarked now."""
+        self._sent: set[str] = set()
+        """Victims this replica evicted or deleted that the watch still shows (so a unit
+        whose deletions the watch has not caught up with is not taken for untouched)."""
         self._plans: dict[str, PreemptionPlan] = {}
         """The plan of each root holding a nomination (kept until it is released or bound)."""
         self._binding: dict[str, tuple[float, tuple[str, ...]]] = {}
@@ -127,7 +134,9 @@ class Preemptor:
         return replace(plan, victims=tuple(victims))
 
     def advance(self, term: int) -> None:
-        """Releases stale nominations, binds those whose victims are all gone."""
+        """Releases stale nominations, binds those whose victims are all gone, and settles
+        the units left marked."""
+        self._settle_marked(term)
         for root, nomination in list(self.state.nominations.items()):
             why = self._stale(nomination)
             if why is not None:
@@ -214,27 +223,53 @@ class Preemptor:
     async def _evict_unit(
         self, plan: PreemptionPlan, nomination: Nomination, victims: list[Victim], term: int
     ) -> tuple[str, str] | None:
-        """Evicts one unit whole: its first present pod alone (a refusal there leaves the
-        unit untouched), then the rest, deleting those an eviction cannot move. Returns the
-        (result, why) that ends the plan, or None."""
+        """Evicts one unit whole (see `_evict_whole`); returns the (result, why) that ends
+        the plan, or None."""
         present = [v for v in victims if self._present(nomination, v)]
         if not present:
             return None
-        first = await self._evict(plan, nomination, present[0], term, may_delete=False)
-        if first is Evicted.REFUSED:
+        unit = victims[0].unit
+        self._units.add(unit)
+        try:
+            return await self._evict_whole(plan, nomination, unit, present, term)
+        finally:
+            self._units.discard(unit)
+
+    async def _evict_whole(
+        self,
+        plan: PreemptionPlan,
+        nomination: Nomination,
+        unit: str,
+        present: list[Victim],
+        term: int,
+    ) -> tuple[str, str] | None:
+        """Marks every pod of the unit (`PREEMPTION_ANNOTATION`), evicts its first pod alone
+        (a refusal there unmarks the unit, untouched), then the rest, deleting those an
+        eviction cannot move. A unit left part-evicted keeps its marks: the next cycle, of
+        this replica or of the next leader, finishes it (`_settle_marked`)."""
+        targets = [(v, self._victim_ref(nomination, v)) for v in present]
+        refs = [ref for _, ref in targets]
+        marked = len(present) > 1
+        if marked and not await self._mark(refs, plan.preemptor, unit, term):
+            return "failed", f"the pods of {unit} could not be marked for eviction"
+        first = await self._evict(plan.preemptor, plan.priority, *targets[0], term)
+        if first in (Evicted.REFUSED, Evicted.FENCED, Evicted.FAILED):
+            if marked and first is not Evicted.FENCED:
+                await self._unmark(refs, term)
+            if first is Evicted.FAILED:
+                return "failed", f"{present[0].pod} could not be evicted"
+            if first is Evicted.FENCED:
+                return "stale", "this replica may no longer write"
             return "stale", f"the eviction of {present[0].pod} was refused"
-        if first is Evicted.FENCED:
-            return "stale", "this replica may no longer write"
-        if first is Evicted.FAILED:
-            return "failed", f"{present[0].pod} could not be evicted"
         rest = await asyncio.gather(
-            *(self._evict(plan, nomination, v, term, may_delete=True) for v in present[1:])
+            *(
+                self._evict(plan.preemptor, plan.priority, v, ref, term, may_delete=True)
+                for v, ref in targets[1:]
+            )
         )
         failed = [v.pod for v, r in zip(present[1:], rest, strict=True) if r is Evicted.FAILED]
         if failed or Evicted.FENCED in rest:
-            logger.error(
-                "%s: unit %s only partly evicted: %s", plan.preemptor, victims[0].unit, failed
-            )
+            logger.error("%s: unit %s only partly evicted: %s", plan.preemptor, unit, failed)
             return "failed", f"{', '.join(failed) or 'some victims'} could not be evicted"
         return None
 
@@ -242,17 +277,48 @@ class Preemptor:
         uid = nomination.victims.get(victim.pod)
         return uid is not None and self.state.victim_present(victim.pod, uid)
 
+    @staticmethod
+    def _victim_ref(nomination: Nomination, victim: Victim) -> ObjectRef:
+        namespace, name = victim.pod.split("/", 1)
+        return ObjectRef("v1", "Pod", namespace, name, nomination.victims.get(victim.pod, ""))
+
+    async def _mark(self, refs: list[ObjectRef], preemptor: str, unit: str, term: int) -> bool:
+        """Marks the unit's pods; on a failure, unmarks those marked and says False."""
+        mark = json.dumps({"preemptor": preemptor, "unit": unit, "size": len(refs)})
+        fence = self.leadership.fence(term)
+        answers = await asyncio.gather(
+            *(self._annotate(ref, mark, fence) for ref in refs), return_exceptions=False
+        )
+        if all(answers):
+            return True
+        await self._unmark([ref for ref, ok in zip(refs, answers, strict=True) if ok], term)
+        return False
+
+    async def _unmark(self, refs: list[ObjectRef], term: int) -> None:
+        fence = self.leadership.fence(term)
+        await asyncio.gather(*(self._annotate(ref, None, fence) for ref in refs))
+
+    async def _annotate(self, ref: ObjectRef, mark: str | None, fence: Fence) -> bool:
+        """Whether the mark is written (or the pod is gone, which needs none)."""
+        try:
+            await self.api.annotate_pod(ref, {PREEMPTION_ANNOTATION: mark}, fence)
+        except ApiError as error:
+            if error.status in GONE:
+                return True
+            logger.warning("could not annotate %s: %s", ref.key, error)
+            return False
+        return True
+
     async def _evict(
         self,
-        plan: PreemptionPlan,
-        nomination: Nomination,
+        preemptor: str,
+        priority: int | None,
         victim: Victim,
+        ref: ObjectRef,
         term: int,
         *,
-        may_delete: bool,
+        may_delete: bool = False,
     ) -> Evicted:
-        namespace, name = victim.pod.split("/", 1)
-        ref = ObjectRef("v1", "Pod", namespace, name, nomination.victims.get(victim.pod, ""))
         fence = self.leadership.fence(term)
         try:
             await self.api.evict(ref, fence)
@@ -266,9 +332,61 @@ class Preemptor:
                 logger.info("eviction of %s refused: %s", victim.pod, error.message)
                 return Evicted.REFUSED
             outcome = await self._delete(ref, fence, error)
+        if outcome in (Evicted.EVICTED, Evicted.GONE):
+            self._sent.add(victim.pod)
         if outcome is Evicted.EVICTED:
-            await self._evicted(plan, victim, ref)
+            await self._evicted(preemptor, priority, victim, ref)
         return outcome
+
+    # ----- units left marked -------------------------------------------------------------------
+
+    def _settle_marked(self, term: int) -> None:
+        """Units whose pods carry a mark and that no eviction of this replica is working on:
+        one with a pod gone since it was marked is finished (evicted whole), one with every
+        pod still there was never started and is unmarked."""
+        self._sent.intersection_update(self.state.pods)
+        units: dict[str, list[tuple[str, _Mark]]] = {}
+        for key, raw in self.state.marked.items():
+            record = self.state.pods.get(key)
+            mark = _Mark.parse(raw)
+            if record is None or record.deleting or key in self._sent:
+                continue
+            if mark is None or mark.unit in self._units:
+                continue
+            units.setdefault(mark.unit, []).append((key, mark))
+        for unit, marks in sorted(units.items()):
+            self._units.add(unit)
+            self.background.spawn(self._settle(unit, marks, term))
+
+    async def _settle(self, unit: str, marks: list[tuple[str, _Mark]], term: int) -> None:
+        try:
+            members = [
+                r
+                for r in self.state.pods_of(self.state.descendants(unit))
+                if r.node is not None
+                and not r.pod.is_terminal
+                and not r.deleting
+                and r.key not in self._sent
+            ]
+            size = max(mark.size for _, mark in marks)
+            preemptor = marks[0][1].preemptor
+            if len(members) >= size:
+                logger.info("%s: marked for %s, never started: unmarked", unit, preemptor)
+                records = [self.state.pods.get(key) for key, _ in marks]
+                await self._unmark([pod_ref(r) for r in records if r is not None], term)
+                return
+            logger.warning("%s: left part-evicted for %s: evicting the rest", unit, preemptor)
+            await asyncio.gather(
+                *(
+                    self._evict(
+                        preemptor, None, _victim_of(r, unit), pod_ref(r), term, may_delete=True
+                    )
+                    for r in members
+                )
+            )
+        finally:
+            self._units.discard(unit)
+            self.background.wake()
 
     async def _delete(self, ref: ObjectRef, fence: Fence, why: ApiError) -> Evicted:
         """kube-scheduler's way: mark the pod a disruption target, then delete it."""
@@ -292,11 +410,13 @@ class Preemptor:
             return Evicted.FAILED
         return Evicted.EVICTED
 
-    async def _evicted(self, plan: PreemptionPlan, victim: Victim, ref: ObjectRef) -> None:
+    async def _evicted(
+        self, preemptor: str, priority: int | None, victim: Victim, ref: ObjectRef
+    ) -> None:
         metrics.EVICTED_PODS.inc()
         metrics.EVICTED_GPUS.inc(len(victim.gpus))
-        priority = f" (priority {plan.priority})" if plan.priority is not None else ""
-        message = f"Preempted by {plan.preemptor}{priority} on node {victim.node}"
+        rank = f" (priority {priority})" if priority is not None else ""
+        message = f"Preempted by {preemptor}{rank} on node {victim.node}"
         await self.events.record_now(ref, "Normal", "Preempted", message)
 
     def _announce(self, plan: PreemptionPlan) -> None:
@@ -357,3 +477,27 @@ def _units(victims: Iterable[Victim]) -> list[list[Victim]]:
     for victim in victims:
         units.setdefault(victim.unit, []).append(victim)
     return list(units.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """A `PREEMPTION_ANNOTATION` as written by `Preemptor._mark`."""
+
+    preemptor: str
+    unit: str
+    size: int
+
+    @staticmethod
+    def parse(raw: str) -> _Mark | None:
+        """None for a value that is not one of ours (it is left alone)."""
+        try:
+            value = json.loads(raw)
+            mark = _Mark(str(value["preemptor"]), str(value["unit"]), int(value["size"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+        return mark if mark.size > 0 else None
+
+
+def _victim_of(record: PodRecord, unit: str) -> Victim:
+    priority = record.request.priority if record.request is not None else 0
+    return Victim(record.key, record.node or "", record.assigned or (), priority, unit)

@@ -49,6 +49,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+PREEMPTION_ANNOTATION = "gpusched.io/preemption"
+"""Written on every pod of an eviction unit before its first eviction (JSON: ``preemptor``,
+``unit``, ``size``), so that a unit left part-evicted by a crash or a failure is finished by
+whoever leads next, and one never started is unmarked."""
+
 MAX_GONE_UIDS = 10_000
 """How many uids of deleted pods are remembered (see `ClusterState.gone`): far more than the
 events a lagging watch can hold back."""
@@ -65,6 +70,9 @@ class ClusterState(GroupBook):
     reservations: dict[str, Reservation] = field(default_factory=dict)
     budgets: Budgets = field(default_factory=Budgets)
     """PodDisruptionBudgets, for the preemption planner."""
+    marked: dict[str, str] = field(default_factory=dict)
+    """Pod key → its `PREEMPTION_ANNOTATION`, for the bound pods that carry one: victims
+    whose eviction unit a preemption has started on (see `gpusched.scheduler.preemptor`)."""
     nominations: dict[str, Nomination] = field(default_factory=dict)
     """Root group key → the room held for it while its preemption's victims go."""
     gone: OrderedDict[str, None] = field(default_factory=OrderedDict)
@@ -139,6 +147,12 @@ class ClusterState(GroupBook):
         if before is not None and before.uid and before.uid != record.uid:
             self._bury(before.uid)  # a name holds one pod at a time: the old one is gone
         self.pods[key] = record
+        annotations = record.pod.metadata.annotations
+        mark = annotations.get(PREEMPTION_ANNOTATION) if holds(record) else None
+        if mark is not None:
+            self.marked[key] = mark
+        else:
+            self.marked.pop(key, None)
         reservation = self.reservations.get(key)
         if reservation is not None and (record.node is not None or reservation.uid != record.uid):
             # The watch caught up with our bind (or the pod was replaced): the pod itself
@@ -157,6 +171,7 @@ class ClusterState(GroupBook):
                 return
         before = self.pods.pop(key, None)
         reserved = self.reservations.pop(key, None)
+        self.marked.pop(key, None)
         if before is not None or reserved is not None:
             self._changed(capacity=True)
 
