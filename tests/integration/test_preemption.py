@@ -4,12 +4,16 @@ bound into the room it freed, in one rack, and nothing else took that room meanw
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from tests.cluster.cluster import RealCluster
 from tests.integration.apiserver import ApiClient, wait_for
@@ -173,3 +177,76 @@ def test_a_budget_that_allows_no_disruption_turns_the_gang_to_the_dearer_rack(
         assert not bound(api, "mid")
         assert domains(api, list(bound(api, "high")), RACK) == mid_rack
         assert_no_gpu_shared(api)
+
+
+def gpusched_run(kubeconfig: Path, tmp_path: Path, log: str) -> subprocess.Popen[bytes]:
+    """A `gpusched run` process with the operator's identity, one replica."""
+    config = tmp_path / "config.yaml"
+    operator = {"initialBackoffSeconds": 0.2, "maxBackoffSeconds": 1.0}
+    config.write_text(
+        yaml.safe_dump({"operator": {**operator, "leaderElection": {"enabled": False}}})
+    )
+    command = [sys.executable, "-m", "gpusched.cli", "run", "--kubeconfig", str(kubeconfig)]
+    command += ["--config", str(config), "--metrics-address", "127.0.0.1:0"]
+    output = (tmp_path / log).open("wb")
+    return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+
+
+def test_a_gang_left_part_evicted_by_a_killed_operator_is_evicted_whole_after_a_restart(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    tmp_path: Path,
+    priority_classes: None,
+) -> None:
+    # low's first pod is evicted; every way of moving the other three is cut off (eviction,
+    # its fallback's status patch and delete), and the operator is SIGKILLed there. The
+    # preemptor then goes too, so a restarted operator has nobody to plan for: it must finish
+    # the gang from the marks its pods carry, never leave three of four running.
+    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
+        api.create(gpu_node(name, "zone-a", rack))
+    first = gpusched_run(kubeconfig, tmp_path, "first.log")
+    try:
+        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
+            for body in prioritized_gang(name, 4, cls):
+                api.create(body)
+            wait_for(lambda name=name: len(bound(api, name)) == 4, timeout=30)  # type: ignore[misc]
+        mid_before = bound(api, "mid")
+        rest = r"/pods/low-[123]"
+        apiserver.faults.drop(method="POST", path=rf"{rest}/eviction$", times=None)
+        apiserver.faults.drop(method="PATCH", path=rf"{rest}/status$", times=None)
+        apiserver.faults.drop(method="DELETE", path=rf"{rest}$", times=None)
+        for body in prioritized_gang("high", 4, "gpusched-test-high"):
+            api.create(body)
+        wait_for(
+            lambda: (
+                "default/low-0" not in pods(api, "default")
+                and any(
+                    r.path.endswith("/eviction") and "low-0" not in r.path
+                    for r in apiserver.requests()
+                )
+            ),
+            timeout=30,
+            message=lambda: f"low-0 evicted, the rest tried: {dump(pods(api, 'default'))}",
+        )
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    for i in range(4):
+        api.delete("pods", f"high-{i}", "default")
+    api.delete("podgroups", "high", "default", group="scheduling.gpusched.io")
+    apiserver.faults.clear()
+    assert len(bound(api, "low")) == 3  # what the kill left: a broken gang
+
+    second = gpusched_run(kubeconfig, tmp_path, "second.log")
+    try:
+        wait_for(
+            lambda: not bound(api, "low"),
+            timeout=60,
+            message=lambda: f"the rest of low evicted: {dump(pods(api, 'default'))}",
+        )
+        assert bound(api, "mid") == mid_before
+        assert_no_gpu_shared(api)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(20)

@@ -16,6 +16,7 @@ low1's, in rack-1.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -343,3 +344,39 @@ async def test_a_unit_marked_but_never_started_is_unmarked_and_left_running() ->
     await run_cycle(scheduler)
     assert api.evictions == []
     assert sorted(api.annotations) == [(k, {"gpusched.io/preemption": None}) for k in LOW1]
+
+
+@pytest.mark.asyncio
+async def test_finishing_a_unit_that_fails_is_tried_again_later_not_in_every_cycle() -> None:
+    api, clock = FakeApi(), Clock()
+    api.evict_failures = {"default/low1-1": [ApiError(500, "etcd timeout")]}
+    api.delete_failures = {"default/low1-1": [ApiError(500, "etcd timeout")]}
+    scheduler = marked_low1(api, clock, present=[1])
+    await run_cycle(scheduler)
+    assert api.evictions == []
+    assert api.deleted == []
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert api.evictions == []  # not yet: the API server just failed
+    clock.now += 5
+    await run_cycle(scheduler)
+    assert api.evictions == ["default/low1-1"]
+
+
+@pytest.mark.asyncio
+async def test_a_unit_marked_before_keeps_the_size_it_had_when_marked_again() -> None:
+    # low1 was marked as a unit of 3 by an earlier attempt (one pod of it is gone since):
+    # marked again with its 2 pods left, it must still read as part-evicted.
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    earlier = '{"preemptor": "default/high", "unit": "default/low1", "size": 3}'
+    for i in range(2):
+        annotations = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7", "gpusched.io/preemption": earlier}
+        body = pod(f"low1-{i}", 8, group="low1", node_name="ab"[i], annotations=annotations)
+        scheduler.pod_changed(prioritized(body, 1))
+    scheduler.loop.preemptor._units.add("default/low1")  # the earlier attempt is still settling
+    await scheduler.cycle()
+    scheduler.loop.preemptor._units.discard("default/low1")
+    await scheduler.settle()
+    sizes = {json.loads(a["gpusched.io/preemption"])["size"] for _, a in api.annotations}
+    assert sizes == {3}

@@ -43,6 +43,7 @@ class FakeApi:
     evictions: list[str] = field(default_factory=list)
     evict_failures: dict[str, list[ApiError]] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
+    delete_failures: dict[str, list[ApiError]] = field(default_factory=dict)
     pod_statuses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     annotations: list[tuple[str, dict[str, str | None]]] = field(default_factory=list)
 
@@ -75,6 +76,9 @@ class FakeApi:
         self.evictions.append(pod.key)
 
     async def delete_pod(self, pod: ObjectRef, fence: Fence | None = None) -> None:
+        pending = self.delete_failures.get(pod.key)
+        if pending:
+            raise pending.pop(0)
         self.deleted.append(pod.key)
 
     async def annotate_pod(

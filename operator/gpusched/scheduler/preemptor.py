@@ -49,6 +49,9 @@ NOMINATION_TIMEOUT_SECONDS = 600.0
 """A nomination whose victims are not all gone after this many seconds is released and the
 group planned again: long enough for a generous termination grace period, short enough that
 a victim stuck terminating (a node that stopped reporting) does not hold the room forever."""
+SETTLE_RETRY_SECONDS = 5.0
+"""A marked unit whose finishing failed (the API server refused or did not answer) is tried
+again after this long, not in every cycle."""
 GONE = (404, 409)
 """Answers that say the victim is gone already: not found, or its uid precondition failed (a
 new pod of the same name is not the victim)."""
@@ -88,6 +91,8 @@ class Preemptor:
         """Roots whose evictions are in flight."""
         self._units: set[str] = set()
         """Eviction units being marked, evicted or unmarked now."""
+        self._retry_at: dict[str, float] = {}
+        """Marked units whose finishing failed, and when to try again (our clock)."""
         self._sent: set[str] = set()
         """Victims this replica evicted or deleted that the watch still shows (so a unit
         whose deletions the watch has not caught up with is not taken for untouched)."""
@@ -284,7 +289,8 @@ class Preemptor:
 
     async def _mark(self, refs: list[ObjectRef], preemptor: str, unit: str, term: int) -> bool:
         """Marks the unit's pods; on a failure, unmarks those marked and says False."""
-        mark = json.dumps({"preemptor": preemptor, "unit": unit, "size": len(refs)})
+        size = max([len(refs), *(m.size for m in self._marks_of(refs) if m.unit == unit)])
+        mark = json.dumps({"preemptor": preemptor, "unit": unit, "size": size})
         fence = self.leadership.fence(term)
         answers = await asyncio.gather(
             *(self._annotate(ref, mark, fence) for ref in refs), return_exceptions=False
@@ -293,6 +299,12 @@ class Preemptor:
             return True
         await self._unmark([ref for ref, ok in zip(refs, answers, strict=True) if ok], term)
         return False
+
+    def _marks_of(self, refs: list[ObjectRef]) -> list[_Mark]:
+        """The marks these pods carry already: a unit part-evicted before keeps the size it
+        had when first marked (re-marked with fewer pods, it would look untouched)."""
+        found = (_Mark.parse(self.state.marked.get(ref.key, "")) for ref in refs)
+        return [mark for mark in found if mark is not None]
 
     async def _unmark(self, refs: list[ObjectRef], term: int) -> None:
         fence = self.leadership.fence(term)
@@ -349,12 +361,15 @@ class Preemptor:
         for key, raw in self.state.marked.items():
             record = self.state.pods.get(key)
             mark = _Mark.parse(raw)
-            if record is None or record.deleting or key in self._sent:
-                continue
-            if mark is None or mark.unit in self._units:
+            if record is None or record.deleting or key in self._sent or mark is None:
                 continue
             units.setdefault(mark.unit, []).append((key, mark))
+        for unit in set(self._retry_at) - set(units):
+            del self._retry_at[unit]  # settled meanwhile
+        now = self.clock()
         for unit, marks in sorted(units.items()):
+            if unit in self._units or self._retry_at.get(unit, 0.0) > now:
+                continue
             self._units.add(unit)
             self.background.spawn(self._settle(unit, marks, term))
 
@@ -376,7 +391,7 @@ class Preemptor:
                 await self._unmark([pod_ref(r) for r in records if r is not None], term)
                 return
             logger.warning("%s: left part-evicted for %s: evicting the rest", unit, preemptor)
-            await asyncio.gather(
+            outcomes = await asyncio.gather(
                 *(
                     self._evict(
                         preemptor, None, _victim_of(r, unit), pod_ref(r), term, may_delete=True
@@ -384,6 +399,10 @@ class Preemptor:
                     for r in members
                 )
             )
+            if Evicted.FAILED in outcomes:
+                self._retry_at[unit] = self.clock() + SETTLE_RETRY_SECONDS
+            else:
+                self._retry_at.pop(unit, None)
         finally:
             self._units.discard(unit)
             self.background.wake()
