@@ -927,3 +927,17 @@ def test_a_priority_class_that_does_not_exist_plans_no_eviction(
     assert (plan["outcome"], plan["victims"]) == ("PriorityUnresolved", [])
     assert "no-such-class" in plan["message"], plan["message"]
     assert "priorityClassName" in plan["message"], plan["message"]
+
+
+def test_explain_names_the_victims_a_pending_gang_would_evict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(_preemption_cluster("train-high"))
+    code = main(["explain", "pg/urgent", "-n", "ml", "-f", str(tmp_path / "cluster.yaml")])
+    out = capsys.readouterr().out
+    assert code == EXIT_OK, out
+    (line,) = [x for x in out.splitlines() if x.strip().startswith("preemption:")]
+    assert line.strip().startswith("preemption: Planned:"), line
+    evictions = [x.strip() for x in out.splitlines() if x.strip().startswith("- evict ")]
+    assert len(evictions) == 1, out
+    assert "(priority 10)" in evictions[0], evictions
