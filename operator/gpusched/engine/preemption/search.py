@@ -6,7 +6,8 @@ A unit is a root group with everything under it. Phases:
 2. Domains: those of the root's topology key (the cluster when it has none), narrowed to the
    one its bound pods pin it to. For each, a lower bound on any plan's cost from counts alone
    (`Bound`: the GPUs missing after the free ones, the priority the cheapest victims covering
-   them reach); a domain whose evictable GPUs cannot cover the demand is refused untried (`gpusched.engine.preemption.bounds`).
+   them reach); a domain whose evictable GPUs cannot cover the demand is refused untried
+   (`gpusched.engine.preemption.bounds`).
 3. Trials, cheapest bound first: the pieces (`EvictionUnit`) of the domain up to one priority
    level are set aside on a scratch copy of the snapshot and the unit is placed with the
    engine's own `schedule` (every filter, pin and topology rule, top-down); the levels rise
