@@ -15,7 +15,7 @@ from gpusched.engine.devices import (
     node_devices,
     parse_selector,
 )
-from tests import dra
+from tests.support import dra
 
 UUIDS = [uuid for _, uuid, _ in dra.gpus()]
 

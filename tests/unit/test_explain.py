@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,136 +29,35 @@ from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
 from gpusched.commands.explain import kubectl_main
 from gpusched.offline.explain import Target
-from tests.builders import topology_annotation
+from tests.support import manifests
+from tests.support.manifests import RACK, ZONE, composite, node
 
 EXPECTED = Path(__file__).parent.parent / "data" / "explain"
 REGENERATE = os.environ.get("GPUSCHED_REGENERATE") == "1"
-ZONE = "topology.kubernetes.io/zone"
-RACK = "topology.example.com/rack"
+BROKEN = {manifests.TOPOLOGY: '{"gpus": []}'}
+"""A topology annotation that parses but names no GPU."""
+MAINTENANCE = {"key": "maintenance", "effect": "NoSchedule"}
 Doc = dict[str, Any]
 
 
-# ----- a compact YAML builder ----------------------------------------------------------------
+# ----- the stories' objects: namespace ml, created on New Year's Day --------------------------
+
+NAMESPACE = "ml"
 
 
-def node(
-    name: str,
-    zone: str | None,
-    rack: str | None,
-    *,
-    gpus: int = 8,
-    cordoned: bool = False,
-    ready: bool = True,
-    taint: str | None = None,
-    topology: str | None = "a100x8",
-    labels: Mapping[str, str] | None = None,
-) -> Doc:
-    annotations = {}
-    if topology == "broken":
-        annotations["gpusched.io/gpu-topology"] = '{"gpus": []}'
-    elif topology is not None:
-        annotations["gpusched.io/gpu-topology"] = topology_annotation(topology) or ""
-    all_labels = {k: v for k, v in ((ZONE, zone), (RACK, rack)) if v is not None}
-    all_labels.update(labels or {})
-    spec: Doc = {"unschedulable": cordoned}
-    if taint is not None:
-        key, _, effect = taint.partition(":")
-        spec["taints"] = [{"key": key, "effect": effect}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": all_labels, "annotations": annotations},
-        "spec": spec,
-        "status": {
-            "allocatable": {
-                "cpu": "64",
-                "memory": "512Gi",
-                "pods": "110",
-                "nvidia.com/gpu": str(gpus),
-            },
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
-
-
-def pod(
-    name: str,
-    *,
-    gpus: int = 0,
-    cpu: str = "4",
-    group: str | None = None,
-    on: str | None = None,
-    at: Sequence[int] | None = None,
-    namespace: str = "ml",
-    selector: Mapping[str, str] | None = None,
-    created: str = "2026-01-01T00:00:00Z",
-    gates: Sequence[str] = (),
-) -> Doc:
-    labels = {"scheduling.gpusched.io/pod-group": group} if group else {}
-    annotations = {"gpusched.io/gpus": ",".join(map(str, at))} if at is not None else {}
-    requests: Doc = {"cpu": cpu, "memory": "16Gi"}
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
-    spec: Doc = {
-        "schedulerName": "gpusched",
-        "containers": [{"name": "main", "image": "img", "resources": {"requests": requests}}],
-    }
-    if on is not None:
-        spec["nodeName"] = on
-    if selector:
-        spec["nodeSelector"] = dict(selector)
-    if gates:
-        spec["schedulingGates"] = [{"name": gate} for gate in gates]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "creationTimestamp": created,
-        },
-        "spec": spec,
-        "status": {"phase": "Running" if on else "Pending"},
-    }
+def pod(name: str, *, on: str | None = None, **kwargs: Any) -> Doc:
+    """A pod of the stories' namespace; ``on`` binds it, and a bound pod is Running."""
+    kwargs.setdefault("namespace", NAMESPACE)
+    phase = "Running" if on else "Pending"
+    return manifests.pod(name, node=on, created="2026-01-01T00:00:00Z", phase=phase, **kwargs)
 
 
 def gang_pods(group: str, count: int, gpus: int, **kwargs: Any) -> list[Doc]:
     return [pod(f"{group}-{i}", gpus=gpus, group=group, **kwargs) for i in range(count)]
 
 
-def pod_group(
-    name: str,
-    min_count: int,
-    *,
-    topology: str | None = RACK,
-    parent: str | None = None,
-    namespace: str = "ml",
-) -> Doc:
-    spec: Doc = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
-    if topology:
-        spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
-    if parent:
-        spec["parentCompositePodGroupName"] = parent
-    return {
-        "apiVersion": "scheduling.gpusched.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-
-
-def composite(name: str, min_groups: int, *, topology: str = ZONE) -> Doc:
-    return {
-        "apiVersion": "scheduling.gpusched.io/v1alpha1",
-        "kind": "CompositePodGroup",
-        "metadata": {"name": name, "namespace": "ml"},
-        "spec": {
-            "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
-            "schedulingConstraints": {"topology": [{"key": topology}]},
-        },
-    }
+def pod_group(name: str, min_count: int, **kwargs: Any) -> Doc:
+    return manifests.pod_group(name, min_count, namespace=NAMESPACE, **kwargs)
 
 
 def workload(name: str, templates: list[Doc]) -> Doc:
@@ -274,7 +173,7 @@ STORIES = [
             *racks(
                 a1_1=node("a1-1", "zone-a", "rack-1", cordoned=True),
                 b3_2=node("b3-2", "zone-b", "rack-3", ready=False),
-                a2_1=node("a2-1", "zone-a", "rack-2", taint="maintenance:NoSchedule"),
+                a2_1=node("a2-1", "zone-a", "rack-2", taints=[MAINTENANCE]),
             ),
             pod_group("duo", 2),
             *gang_pods("duo", 2, 8),
@@ -294,7 +193,7 @@ STORIES = [
         "no-node-has-the-topology-label",
         lambda: [
             *racks(),
-            pod_group("blocky", 1, topology="topology.example.com/block"),
+            pod_group("blocky", 1, key="topology.example.com/block"),
             *gang_pods("blocky", 1, 1),
         ],
         "pg/blocky",
@@ -319,8 +218,8 @@ STORIES = [
     Story(
         "broken-topology-annotation",
         lambda: [
-            node("odd-1", "zone-a", "rack-9", topology="broken"),
-            node("odd-2", "zone-a", "rack-9", topology="broken"),
+            node("odd-1", "zone-a", "rack-9", kind="gpu8", annotations=BROKEN),
+            node("odd-2", "zone-a", "rack-9", kind="gpu8", annotations=BROKEN),
             pod_group("linked", 2),
             *gang_pods("linked", 2, 2),
         ],
@@ -363,7 +262,7 @@ STORIES = [
         "composite-whose-children-do-not-fit-one-zone",
         lambda: [
             *racks(),
-            composite("job", 2),
+            composite("job", 2, key=ZONE, namespace=NAMESPACE),
             pod_group("job-a", 2, parent="job"),
             pod_group("job-b", 2, parent="job"),
             *gang_pods("job-a", 2, 8),

@@ -31,7 +31,7 @@ from gpusched.engine.scoring import Scoring, cycle_workload
 from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import target_workload
 from gpusched.offline.openb import load_nodes, load_pods
-from tests.builders import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
+from tests.support.engine import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
 
 OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"
 REPLAYED = 400

@@ -25,7 +25,7 @@ from gpusched.api.topology import parse_topology_annotation
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.request import PodRequest
 from gpusched.scheduler.state import ClusterState
-from tests.builders import topology_annotation
+from tests.support.engine import topology_annotation
 from tests.unit.fuzz import fuzz_settings, json_values, mutants
 
 RACK = "topology.example.com/rack"
