@@ -58,4 +58,4 @@ image: ## build the container image gpusched:dev (needs a Docker engine)
 
 chaos: ## long chaos run (10,000 seeded runs, ~22 min) and the fuzz tests at 2x (~15,000 cases)
 	GPUSCHED_CHAOS_RUNS=10000 $(PYTHON) -m pytest -q -s tests/chaos/test_chaos.py
-	GPUSCHED_FUZZ_SCALE=2 $(PYTHON) -m pytest -q tests/unit/test_fuzz_objects.py tests/unit/test_fuzz_telemetry.py
+	GPUSCHED_FUZZ_SCALE=2 $(PYTHON) -m pytest -q tests/unit/api/test_fuzz_objects.py tests/unit/telemetry/test_fuzz_telemetry.py

@@ -16,7 +16,7 @@ from gpusched.engine.workload import TaskType, target_workload
 from gpusched.offline.openb import load_nodes, load_pods
 from tests.support.engine import pod
 
-OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"
+OPENB = Path(__file__).resolve().parents[3] / "bench" / "data" / "openb"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Each story writes a small cluster as YAML into ``tmp_path``, runs ``gpusched explain TARGET -f
 …`` in-process and compares the whole output with ``tests/data/explain/<story>.txt``. After a
 deliberate change of wording, regenerate with ``GPUSCHED_REGENERATE=1 pytest
-tests/unit/test_explain.py`` and read the diff: every file is meant to be read by a person.
+tests/unit/offline/test_explain.py`` and read the diff: every file is meant to be read by a person.
 
 Most stories use this cluster (DGX A100 nodes: 8 GPUs, NVSwitch, 4 NUMA nodes of 2 GPUs):
 
@@ -32,7 +32,7 @@ from gpusched.offline.explain import Target
 from tests.support import manifests
 from tests.support.manifests import RACK, ZONE, composite, node
 
-EXPECTED = Path(__file__).parent.parent / "data" / "explain"
+EXPECTED = Path(__file__).parents[2] / "data" / "explain"
 REGENERATE = os.environ.get("GPUSCHED_REGENERATE") == "1"
 BROKEN = {manifests.TOPOLOGY: '{"gpus": []}'}
 """A topology annotation that parses but names no GPU."""

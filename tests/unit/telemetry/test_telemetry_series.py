@@ -19,7 +19,7 @@ from gpusched.engine.health import GpuSample, gpu_verdict
 from gpusched.telemetry.exposition import parse_exposition
 from gpusched.telemetry.series import METRICS, SeriesIndex, SkipReason, TelemetryData
 
-DCGM = Path(__file__).resolve().parent.parent / "data" / "dcgm"
+DCGM = Path(__file__).resolve().parents[2] / "data" / "dcgm"
 TEMP, FREE, USED, UTIL, XID = METRICS
 
 

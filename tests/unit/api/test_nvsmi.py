@@ -27,7 +27,7 @@ from gpusched.api.topology import (
     parse_topology_annotation,
 )
 
-TOPO_DIR = Path(__file__).resolve().parent.parent / "data" / "gpu-topology"
+TOPO_DIR = Path(__file__).resolve().parents[2] / "data" / "gpu-topology"
 
 
 def read_capture(name: str) -> str:

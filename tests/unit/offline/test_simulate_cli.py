@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,17 +232,6 @@ def test_table_output_states_the_key_facts(capsys: pytest.CaptureFixture[str]) -
         "see ml/pretrain above",
     ):
         assert fact in out, f"{fact!r} missing from:\n{out}"
-
-
-def test_the_installed_console_script_runs_the_sample() -> None:
-    script = Path(sys.executable).parent / "gpusched"
-    command = str(script) if script.exists() else shutil.which("gpusched")
-    assert command, "the gpusched console script is not installed (pip install -e .)"
-    done = subprocess.run(
-        [command, "simulate", "-o", "json"], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == EXIT_OK, done.stderr
-    assert set(json.loads(done.stdout)) == {"bindings", "podGroups", "unschedulable"}
 
 
 # ----- bad input: exit 2, naming file, object and field ---------------------------------------

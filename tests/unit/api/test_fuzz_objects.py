@@ -26,7 +26,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.engine.request import PodRequest
 from gpusched.scheduler.state import ClusterState
 from tests.support.engine import topology_annotation
-from tests.unit.fuzz import fuzz_settings, json_values, mutants
+from tests.support.fuzz import fuzz_settings, json_values, mutants
 
 RACK = "topology.example.com/rack"
 API = "scheduling.gpusched.io/v1alpha1"

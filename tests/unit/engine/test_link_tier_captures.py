@@ -27,7 +27,7 @@ from tests.support.engine import DATA, bound, cluster, node, pod
 
 CAPTURES = DATA / "gpu-topology"
 TRUNCATED = {
-    # cut inside row GPU6: the parser refuses it (tests/unit/test_nvsmi.py), no node has it
+    # cut inside row GPU6: the parser refuses it (tests/unit/api/test_nvsmi.py), no node has it
     "hgx-h100class-8gpu-9nic-4numa-uneven.topo.partial.txt",
 }
 

@@ -1,5 +1,6 @@
-"""Shared strategies for the fuzz tests (tests/unit/test_fuzz_*.py): arbitrary JSON, and valid
-objects with one field replaced by arbitrary JSON at a random path.
+"""Shared strategies for the fuzz tests (tests/unit/api/test_fuzz_objects.py and
+tests/unit/telemetry/test_fuzz_telemetry.py): arbitrary JSON, and valid objects with one field
+replaced by arbitrary JSON at a random path.
 
 ``GPUSCHED_FUZZ_SCALE`` multiplies every test's ``max_examples`` (default 1: the whole fuzz
 set tries about 10,000 cases in well under 30 s; ``GPUSCHED_FUZZ_SCALE=10`` for a long run).

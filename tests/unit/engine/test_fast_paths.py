@@ -33,7 +33,7 @@ from gpusched.engine.workload import target_workload
 from gpusched.offline.openb import load_nodes, load_pods
 from tests.support.engine import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
 
-OPENB = Path(__file__).resolve().parents[2] / "bench" / "data" / "openb"
+OPENB = Path(__file__).resolve().parents[3] / "bench" / "data" / "openb"
 REPLAYED = 400
 """openb pods replayed one schedule() call each: past the point where the target workload's
 task types settle, and where shares, whole GPUs and 8-GPU pods have all come by."""
