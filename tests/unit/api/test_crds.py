@@ -85,7 +85,7 @@ def workload(name: str = "train", uid: str | None = "uid-1", **spec: Any) -> Raw
     return {"apiVersion": API_VERSION, "kind": "Workload", "metadata": metadata, "spec": spec}
 
 
-def seed_workload() -> Raw:
+def training_workload() -> Raw:
     """The seed document's example: a zone-wide composite gang of a rack-local worker gang and
     a rack-local driver."""
     zone = cpg_template(
@@ -209,7 +209,12 @@ VALID = [
         Workload,
         "ml/train",
     ),
-    ValidCase("the seed's Workload", seed_workload(), Workload, "ml/train"),
+    ValidCase(
+        "a Workload of a zone holding a gang of workers and a driver",
+        training_workload(),
+        Workload,
+        "ml/train",
+    ),
 ]
 
 
@@ -226,7 +231,7 @@ def test_valid_objects_parse_and_round_trip(case: ValidCase) -> None:
 # --- materialisation ---------------------------------------------------------------------------
 
 
-def test_seed_workload_materialises_into_a_composite_and_two_children() -> None:
+def test_training_workload_materialises_into_a_composite_and_two_children() -> None:
     owner = {
         "apiVersion": API_VERSION,
         "kind": "Workload",
@@ -236,7 +241,7 @@ def test_seed_workload_materialises_into_a_composite_and_two_children() -> None:
         "blockOwnerDeletion": True,
     }
 
-    objects = materialize(parse_workload(seed_workload()))
+    objects = materialize(parse_workload(training_workload()))
 
     got = [
         (
@@ -401,7 +406,7 @@ ERRORS = [
     ),
     ErrorCase(
         "a Workload handed to the PodGroup parser",
-        seed_workload(),
+        training_workload(),
         "PodGroup ml/train",
         "kind",
         "'PodGroup'",
@@ -446,7 +451,7 @@ ERRORS = [
     ErrorCase(
         "a bad template name deep in the tree",
         with_field(
-            seed_workload(), "spec.compositePodGroupTemplates.0.podGroupTemplates.1.name", "-"
+            training_workload(), "spec.compositePodGroupTemplates.0.podGroupTemplates.1.name", "-"
         ),
         "Workload ml/train",
         "spec.compositePodGroupTemplates[0].podGroupTemplates[1].name",
@@ -456,7 +461,9 @@ ERRORS = [
     ErrorCase(
         "two sibling templates with the same name",
         with_field(
-            seed_workload(), "spec.compositePodGroupTemplates.0.podGroupTemplates.1.name", "workers"
+            training_workload(),
+            "spec.compositePodGroupTemplates.0.podGroupTemplates.1.name",
+            "workers",
         ),
         "Workload ml/train",
         "spec.compositePodGroupTemplates[0].podGroupTemplates[1].name",
@@ -599,7 +606,7 @@ json_values = st.recursive(
 VALID_SEEDS = [
     pod_group(schedulingConstraints=topology(RACK)),
     composite(schedulingConstraints=topology(ZONE)),
-    seed_workload(),
+    training_workload(),
 ]
 
 

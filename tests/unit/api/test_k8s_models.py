@@ -1075,7 +1075,7 @@ def test_bad_gpu_milli_names_the_annotation(value: str) -> None:
     ("annotations", "want"),
     [
         pytest.param({}, None, id="not bound by us"),
-        pytest.param({GPUS_ANNOTATION: "0,1,3,4"}, (0, 1, 3, 4), id="the DESIGN example"),
+        pytest.param({GPUS_ANNOTATION: "0,1,3,4"}, (0, 1, 3, 4), id="four GPUs, one skipped"),
         pytest.param({GPUS_ANNOTATION: "5"}, (5,), id="one GPU"),
         pytest.param({GPUS_ANNOTATION: "3, 1"}, (3, 1), id="spaces allowed, order kept"),
         pytest.param({GPUS_ANNOTATION: ""}, (), id="empty means no GPU"),

@@ -382,7 +382,7 @@ def test_unschedulable_gang_reports_every_domain_tried(case: ReportCase) -> None
     assert messages == {got.message}, "every pod of the gang carries the group's reason"
 
 
-# ----- the seed's five-node example: a CompositePodGroup on zone over PodGroups on rack --------
+# ----- five nodes, two zones: a CompositePodGroup on zone over PodGroups on rack ---------------
 #
 #            z1                  z2
 #          /    \                 |

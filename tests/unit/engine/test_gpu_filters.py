@@ -71,7 +71,7 @@ def one_node(gpus: str, extra: str) -> str:
     return f"0/1 nodes available: 1 × {gpus}: node-a ({extra})"
 
 
-# ----- the seed's 8 × A100 node ----------------------------------------------------------------
+# ----- one busy 8 × A100 node: two pods, a hot GPU, a GPU short of memory -------------------
 #
 #   GPU  0  1  2 | 3  4 | 5        6         7
 #        training| serv.| free     free      free
@@ -133,7 +133,7 @@ SEED_CASES = [
 
 
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.id)
-def test_seed_a100_node(case: Case) -> None:
+def test_busy_a100_node(case: Case) -> None:
     assert outcome(schedule(seed_node(case.config), [case.pod])) == case.want
 
 
@@ -229,7 +229,7 @@ def test_telemetry_verdicts(case: TelemetryCase) -> None:
 
 def test_stale_free_memory_does_not_win_over_fresh_telemetry() -> None:
     # GPU 0's last sample, ten minutes old, showed more free memory than the fresh samples of
-    # the others. Stale data is unknown (DESIGN §4), so it must not make GPU 0 look best.
+    # the others. Stale data is unknown, never healthy, so it must not make GPU 0 look best.
     telemetry = healthy("node-a") | {("node-a", 0): gpu(free_mib=81000, age_seconds=600)}
     snapshot = cluster(nodes=[node("node-a")], telemetry=telemetry)
     assert outcome(schedule(snapshot, [pod("p", gpus=1)])) == ("node-a", (1,), ())

@@ -13,8 +13,8 @@ pending pods, and random forests of PodGroups and CompositePodGroups. For each, 
 (e) leave the caller's snapshot as it was;
 (f) and `Snapshot.rollback` must undo any sequence of assume/forget exactly.
 
-The checks below are written from the contracts in DESIGN.md and the docstrings, not from the
-engine's code, so that a wrong engine cannot make them agree with it.
+The checks below are written from the contracts in the engine's docstrings (`schedule`,
+`Snapshot`), not from the engine's code, so that a wrong engine cannot make them agree with it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ SETTINGS = settings(
 NODE_KINDS = ("a100x8", "hgxa100x8", "v100x8", "pcie4090x8", "h100x4", "gpu8", "cpu")
 ZONES = ("zone-a", "zone-b", "zone-c")
 RACKS = ("rack-1", "rack-2")
-"""Rack names repeat across zones on purpose: domains are full paths (DESIGN, STYLE)."""
+"""Rack names repeat across zones on purpose: a domain is the full path of labels
+(zone, rack), so rack-1 of zone-a is not rack-1 of zone-b."""
 TOPOLOGY_KEYS = (None, ZONE, RACK)
 GIB = 2**30
 MUTABLE_ARRAYS = (
@@ -564,7 +565,7 @@ def topology_problems(outcome: Outcome) -> list[str]:
 
 def _domain(snapshot: Snapshot, node: int, key: str) -> tuple[tuple[str, str], ...] | None:
     """The node's domain of label ``key`` as a full path: the values of every outer
-    ``topologyLevels`` key the node has, then its own (DESIGN: domain IDs are full paths)."""
+    ``topologyLevels`` key the node has, then its own: rack-1 of zone-a is not rack-1 of zone-b."""
     labels = snapshot.nodes[node].labels
     if key not in labels:
         return None

@@ -5,7 +5,7 @@ Coverage:
 
 | score            | values checked                                   | decides a placement      |
 |------------------|--------------------------------------------------|--------------------------|
-| binpack          | the seed's Volcano example, weights, overflow,   | fuller node wins         |
+| binpack          | Volcano's worked example, weights, overflow,     | fuller node wins         |
 |                  | GPU shares                                       |                          |
 | least-allocated  | free share after placing, range [0, 100]         | emptier node wins        |
 | topology         | NVLink 100, SYS ≈ 16.7, unknown 0, 1 GPU 100     | NVLink node beats PCIe   |
@@ -45,9 +45,9 @@ def scored(snapshot: Snapshot, values: Iterable[float]) -> dict[str, float]:
     return {info.name: float(v) for info, v in zip(snapshot.nodes, values, strict=True)}
 
 
-# ----- binpack: the seed's example --------------------------------------------------------------
+# ----- binpack: Volcano's worked example ----------------------------------------------------------
 
-SEED_BINPACK = {"weight": 5, "cpu": 1, "memory": 1, "resources": {"nvidia.com/gpu": 2}}
+VOLCANO_BINPACK = {"weight": 5, "cpu": 1, "memory": 1, "resources": {"nvidia.com/gpu": 2}}
 
 
 def seed_nodes(config: SchedulerConfig) -> Snapshot:
@@ -79,41 +79,41 @@ BINPACK_CASES = [
     # node-1: 5 × (1·6/8 + 1·12/16 + 2·8/8) / 4 × 100 = 437.5
     # node-2: 5 × (1·8/8 + 1·12/16 + 2·8/8) / 4 × 100 = 468.75
     BinpackCase(
-        "the seed's example: 437.5 for node-1, 468.75 for node-2",
-        SEED_BINPACK,
+        "Volcano's worked example: 437.5 for node-1, 468.75 for node-2",
+        VOLCANO_BINPACK,
         pod("p", cpu=2000, memory=4 * GI, gpus=2),
         {"node-1": 437.5, "node-2": 468.75},
     ),
     BinpackCase(
         "binpack.weight only scales: weight 1 gives a fifth",
-        {**SEED_BINPACK, "weight": 1},
+        {**VOLCANO_BINPACK, "weight": 1},
         pod("p", cpu=2000, memory=4 * GI, gpus=2),
         {"node-1": 87.5, "node-2": 93.75},
     ),
     # (0 + 0.75 + 2) / 3 on both: without a cpu weight the nodes differ in nothing scored
     BinpackCase(
         "a resource without weight is left out of the sum and of the divisor",
-        {**SEED_BINPACK, "cpu": 0},
+        {**VOLCANO_BINPACK, "cpu": 0},
         pod("p", cpu=2000, memory=4 * GI, gpus=2),
         {"node-1": 5 * 2.75 / 3 * 100, "node-2": 5 * 2.75 / 3 * 100},
     ),
     # node-1: cpu (4+5)/8 overflows → 0; node-2: (6+5)/8 overflows → 0; both (0+.75+2)/4
     BinpackCase(
         "a resource the node would overflow scores 0 but keeps its weight, as in Volcano",
-        SEED_BINPACK,
+        VOLCANO_BINPACK,
         pod("p", cpu=5000, memory=4 * GI, gpus=2),
         {"node-1": 343.75, "node-2": 343.75},
     ),
     # GPU term (6000 + 500) / 8000 = 0.8125
     BinpackCase(
         "a GPU share counts as its milli-GPUs",
-        SEED_BINPACK,
+        VOLCANO_BINPACK,
         pod("p", cpu=2000, memory=4 * GI, milli=500),
         {"node-1": 5 * (0.75 + 0.75 + 2 * 0.8125) / 4 * 100, "node-2": 5 * 3.375 / 4 * 100},
     ),
     BinpackCase(
         "a pod asking for nothing weighted scores 0",
-        SEED_BINPACK,
+        VOLCANO_BINPACK,
         pod("p", cpu=0, memory=0),
         {"node-1": 0.0, "node-2": 0.0},
     ),
@@ -139,8 +139,8 @@ class PlacementCase:
 
 PLACEMENT_CASES = [
     PlacementCase(
-        "binpack sends the seed's pod to node-2, the fuller one (468.75 > 437.5)",
-        only(binpack=SEED_BINPACK),
+        "binpack sends the example's pod to node-2, the fuller one (468.75 > 437.5)",
+        only(binpack=VOLCANO_BINPACK),
         {"p": ("node-2", (0, 1))},
     ),
     # node-1: ((8-4-2)/8 + (16-8-4)/16) / 2 = 25; node-2: (0 + 0.25) / 2 = 12.5
@@ -258,7 +258,7 @@ def test_topology_score_prefers_the_nvlink_node(
     assert got == [want], result.unschedulable
 
 
-# ----- the seed's GPU dimensions ----------------------------------------------------------------
+# ----- the GPU dimensions (GpuScoreConfig) --------------------------------------------------------
 #
 # Each case has two DGX A100 nodes that differ in one dimension only; the pod must go to the
 # node that dimension prefers (node-b, so that the name tie-break cannot be the reason).
