@@ -48,7 +48,7 @@ e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
 chart: ## helm lint --strict, then the chart, CRD schema and Dockerfile tests (installs helm into .ci/bin)
 	bash .ci/install-helm.sh
 	PATH="$(CURDIR)/.ci/bin:$$PATH" helm lint --strict charts/gpusched
-	$(PYTHON) -m pytest -q tests/chart tests/unit/test_crd_schemas.py
+	$(PYTHON) -m pytest -q tests/chart tests/unit/api/test_crd_schemas.py
 
 crds: ## copy crds/ into the chart (the copy must stay identical; a test checks)
 	cp crds/*.yaml charts/gpusched/crds/

@@ -41,7 +41,7 @@ from tests.e2e.cluster import (
     shrink,
     wait_until,
 )
-from tests.unit.test_crd_schemas import BAD, OPERATOR_ONLY
+from tests.unit.api.test_crd_schemas import BAD, OPERATOR_ONLY
 
 pytestmark = pytest.mark.usefixtures("kind_cluster")
 

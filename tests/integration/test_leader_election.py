@@ -14,14 +14,7 @@ from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.leader import LeaderElector
 from tests.cluster.controlplane import OPERATOR_NAMESPACE
 from tests.integration.apiserver import ApiServer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 @pytest.mark.asyncio

@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from gpusched.api import crds as api
 from gpusched.api.errors import InvalidObjectError, format_field_path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT / "crds"
 KINDS = {
     "PodGroup": "podgroups",

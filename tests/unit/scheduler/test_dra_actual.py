@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from gpusched.scheduler.assignments import MISMATCHES
-from tests.unit.test_scheduler_service import Clock, FakeApi, node, pod, run_cycle, service
+from tests.support.clock import Clock
+from tests.support.fakes import FakeApi
+from tests.support.manifests import node, pod
+from tests.unit.scheduler.test_scheduler_service import run_cycle, service
 
 
 @pytest.mark.asyncio
@@ -19,7 +22,7 @@ async def test_the_ledger_counts_the_gpus_the_kubelet_gave_and_reports_the_misma
     body["metadata"]["annotations"]["gpusched.io/gpus-actual"] = '{"default/old":[4,5,6,7]}'
     scheduler.state.upsert_node(body)
     chosen = {"gpusched.io/gpus": "0,1,2,3"}
-    scheduler.state.upsert_pod(pod("old", 4, node_name="a", annotations=chosen))
+    scheduler.state.upsert_pod(pod("old", 4, node="a", annotations=chosen))
     scheduler.state.upsert_pod(pod("new", 4))
     before = MISMATCHES._value.get()
     await run_cycle(scheduler)
@@ -44,8 +47,6 @@ async def test_a_pod_the_kubelet_gave_what_gpusched_chose_is_no_mismatch() -> No
     body = node("a")
     body["metadata"]["annotations"]["gpusched.io/gpus-actual"] = '{"default/old":[0,1]}'
     scheduler.state.upsert_node(body)
-    scheduler.state.upsert_pod(
-        pod("old", 2, node_name="a", annotations={"gpusched.io/gpus": "1,0"})
-    )
+    scheduler.state.upsert_pod(pod("old", 2, node="a", annotations={"gpusched.io/gpus": "1,0"}))
     await run_cycle(scheduler)
     assert not [e for e in api.events if e["reason"] == "GPUAssignmentMismatch"]

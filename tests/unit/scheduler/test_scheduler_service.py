@@ -6,9 +6,6 @@ the cases that need exact control of timing and failures."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,142 +13,12 @@ import pytest
 from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.health import GpuSample
-from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
+from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.builders import topology_annotation
-
-NOW = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-"""Pods are created now unless a test says otherwise: the gang timeout counts from there."""
-RACK = "topology.example.com/rack"
-ZONE = "topology.kubernetes.io/zone"
-
-
-@dataclass
-class FakeApi:
-    """Records every call; ``failures[pod]`` lists the errors its next binds raise."""
-
-    binds: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    failures: dict[str, list[ApiError]] = field(default_factory=dict)
-    pods: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)
-    statuses: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    event_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    created: list[dict[str, Any]] = field(default_factory=list)
-
-    async def bind(
-        self,
-        pod: ObjectRef,
-        node: str,
-        annotations: Mapping[str, str],
-        fence: Fence | None = None,
-    ) -> None:
-        if fence is not None and not fence():
-            raise FencedError(f"bind of {pod.key}")
-        pending = self.failures.get(pod.key)
-        if pending:
-            raise pending.pop(0)
-        known = self.pods.get(pod.key)
-        if known is not None and (known.get("spec") or {}).get("nodeName"):
-            raise ApiError(409, f"pod {pod.name} is already assigned to a node")
-        self.binds.append((pod.key, node, dict(annotations)))
-
-    async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
-        return self.pods.get(pod.key)
-
-    async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
-        self.statuses.append((obj.kind, obj.key, dict(status)))
-
-    async def create_event(self, body: Mapping[str, Any]) -> str:
-        self.events.append(dict(body))
-        return f"event-{len(self.events)}"
-
-    async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.event_patches.append((name, dict(patch)))
-
-    async def create_custom(self, body: Mapping[str, Any]) -> None:
-        self.created.append(dict(body))
-
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        return []
-
-    def last_status(self, key: str) -> dict[str, Any]:
-        return next(s for _, k, s in reversed(self.statuses) if k == key)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def node(name: str, rack: str = "rack-1", gpus: int = 8) -> dict[str, Any]:
-    annotations = {}
-    if gpus == 8:
-        annotations["gpusched.io/gpu-topology"] = topology_annotation("a100x8") or ""
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {ZONE: "zone-a", RACK: rack},
-            "annotations": annotations,
-        },
-        "status": {
-            "allocatable": {
-                "cpu": "64",
-                "memory": "512Gi",
-                "pods": "110",
-                "nvidia.com/gpu": str(gpus),
-            },
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pod(
-    name: str,
-    gpus: int,
-    *,
-    group: str | None = None,
-    node_name: str | None = None,
-    scheduler: str = "gpusched",
-    created: str | None = None,
-    uid: str | None = None,
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler,
-        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "uid": uid or f"uid-{name}",
-            "creationTimestamp": created or NOW,
-            "labels": {"scheduling.gpusched.io/pod-group": group} if group else {},
-            "annotations": annotations or {},
-        },
-        "spec": spec,
-    }
-
-
-def pod_group(name: str, min_count: int, timeout: int | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulingPolicy": {"gang": {"minCount": min_count}},
-        "schedulingConstraints": {"topology": [{"key": RACK}]},
-    }
-    if timeout is not None:
-        spec["scheduleTimeoutSeconds"] = timeout
-    return {
-        "apiVersion": "scheduling.gpusched.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1},
-        "spec": spec,
-    }
+from tests.support.clock import Clock
+from tests.support.fakes import FakeApi
+from tests.support.manifests import node, pod, pod_group
 
 
 def service(api: FakeApi, clock: Clock) -> Scheduler:
@@ -183,7 +50,7 @@ def test_a_reservation_counts_until_the_watch_shows_the_pod_bound() -> None:
     assert reservation is not None
     assert [b.pod.key for b in state.bound()] == ["default/p"]
     assert state.pending() == []
-    state.upsert_pod(pod("p", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"}))
+    state.upsert_pod(pod("p", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}))
     assert state.reservations == {}
     assert [(b.pod.key, b.gpus) for b in state.bound()] == [("default/p", (0, 1))]
 
@@ -192,7 +59,7 @@ def test_a_reservation_counts_until_the_watch_shows_the_pod_bound() -> None:
     ("story", "change"),
     [
         ("the pod was deleted", lambda s: s.delete_pod("default/p")),
-        ("another scheduler bound it", lambda s: s.upsert_pod(pod("p", 2, node_name="b"))),
+        ("another scheduler bound it", lambda s: s.upsert_pod(pod("p", 2, node="b"))),
         ("the node is gone", lambda s: s.delete_node("a")),
     ],
 )
@@ -273,7 +140,7 @@ async def test_a_bind_without_an_answer_keeps_its_gpus_until_the_pod_is_read_bac
     scheduler.state.upsert_pod(pod("p", 2))
     scheduler.state.upsert_pod(pod("q", 2, created="2099-01-01T00:00:00Z"))  # younger
     api.failures["default/p"] = [ApiError(0, "connection reset")]
-    api.pods["default/p"] = pod("p", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    api.pods["default/p"] = pod("p", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})
     await run_cycle(scheduler)
     clock.now += 1.0
     await run_cycle(scheduler)  # sent again: "already assigned", so it is read back
@@ -308,7 +175,7 @@ async def test_a_gang_that_cannot_fit_backs_off_and_retries_at_once_when_room_is
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a"))
-    scheduler.state.upsert_pod(pod("theirs", 6, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("theirs", 6, node="a", scheduler="default-scheduler"))
     scheduler.state.upsert_group(GroupKind.POD_GROUP, pod_group("g", 2))
     for i in range(2):
         scheduler.state.upsert_pod(pod(f"g-{i}", 2, group="g"))
@@ -363,7 +230,7 @@ async def test_the_same_failure_again_is_one_event_whose_count_grows() -> None:
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a"))
-    scheduler.state.upsert_pod(pod("theirs", 6, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("theirs", 6, node="a", scheduler="default-scheduler"))
     scheduler.state.upsert_pod(pod("big", 4))
     for _ in range(5):
         await run_cycle(scheduler)
@@ -472,7 +339,7 @@ async def test_only_a_leader_with_a_fresh_pod_list_binds() -> None:
 
     async def fresh_list() -> list[dict[str, Any]]:
         # Bound by the previous leader just before it lost the Lease; our watch missed it.
-        return [pod("p", 2), pod("old", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})]
+        return [pod("p", 2), pod("old", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})]
 
     leading[0] = True
     await scheduler.take_leadership(fresh_list())
@@ -504,7 +371,7 @@ async def test_a_finished_pod_frees_its_gpus_at_once() -> None:
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a", gpus=2))
-    done = pod("done", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    done = pod("done", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})
     scheduler.state.upsert_pod(done)
     scheduler.state.upsert_pod(pod("next", 2))
     await run_cycle(scheduler)
@@ -521,9 +388,7 @@ async def test_the_periodic_resync_drops_pods_and_nodes_deleted_while_a_watch_wa
     scheduler = service(api, clock)
     for name in ("a", "b"):
         scheduler.state.upsert_node(node(name, gpus=2))
-    scheduler.state.upsert_pod(
-        pod("ghost", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
-    )
+    scheduler.state.upsert_pod(pod("ghost", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}))
     scheduler.state.upsert_pod(pod("p", 2))
 
     async def list_pods() -> list[dict[str, Any]]:
@@ -552,10 +417,8 @@ async def test_after_a_restart_a_foreign_pods_gpus_are_not_assumed_onto_ours() -
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a"))
-    scheduler.state.upsert_pod(pod("x", 2, node_name="a", scheduler="default-scheduler"))
-    scheduler.state.upsert_pod(
-        pod("ours", 2, node_name="a", annotations={"gpusched.io/gpus": "6,7"})
-    )
+    scheduler.state.upsert_pod(pod("x", 2, node="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("ours", 2, node="a", annotations={"gpusched.io/gpus": "6,7"}))
     scheduler.state.upsert_pod(pod("p", 6))
     await run_cycle(scheduler)
     assert api.binds == []
@@ -575,11 +438,11 @@ async def test_a_foreign_pods_assumed_gpus_stay_put_when_the_snapshot_is_rebuilt
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a"))
-    scheduler.state.upsert_pod(pod("x", 4, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("x", 4, node="a", scheduler="default-scheduler"))
     scheduler.state.upsert_pod(pod("p", 4))
     await run_cycle(scheduler)
     assert api.binds == [("default/p", "a", {"gpusched.io/gpus": "0,1,2,3"})]
-    api.pods["default/p"] = pod("p", 4, node_name="a", annotations={"gpusched.io/gpus": "0,1,2,3"})
+    api.pods["default/p"] = pod("p", 4, node="a", annotations={"gpusched.io/gpus": "0,1,2,3"})
     scheduler.state.upsert_pod(api.pods["default/p"])
     relabelled = node("a")
     relabelled["metadata"]["labels"]["team"] = "vision"
@@ -599,7 +462,7 @@ async def test_a_restarted_watch_drops_pods_deleted_while_it_was_down_at_once() 
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(node("a", gpus=2))
-    ghost = pod("ghost", 2, node_name="a", annotations={"gpusched.io/gpus": "0,1"})
+    ghost = pod("ghost", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})
     scheduler.state.upsert_pod(ghost)
     fresh = pod("fresh", 2)
     scheduler.state.upsert_pod(fresh)
@@ -632,7 +495,7 @@ async def test_a_foreign_pod_landing_before_the_bind_goes_out_stops_the_bind() -
     scheduler.state.upsert_pod(pod("p", 4))
     await scheduler.cycle()
     assert list(scheduler.state.reservations) == ["default/p"]
-    scheduler.state.upsert_pod(pod("x", 2, node_name="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("x", 2, node="a", scheduler="default-scheduler"))
     await scheduler.settle()
     assert api.binds == []
     assert scheduler.state.reservations == {}

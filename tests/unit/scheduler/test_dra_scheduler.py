@@ -19,10 +19,11 @@ from gpusched.engine.schedule import schedule
 from gpusched.scheduler.ports import ApiError, Fence, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests import dra
-from tests.builders import cluster
-from tests.builders import pod as gpu_request
-from tests.unit.test_scheduler_service import FakeApi, run_cycle
+from tests.support import dra
+from tests.support.engine import cluster
+from tests.support.engine import pod as gpu_request
+from tests.support.fakes import FakeApi
+from tests.unit.scheduler.test_scheduler_service import run_cycle
 
 NS = "ml"
 

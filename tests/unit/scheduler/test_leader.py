@@ -15,6 +15,7 @@ import pytest
 from gpusched.api.config import LeaderElectionConfig
 from gpusched.scheduler.leader import LeaderElector
 from gpusched.scheduler.ports import ApiError
+from tests.support.clock import Clock
 
 CONFIG = LeaderElectionConfig(
     leaseDurationSeconds=15, renewDeadlineSeconds=10, retryPeriodSeconds=2
@@ -56,14 +57,6 @@ class LeaseStore:
     @property
     def holder(self) -> str | None:
         return None if self.lease is None else self.lease["spec"]["holderIdentity"]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def elector(store: LeaseStore, identity: str, clock: Clock, log: list[str]) -> LeaderElector:
