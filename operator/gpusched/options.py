@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.offline.inputs import InputError, read_config
+from gpusched.inputs import InputError
+from gpusched.inputs.config import read_config
 
 RUN_ARGS_VARIABLE = "GPUSCHED_RUN_ARGS"
 RETIRED_VARIABLES = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from gpusched.api.crds import GroupPhase
+from gpusched.api.status import GroupPhase
 from gpusched.scheduler.status import Counts, pod_group_phase
 from tests.chaos.sim import GPUS_ANNOTATION, GROUP_LABEL, Body, Replica, World, _finished, _key
 
@@ -120,7 +120,7 @@ def ledger_and_cache_agree(world: World, replicas: Iterable[Replica]) -> list[st
     for replica in replicas:
         state = replica.state
         for key, reservation in state.reservations.items():
-            if not replica.leader and key in replica.scheduler._retries:
+            if not replica.leader and replica.scheduler.unknown.retrying(key):
                 continue  # an uncertain bind of its last term, read back once it leads
             pod = world.pods.get(key)
             if pod is None or pod["metadata"]["uid"] != reservation.uid:

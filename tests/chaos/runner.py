@@ -29,7 +29,7 @@ from unittest import mock
 
 from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.engine.health import GpuSample
-from gpusched.scheduler import service
+from gpusched.scheduler import decider
 from tests.chaos import invariants
 from tests.chaos.sim import (
     GROUP_LABEL,
@@ -38,7 +38,6 @@ from tests.chaos.sim import (
     Replica,
     World,
     _finished,
-    fast_sleep,
     fresh_pod_list,
     inline_to_thread,
 )
@@ -613,8 +612,8 @@ class Run:
         if quiet or self.rng.random() < 0.5:
             await leader.settle()
         if (quiet or self.rng.random() < 0.5) and not leader.stopped:
-            await leader.unless_stopped(leader.scheduler.outbox.flush())
-            await leader.unless_stopped(leader.scheduler.recorder.flush())
+            await leader.unless_stopped(leader.scheduler.reporter.outbox.flush())
+            await leader.unless_stopped(leader.scheduler.reporter.recorder.flush())
         for _ in range(self.rng.randint(0, 3)):
             await asyncio.sleep(0)
 
@@ -708,12 +707,11 @@ def run_one(
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
     run = Run(seed, steps, trace, mode)
-    schedule = service.schedule if run.tracer is None else run.tracer.wrap(service.schedule)
+    schedule = decider.schedule if run.tracer is None else run.tracer.wrap(decider.schedule)
     try:
         with (
-            mock.patch("asyncio.sleep", fast_sleep),
             mock.patch("asyncio.to_thread", inline_to_thread),
-            mock.patch.object(service, "schedule", schedule),
+            mock.patch.object(decider, "schedule", schedule),
         ):
             return asyncio.run(run.run())
     finally:

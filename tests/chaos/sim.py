@@ -23,8 +23,11 @@ from typing import Any
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import GPUS_ANNOTATION
 from gpusched.engine.groups import GroupKind
+from gpusched.scheduler.clock import Clock
+from gpusched.scheduler.decider import Telemetry
+from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
-from gpusched.scheduler.service import Scheduler, Telemetry
+from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 
 Body = dict[str, Any]
@@ -297,25 +300,15 @@ class Faults:
         self.max_latency = 0
 
 
-_real_sleep = asyncio.sleep
-
-
 async def _yield() -> None:
-    await _real_sleep(0)
-
-
-async def fast_sleep(delay: float, result: Any = None) -> Any:
-    """Stands in for `asyncio.sleep` during a run: the scheduler's retry pauses (verify
-    backoff) pass in one turn of the loop, so runs take milliseconds."""
-    await _real_sleep(0)
-    return result
+    await asyncio.sleep(0)
 
 
 async def inline_to_thread(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """Stands in for `asyncio.to_thread` during a run: the engine runs on the loop's thread,
     so that how far other tasks get meanwhile depends on the seed alone, not on a thread's
     timing — a seed always replays the same run."""
-    await _real_sleep(0)
+    await asyncio.sleep(0)
     return func(*args, **kwargs)
 
 
@@ -520,7 +513,7 @@ class Replica:
         world: World,
         faults: Faults,
         config: SchedulerConfig,
-        clock: Callable[[], float],
+        clock: Clock,
         telemetry: Telemetry,
         rng: random.Random,
         max_lag: int,
@@ -531,10 +524,15 @@ class Replica:
         api = ChaosApi(world, faults, name=name)
         state = ClusterState()
         holder: list[Replica] = []
-        scheduler = Scheduler(
-            config, state, api, telemetry, clock, leading=lambda: holder[0].leading()
+        scheduler = build_scheduler(
+            config,
+            state,
+            api,
+            telemetry=telemetry,
+            clock=clock,
+            leading=lambda: holder[0].leading(),
+            resync_seconds=RESYNC_SECONDS,
         )
-        scheduler.resync_seconds = RESYNC_SECONDS
         api.fence = scheduler.may_write  # as `gpusched.handlers` wires the real client
         api.knows = lambda key: state.pods[key].node if key in state.pods else None
         replica = Replica(name, world, watch, api, state, scheduler, clock=clock)
@@ -572,24 +570,21 @@ class Replica:
 
     def feed(self, kind: str, type_: str | None, body: Body) -> None:
         """What `gpusched.handlers` does with one watch event."""
-        state, scheduler = self.state, self.scheduler
+        scheduler = self.scheduler
         if kind == "Node":
             if type_ == "DELETED":
-                state.delete_node(body["metadata"]["name"])
+                scheduler.node_deleted(body["metadata"]["name"])
             else:
-                state.upsert_node(body)
+                scheduler.node_changed(body)
         elif kind == "Pod":
             if type_ == "DELETED":
-                state.delete_pod(_key(body), str(body["metadata"].get("uid") or "") or None)
-                scheduler.recorder.forget(str(body["metadata"].get("uid", "")))
+                scheduler.pod_deleted(_key(body), str(body["metadata"].get("uid") or "") or None)
             else:
-                state.upsert_pod(body)
-                if type_ is None:
-                    scheduler.relisted()
+                scheduler.pod_changed(body, listed=type_ is None)
         elif type_ == "DELETED":
-            scheduler.forget_group(_key(body))
+            scheduler.group_deleted(_key(body))
         else:
-            state.upsert_group(KINDS[kind], body)
+            scheduler.group_changed(KINDS[kind], body)
 
     def deliver(self, everything: bool = False) -> None:
         for kind, type_, body in self.watch.due(everything):
@@ -599,7 +594,7 @@ class Replica:
         """The process dies: in-flight requests stop where they are; its watch ends."""
         self.api.alive = False
         self.leader = False
-        for task in [*self.scheduler._tasks, *self.background]:
+        for task in [*self.scheduler.background.running, *self.background]:
             task.cancel()
         if self.watch in self.world.watches:
             self.world.watches.remove(self.watch)
@@ -627,7 +622,6 @@ __all__ = [
     "Replica",
     "Watch",
     "World",
-    "fast_sleep",
     "fresh_pod_list",
     "inline_to_thread",
     "merge_patch",

@@ -23,7 +23,7 @@ from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.state import ClusterState
 from tests.chaos import invariants
 from tests.chaos.runner import CONFIG, gpu_node, gpu_pod, pod_group
-from tests.chaos.sim import Faults, Replica, World, fast_sleep, fresh_pod_list, inline_to_thread
+from tests.chaos.sim import Faults, Replica, World, fresh_pod_list, inline_to_thread
 from tests.support.clock import Clock
 
 GANG = 4
@@ -67,7 +67,7 @@ async def _settle(replica: Replica, clock: Clock) -> None:
         replica.deliver(everything=True)
         await replica.scheduler.cycle()
         await replica.scheduler.settle()
-        await replica.scheduler.outbox.flush()
+        await replica.scheduler.reporter.outbox.flush()
         replica.deliver(everything=True)
 
 
@@ -97,8 +97,8 @@ async def _story(call: str, after: int, applied: bool) -> tuple[World, Replica]:
     first = await _start(world, clock)
     _crash_at(first, call, after, applied=applied)
     await first.scheduler.cycle()
-    await asyncio.gather(*first.scheduler._tasks, return_exceptions=True)
-    await asyncio.gather(first.scheduler.outbox.flush(), return_exceptions=True)
+    await asyncio.gather(*first.scheduler.background.running, return_exceptions=True)
+    await asyncio.gather(first.scheduler.reporter.outbox.flush(), return_exceptions=True)
     assert invariants.no_gpu_shared(world) == []
     second = await _start(world, clock)
     await _settle(second, clock)
@@ -117,7 +117,7 @@ async def _story(call: str, after: int, applied: bool) -> tuple[World, Replica]:
 def test_killed_anywhere_in_a_gangs_bind_sequence_the_restart_completes_it(
     call: str, after: int, applied: bool
 ) -> None:
-    with mock.patch("asyncio.sleep", fast_sleep), mock.patch("asyncio.to_thread", inline_to_thread):
+    with mock.patch("asyncio.to_thread", inline_to_thread):
         world, replica = asyncio.run(_story(call, after, applied))
     bound = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in world.pods.values()}
     assert None not in bound.values(), bound
@@ -209,7 +209,7 @@ def test_a_pod_deleted_while_the_watch_was_down_is_dropped_as_soon_as_the_watch_
             clock.now += 1.0  # far below the periodic resync's 15 s
         return world, replica
 
-    with mock.patch("asyncio.sleep", fast_sleep), mock.patch("asyncio.to_thread", inline_to_thread):
+    with mock.patch("asyncio.to_thread", inline_to_thread):
         world, replica = asyncio.run(story())
     assert "default/old" not in replica.state.pods
     assert world.pods["default/new"]["spec"]["nodeName"] == "n1"
@@ -245,7 +245,7 @@ def test_a_bind_whose_outcome_stays_unknown_is_checked_again_until_known() -> No
         await _settle(replica, clock)
         return world, replica
 
-    with mock.patch("asyncio.sleep", fast_sleep), mock.patch("asyncio.to_thread", inline_to_thread):
+    with mock.patch("asyncio.to_thread", inline_to_thread):
         world, replica = asyncio.run(story())
     assert replica.state.reservations == {}
     assert world.pods["default/p"]["spec"]["nodeName"] == "n1"

@@ -19,4 +19,4 @@ def test_the_installed_console_script_runs_the_sample() -> None:
         [command, "simulate", "-o", "json"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == EXIT_OK, done.stderr
-    assert set(json.loads(done.stdout)) == {"bindings", "podGroups", "unschedulable"}
+    assert set(json.loads(done.stdout)) == {"bindings", "podGroups", "unschedulable", "preemptions"}

@@ -8,6 +8,7 @@ write, and stores nothing.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from tests.unit.api.test_crd_schemas import (
     BAD,
     EXAMPLES,
     GROUP_STATUS,
+    IMMUTABLE,
     MATERIALIZED,
     OPERATOR_ONLY,
     WORKLOAD_STATUS,
@@ -123,3 +125,24 @@ def test_an_unknown_field_is_refused_under_strict_validation(api: ApiClient) -> 
         _create(api, obj, **DRY_RUN)
     assert refused.value.status == 400, refused.value
     assert 'unknown field "spec.minMember"' in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("story", "old", "change", "want_field"), IMMUTABLE, ids=[i[0] for i in IMMUTABLE]
+)
+def test_the_real_server_refuses_a_change_of_priority_or_disruption_fields(
+    story: str, old: dict[str, Any], change: dict[str, Any], want_field: str, api: ApiClient
+) -> None:
+    """Transition rules (``self == oldSelf``) run on updates only: created for real, then
+    patched, the object keeps its fields and the server names the one that may not change."""
+    obj = copy.deepcopy(old)
+    obj["metadata"]["name"] = f"immutable-{IMMUTABLE.index((story, old, change, want_field))}"
+    created = _create(api, obj)
+    meta, plural = created["metadata"], api.spec_of(obj).plural
+    try:
+        with pytest.raises(ApiStatusError) as refused:
+            api.patch(plural, meta["name"], {"spec": change}, meta["namespace"], group=api_group())
+        assert refused.value.status == 422, refused.value
+        assert any(field == want_field for field, _ in _causes(refused.value)), refused.value
+    finally:
+        api.delete(plural, meta["name"], meta["namespace"], group=api_group())

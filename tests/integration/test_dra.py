@@ -116,7 +116,7 @@ def _assert_no_device_twice(api: ApiClient) -> None:
 
 def _why(api: ApiClient, runtime: Any, members: list[str]) -> str:
     events = {m: [e["message"] for e in events_for(api, m, NS)] for m in members}
-    attempts = {k: str(v) for k, v in runtime.scheduler._attempts.items()}
+    attempts = {k: str(v) for k, v in runtime.scheduler.reporter.attempts.items()}
     seen = {
         m: str(r.pod.status) + " src=" + str(r.source)[-120:] + " v=" + r.version
         for m in members

@@ -1,22 +1,13 @@
-"""The running operator's ``/metrics`` carries the placement-quality gauges of what it sees.
-
-Skipped until the scheduling loop calls `gpusched.scheduler.quality_metrics.update` (its
-``QUALITY_SECONDS`` marks the wiring)."""
+"""The running operator's ``/metrics`` carries the placement-quality gauges of what it sees
+(the loop measures them through `gpusched.scheduler.quality_metrics.update`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from gpusched.scheduler import service
 from tests.integration.apiserver import ApiClient, ApiServer, wait_for
 from tests.integration.harness import RACK, gang, gpu_node, gpu_pod, running_operator
 from tests.integration.test_operator_resilience import _free_port, _samples
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(service, "QUALITY_SECONDS"), reason="quality metrics not wired into the loop yet"
-)
 
 
 def test_the_operator_exports_free_gpus_per_rack_after_a_gang_lands(

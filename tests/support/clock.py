@@ -1,6 +1,9 @@
-"""The one virtual clock: services and electors take it where they would read time.monotonic."""
+"""The one virtual clock: services and electors take it where they would read time.monotonic
+and sleep."""
 
 from __future__ import annotations
+
+import asyncio
 
 
 class Clock:
@@ -11,3 +14,8 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        """Time passes at once: nothing waits for it."""
+        self.now += seconds
+        await asyncio.sleep(0)

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.k8s import Node, NodeSelectorTerm, Toleration, parse_node
+from gpusched.api.k8s import Node, parse_node
 from gpusched.api.nvsmi import parse_topo_matrix
+from gpusched.api.selectors import NodeSelectorTerm, Toleration
 from gpusched.api.topology import GpuInfo, GpuTopology
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec

@@ -317,6 +317,20 @@ class OperatorConfig(_Strict):
         return self
 
 
+class PreemptionConfig(_Strict):
+    """How a group that does not fit may make room by evicting lower-priority pods."""
+
+    budget: int = Field(default=16, ge=0)
+    """Placement trials one preemption plan may make (each tries the whole group in one
+    domain with some victims set aside); when spent, the best plan found so far is kept and
+    the result says the budget ran out. Default 16: every domain's first trial on a cluster
+    of a few zones, and a few more to evict fewer pods. 0: never preempt."""
+    evict_other_schedulers_pods: bool = Field(default=True, alias="evictOtherSchedulersPods")
+    """Whether pods bound by another scheduler may be victims (only ever lower-priority ones,
+    as kube-scheduler would treat them). Default on; off leaves them alone whatever their
+    priority."""
+
+
 class SchedulerConfig(_Strict):
     """Everything the scheduler can be told; every field's docstring gives its default."""
 
@@ -341,6 +355,7 @@ class SchedulerConfig(_Strict):
     it) may try beyond the first greedy ones. 0 means greedy, as upstream. Default 64."""
     max_domains_reported: int = Field(default=20, alias="maxDomainsReported", ge=1)
     """At most this many per-domain lines in a group's ``lastAttempt``."""
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
 
 

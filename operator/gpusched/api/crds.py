@@ -8,20 +8,20 @@ Specs are what users write, so they are strict: unknown fields are errors (a typ
 ``minCont`` must not silently become "no gang"). Statuses are ours to write, so they are
 permissive: a field added by a newer operator version must not make an object unreadable.
 
+Name rules live in `gpusched.api.names`, the statuses in `gpusched.api.status`, and turning a
+Workload into its groups in `gpusched.api.materialize`.
+
 Every parser raises `InvalidObjectError` naming the object (``PodGroup default/train``) and the
 field as the user wrote it (``spec.compositePodGroupTemplates[0].podGroupTemplates[1].name``).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -29,13 +29,15 @@ from pydantic import (
     model_validator,
 )
 
-from gpusched.api import k8s
 from gpusched.api.errors import (
     InvalidObjectError,
     field_error,
     format_field_path,
     from_validation_error,
 )
+from gpusched.api.meta import ObjectMeta as _KubeObjectMeta
+from gpusched.api.names import DnsLabel, DnsSubdomain, LabelKey, check_dns_subdomain
+from gpusched.api.status import GroupStatus, WorkloadStatus
 
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
@@ -76,64 +78,6 @@ class Reason(StrEnum):
     room was lost: a refused bind, a node gone, a pod re-created); it is placed first."""
 
 
-# --- names ------------------------------------------------------------------------------------
-# The same rules as k8s.io/apimachinery/pkg/util/validation, so that what we accept the API
-# server accepts too.
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-DNS_LABEL_MAX = 63
-DNS_SUBDOMAIN_MAX = 253
-LABEL_KEY_MAX = DNS_SUBDOMAIN_MAX + 1 + DNS_LABEL_MAX
-"""A label key is ``[prefix/]name``: a subdomain prefix, a slash and a 63-character name."""
-
-
-def check_dns_label(value: str) -> str:
-    """Template names become part of object names, so they follow RFC 1123 label rules."""
-    if len(value) > DNS_LABEL_MAX or not _DNS_LABEL.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
-            f"starting and ending with a letter or digit, at most {DNS_LABEL_MAX} characters)"
-        )
-    return value
-
-
-def check_dns_subdomain(value: str) -> str:
-    """Object names: RFC 1123 subdomain, as the API server requires for custom resources."""
-    if len(value) > DNS_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', "
-            f"starting and ending with a letter or digit, at most {DNS_SUBDOMAIN_MAX} characters)"
-        )
-    return value
-
-
-def check_label_key(value: str) -> str:
-    """Topology keys are node label keys; one the API server would refuse can match no node."""
-    if len(value) > LABEL_KEY_MAX:
-        raise ValueError(f"label key is longer than {LABEL_KEY_MAX} characters")
-    prefix, slash, name = value.rpartition("/")
-    if slash and (
-        not prefix
-        or len(prefix) > DNS_SUBDOMAIN_MAX
-        or not _DNS_SUBDOMAIN.fullmatch(prefix)
-        or "/" in prefix
-    ):
-        raise ValueError(f"{value!r}: the prefix before '/' must be a DNS-1123 subdomain")
-    if len(name) > DNS_LABEL_MAX or not _QUALIFIED_NAME.fullmatch(name):
-        raise ValueError(
-            f"{value!r} is not a qualified label key (name part: letters, digits, '-', '_' and "
-            f"'.', starting and ending with a letter or digit, at most {DNS_LABEL_MAX} characters)"
-        )
-    return value
-
-
-DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
-DnsSubdomain = Annotated[str, AfterValidator(check_dns_subdomain)]
-LabelKey = Annotated[str, AfterValidator(check_label_key)]
-
-
 # --- spec building blocks ---------------------------------------------------------------------
 
 
@@ -151,6 +95,39 @@ class GangPolicy(_Spec):
 
 class BasicPolicy(_Spec):
     """No gang: each pod is placed as soon as it fits (the group only carries constraints)."""
+
+
+class PreemptionPolicy(StrEnum):
+    """Whether a group that does not fit may evict lower-priority pods (upstream's values)."""
+
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
+class DisruptionMode(StrEnum):
+    """How a group may be disrupted (upstream's values): ``All`` evicts the group (and,
+    when it is a child, the whole group tree under its highest ``All`` ancestor) together or
+    not at all; ``Single`` lets pods go one by one. Unset means ``Single``, as upstream."""
+
+    ALL = "All"
+    SINGLE = "Single"
+
+
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+"""Priorities are int32 in Kubernetes (``PriorityClass.value``, ``Pod.spec.priority``)."""
+
+
+class PriorityFields(_Spec):
+    """Priority and disruption fields, named and placed as upstream's PodGroup spec places
+    them. ``priority`` is resolved from the PriorityClass when only ``priorityClassName`` is
+    given, and from the pods' own priority when neither is (`gpusched.api.priority`)."""
+
+    priority_class_name: DnsSubdomain | None = Field(default=None, alias="priorityClassName")
+    priority: int | None = Field(default=None, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    preemption_policy: PreemptionPolicy | None = Field(default=None, alias="preemptionPolicy")
+    """Unset: the PriorityClass's policy, else ``PreemptLowerPriority``."""
+    disruption_mode: DisruptionMode | None = Field(default=None, alias="disruptionMode")
 
 
 class PodGroupSchedulingPolicy(_Spec):
@@ -186,7 +163,7 @@ class WorkloadRef(_Spec):
     template_name: DnsLabel = Field(alias="templateName")
 
 
-class PodGroupSpec(_Spec):
+class PodGroupSpec(PriorityFields):
     scheduling_policy: PodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
         default=None, alias="schedulingConstraints"
@@ -212,7 +189,7 @@ class CompositePodGroupSchedulingPolicy(_Spec):
     gang: CompositeGangPolicy
 
 
-class CompositePodGroupSpec(_Spec):
+class CompositePodGroupSpec(PriorityFields):
     scheduling_policy: CompositePodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
         default=None, alias="schedulingConstraints"
@@ -226,7 +203,7 @@ class CompositePodGroupSpec(_Spec):
 # --- Workload templates -----------------------------------------------------------------------
 
 
-class PodGroupTemplate(_Spec):
+class PodGroupTemplate(PriorityFields):
     name: DnsLabel
     scheduling_policy: PodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
@@ -234,7 +211,7 @@ class PodGroupTemplate(_Spec):
     )
 
 
-class CompositePodGroupTemplate(_Spec):
+class CompositePodGroupTemplate(PriorityFields):
     name: DnsLabel
     scheduling_policy: CompositePodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
     scheduling_constraints: SchedulingConstraints | None = Field(
@@ -321,89 +298,31 @@ class WorkloadSpec(_Spec):
                 )
                 raise field_error(message, *path, "name")
             first_seen[template.name] = format_field_path(("spec", *path, "name"))
+        _check_disruption_modes(self, ())
         return self
+
+
+def _check_disruption_modes(parent: WorkloadSpec | CompositePodGroupTemplate, path: _Path) -> None:
+    """Under a composite evicted whole (``All``), no child may ask to lose pods one by one:
+    upstream refuses that contradiction too."""
+    whole = isinstance(parent, CompositePodGroupTemplate) and parent.disruption_mode is (
+        DisruptionMode.ALL
+    )
+    for child_path, child in _children(parent, path):
+        if whole and child.disruption_mode is DisruptionMode.SINGLE:
+            message = "is Single, but its parent template's disruptionMode is All"
+            raise field_error(message, *child_path, "disruptionMode")
+        if isinstance(child, CompositePodGroupTemplate):
+            _check_disruption_modes(child, child_path)
 
 
 # --- status -----------------------------------------------------------------------------------
 
 
-class _Status(BaseModel):
-    """Written by us; fields we do not know (from a newer operator) are ignored, not errors."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-
-class GroupPhase(StrEnum):
-    PENDING = "Pending"
-    SCHEDULED = "Scheduled"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    UNSCHEDULABLE = "Unschedulable"
-
-
-class Condition(_Status):
-    """A standard Kubernetes condition (``metav1.Condition`` without observedGeneration)."""
-
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str = ""
-    message: str = ""
-    last_transition_time: datetime | None = Field(default=None, alias="lastTransitionTime")
-
-
-class LastAttempt(_Status):
-    """The latest placement attempt, kept so `kubectl get -o yaml` explains a Pending group."""
-
-    time: datetime
-    reason: str
-    message: str = ""
-    domains: list[str] = Field(default_factory=list)
-    """One line per topology domain tried, saying why it did not fit."""
-
-
-class GroupStatus(_Status):
-    """Status of a PodGroup or CompositePodGroup (for a composite, counts are over pods of all
-    its descendants)."""
-
-    phase: GroupPhase = GroupPhase.PENDING
-    conditions: list[Condition] = Field(default_factory=list)
-    placement: dict[str, str] = Field(default_factory=dict)
-    """The topology domain chosen, e.g. ``{"topology.example.com/rack": "rack-1"}``."""
-    scheduled: int = Field(default=0, ge=0)
-    running: int = Field(default=0, ge=0)
-    succeeded: int = Field(default=0, ge=0)
-    failed: int = Field(default=0, ge=0)
-    last_attempt: LastAttempt | None = Field(default=None, alias="lastAttempt")
-
-
-class WorkloadGroupStatus(_Status):
-    """One materialised group as seen from its Workload."""
-
-    name: str
-    kind: str
-    phase: GroupPhase = GroupPhase.PENDING
-
-
-class WorkloadStatus(_Status):
-    """The Workload's groups at a glance: ``phase`` is the least advanced of its groups'
-    (Failed or Unschedulable as soon as one group is), counts are summed over its PodGroups."""
-
-    phase: GroupPhase = GroupPhase.PENDING
-    conditions: list[Condition] = Field(default_factory=list)
-    """``Materialized``: every template has its object (reason ``Invalid`` naming the field
-    when the templates cannot be materialised)."""
-    groups: list[WorkloadGroupStatus] = Field(default_factory=list)
-    scheduled: int = Field(default=0, ge=0)
-    running: int = Field(default=0, ge=0)
-    succeeded: int = Field(default=0, ge=0)
-    failed: int = Field(default=0, ge=0)
-
-
 # --- objects ----------------------------------------------------------------------------------
 
 
-class ObjectMeta(k8s.ObjectMeta):
+class ObjectMeta(_KubeObjectMeta):
     """Kubernetes metadata with our objects' naming rules: the name becomes a label value of
     pods and part of generated names, so it must be a DNS subdomain, the namespace a label."""
 
@@ -517,7 +436,7 @@ def parse_custom_resource(raw: object) -> CustomResource:
     return parser(raw)
 
 
-# --- materialisation --------------------------------------------------------------------------
+# --- generated names ----------------------------------------------------------------------------
 
 
 def object_name(workload: Workload, template: _AnyTemplate) -> str:
@@ -535,93 +454,3 @@ def check_object_names(workload: Workload) -> None:
             raise InvalidObjectError(
                 _name_of(workload), field, f"generated object name: {err}"
             ) from None
-
-
-def _owner_reference(workload: Workload) -> k8s.OwnerReference:
-    """Controller reference, so deleting the Workload garbage-collects what it created."""
-    return k8s.OwnerReference(
-        api_version=workload.api_version,
-        kind=workload.kind,
-        name=workload.metadata.name,
-        uid=workload.metadata.uid,
-        controller=True,
-        block_owner_deletion=True,
-    )
-
-
-def _metadata(workload: Workload, template: _AnyTemplate) -> ObjectMeta:
-    return ObjectMeta(
-        name=object_name(workload, template),
-        namespace=workload.metadata.namespace,
-        owner_references=[_owner_reference(workload)],
-    )
-
-
-def _workload_ref(workload: Workload, template: _AnyTemplate) -> WorkloadRef:
-    return WorkloadRef(workload_name=workload.metadata.name, template_name=template.name)
-
-
-def _pod_group(workload: Workload, template: PodGroupTemplate, parent: str | None) -> PodGroup:
-    spec = PodGroupSpec(
-        scheduling_policy=template.scheduling_policy,
-        scheduling_constraints=template.scheduling_constraints,
-        parent_composite_pod_group_name=parent,
-        workload_ref=_workload_ref(workload, template),
-    )
-    return PodGroup(
-        api_version=API_VERSION,
-        kind="PodGroup",
-        metadata=_metadata(workload, template),
-        spec=spec,
-    )
-
-
-def _composite(
-    workload: Workload, template: CompositePodGroupTemplate, parent: str | None
-) -> CompositePodGroup:
-    spec = CompositePodGroupSpec(
-        scheduling_policy=template.scheduling_policy,
-        scheduling_constraints=template.scheduling_constraints,
-        parent_composite_pod_group_name=parent,
-        workload_ref=_workload_ref(workload, template),
-    )
-    return CompositePodGroup(
-        api_version=API_VERSION,
-        kind="CompositePodGroup",
-        metadata=_metadata(workload, template),
-        spec=spec,
-    )
-
-
-def _materialize_level(
-    workload: Workload,
-    pod_groups: Sequence[PodGroupTemplate],
-    composites: Sequence[CompositePodGroupTemplate],
-    parent: str | None,
-) -> Iterator[PodGroup | CompositePodGroup]:
-    for pod_group in pod_groups:
-        yield _pod_group(workload, pod_group, parent)
-    for template in composites:
-        composite = _composite(workload, template, parent)
-        yield composite
-        yield from _materialize_level(
-            workload,
-            template.pod_group_templates,
-            template.composite_pod_group_templates,
-            composite.metadata.name,
-        )
-
-
-def materialize(workload: Workload) -> list[PodGroup | CompositePodGroup]:
-    """One object per template, named ``<workload>-<template>``, owned by the Workload.
-
-    The order is the spec's, depth first, each composite right before its children: creating
-    objects in this order means a child never names a parent that does not exist yet.
-    """
-    check_object_names(workload)
-    spec = workload.spec
-    return list(
-        _materialize_level(
-            workload, spec.pod_group_templates, spec.composite_pod_group_templates, None
-        )
-    )

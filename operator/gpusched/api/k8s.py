@@ -6,33 +6,22 @@ keep is validated the way the API server would, so a hand-written snapshot that 
 refuse is refused here too, naming the object and the field (``Pod default/a:
 spec.containers[0].resources.requests.cpu: ...``).
 
-Resource quantities follow ``k8s.io/apimachinery/pkg/api/resource``: CPU is counted in
-millicores, memory-like resources in bytes, everything else (``pods``, ``nvidia.com/gpu``, other
-extended resources) in whole units. Fractions round up, as ``Quantity.MilliValue`` and
-``Quantity.Value`` do, so a request is never under-counted.
+Their pieces live beside them: quantities in `gpusched.api.quantity`, metadata in
+`gpusched.api.meta`, taints, tolerations and node selectors in `gpusched.api.selectors`.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from decimal import Decimal
-from fractions import Fraction
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
-    PlainValidator,
     ValidationError,
-    field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from gpusched.api.errors import (
     InvalidObjectError,
@@ -40,172 +29,24 @@ from gpusched.api.errors import (
     format_field_path,
     from_validation_error,
 )
+from gpusched.api.meta import K8sModel, ObjectMeta, utf8_len
+from gpusched.api.quantity import (
+    ResourceList,
+    parse_quantity,
+    parse_resource_list,
+    shown,
+)
+from gpusched.api.selectors import NodeSelectorTerm, Taint, Toleration, required_terms_match
 from gpusched.api.topology import MAX_GPUS_PER_NODE
 
 POD_GROUP_LABEL = "scheduling.gpusched.io/pod-group"
 GPU_MILLI_ANNOTATION = "gpusched.io/gpu-milli"
 GPUS_ANNOTATION = "gpusched.io/gpus"
 
-MAX_ANNOTATIONS_BYTES = 256 * 1024
-"""The API server's limit on all annotations of one object together (keys plus values)."""
 MAX_GPUS_ANNOTATION_BYTES = 1024
 """``gpusched.io/gpus`` holds at most 64 indices; anything longer is not ours and is not read."""
-MAX_QUANTITY_CHARS = 128
-"""Longer quantity strings are refused unread: no real request needs them, and a 10,000-digit
-number would cost real time to convert."""
-INT64_MAX = 2**63 - 1
-"""Quantities are int64 in Kubernetes; larger values cannot come from a real cluster."""
 
 _SIDECAR_RESTART_POLICY = "Always"
-_NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
-
-# ---------------------------------------------------------------------------------------------
-# Quantities
-# ---------------------------------------------------------------------------------------------
-
-_QUANTITY_RE = re.compile(
-    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<exponent>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?"
-)
-_SUFFIX_SCALE: dict[str, Fraction] = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_MAX_EXPONENT = 400
-"""Beyond ±400 the exponent only decides "too large" or "rounds up to 1"; clamping it keeps a
-string like ``1e999999999`` from allocating a billion-digit integer."""
-
-_BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage", "storage"})
-_INT64_RE = re.compile(r"[+-]?[0-9]{1,19}")
-
-
-def _quantity_value(value: str | int | float) -> Fraction:
-    """The exact value of a quantity, before any unit or rounding is applied."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be a quantity, got the boolean {value}")
-    if isinstance(value, int):
-        number = Fraction(value)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite quantity, got {value}")
-        number = Fraction(Decimal(repr(value)))
-    elif isinstance(value, str):
-        number = _parse_quantity_string(value)
-    else:
-        raise ValueError(f"must be a quantity string or number, got {type(value).__name__}")
-    if number < 0:
-        raise ValueError(f"must not be negative, got {_show(value)}")
-    return number
-
-
-def _parse_quantity_string(text: str) -> Fraction:
-    """Kubernetes' quantity grammar: a decimal number then a binary-SI (``Ki``..``Ei``),
-    decimal-SI (``n u m k M G T P E``) or exponent (``e3``, ``E-2``) suffix, nothing else.
-    Surrounding spaces are dropped, as ``Quantity.UnmarshalJSON`` does."""
-    if len(text) > MAX_QUANTITY_CHARS:
-        raise ValueError(f"quantity longer than {MAX_QUANTITY_CHARS} characters")
-    match = _QUANTITY_RE.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(
-            f"{_show(text)} is not a quantity (want e.g. '500m', '2', '4Gi', '1G', '129e6')"
-        )
-    number = Fraction(match["number"])
-    if match["sign"] == "-":
-        number = -number
-    if match["exponent"] is not None:
-        return number * _power_of_ten(int(match["exponent"][1:]), number)
-    return number * _SUFFIX_SCALE[match["suffix"] or ""]
-
-
-def _power_of_ten(exponent: int, number: Fraction) -> Fraction:
-    if exponent > _MAX_EXPONENT and number != 0:
-        raise ValueError(f"exponent {exponent} is far too large")
-    return Fraction(10) ** max(-_MAX_EXPONENT, min(exponent, _MAX_EXPONENT))
-
-
-def _to_int64(value: Fraction, original: str | int | float) -> int:
-    """Rounds up (``Quantity.Value`` semantics) and refuses what does not fit an int64."""
-    result = math.ceil(value)
-    if result > INT64_MAX:
-        raise ValueError(f"{_show(original)} is too large (more than 2^63-1)")
-    return result
-
-
-def parse_cpu_milli(value: str | int | float) -> int:
-    """CPU quantity in millicores: ``"500m"`` → 500, ``"2"`` → 2000, ``1.5`` → 1500.
-
-    Like ``Quantity.MilliValue``, a fraction of a millicore rounds up (``"0.0001"`` → 1).
-    Raises ``ValueError`` on anything Kubernetes would not accept, or a negative value.
-    """
-    return _to_int64(_quantity_value(value) * 1000, value)
-
-
-def parse_bytes(value: str | int | float) -> int:
-    """Memory-like quantity in bytes: ``"4Gi"``, ``"1G"``, ``"129e6"``, ``"1.5Gi"``, ``128974848``.
-
-    Fractions of a byte round up (``"100m"`` → 1), as ``Quantity.Value`` does.
-    Raises ``ValueError`` on anything Kubernetes would not accept, or a negative value.
-    """
-    return _to_int64(_quantity_value(value), value)
-
-
-def parse_count(value: str | int | float) -> int:
-    """Whole-unit quantity (``pods``, ``nvidia.com/gpu``): the API server refuses fractions of
-    extended resources (``"0.5"``, ``"500m"``), so do we, with ``ValueError``. ``"2000m"`` is 2."""
-    number = _quantity_value(value)
-    if number.denominator != 1:
-        raise ValueError(f"must be a whole number, got {_show(value)}")
-    return _to_int64(number, value)
-
-
-def is_byte_resource(name: str) -> bool:
-    """Resources Kubernetes measures in bytes: memory, storage and every ``hugepages-<size>``."""
-    return name in _BYTE_RESOURCES or name.startswith("hugepages-")
-
-
-def parse_quantity(name: str, value: str | int | float) -> int:
-    """The canonical integer of resource ``name``: millicores for ``cpu``, bytes for memory-like
-    resources, a whole count for everything else. Raises ``ValueError``."""
-    if name == "cpu":
-        return parse_cpu_milli(value)
-    if is_byte_resource(name):
-        return parse_bytes(value)
-    return parse_count(value)
-
-
-def _parse_int64(text: str) -> int | None:
-    """Go's ``strconv.ParseInt(text, 10, 64)``: no spaces, no underscores, in range."""
-    if _INT64_RE.fullmatch(text) is None:
-        return None
-    number = int(text)
-    return number if -(2**63) <= number <= INT64_MAX else None
-
-
-def _show(value: object, limit: int = 60) -> str:
-    """A value for an error message, cut short: errors must stay readable whatever the input."""
-    if isinstance(value, int) and value.bit_length() > 200:
-        return f"a {value.bit_length()}-bit integer"  # repr() of a huge int is slow or refused
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}...'"
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors with exact field paths
-# ---------------------------------------------------------------------------------------------
 
 
 def _invalid(obj: str, error: ValidationError) -> InvalidObjectError:
@@ -213,277 +54,23 @@ def _invalid(obj: str, error: ValidationError) -> InvalidObjectError:
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared pieces
-# ---------------------------------------------------------------------------------------------
-
-
-class _K8sModel(BaseModel):
-    """Kubernetes objects are big and grow new fields every release: unknown fields are
-    ignored, not errors. Read-only: the engine plans on copies (``model_copy(update=...)``)."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-
-def _quantity_input(value: object) -> str | int | float:
-    """Accepts exactly what YAML or JSON can hold for a quantity (no booleans, no lists)."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise PydanticCustomError(
-            "quantity_type",
-            "must be a quantity string or number, got {type}",
-            {"type": type(value).__name__},
-        )
-    return value
-
-
-def _check_resource_list(resources: dict[str, str | int | float]) -> dict[str, str | int | float]:
-    """Parses every entry with its unit, so bad quantities fail at parse time, naming the key."""
-    for name, value in resources.items():
-        if not name:
-            raise field_error("resource names must not be empty")
-        try:
-            parse_quantity(name, value)
-        except ValueError as err:
-            raise field_error(str(err), name) from None
-    return resources
-
-
-QuantityValue = Annotated[str | int | float, PlainValidator(_quantity_input)]
-ResourceList = Annotated[dict[str, QuantityValue], AfterValidator(_check_resource_list)]
-"""A ``ResourceList`` as written (``{"cpu": "500m", "nvidia.com/gpu": 2}``), validated."""
-
-
-def parse_resource_list(resources: Mapping[str, str | int | float]) -> dict[str, int]:
-    """Every entry in its canonical unit (see `parse_quantity`)."""
-    return {name: parse_quantity(name, value) for name, value in resources.items()}
-
-
-def _check_annotations_size(annotations: dict[str, str]) -> dict[str, str]:
-    """The API server caps annotations at 256 KiB together; more is not from a real cluster and
-    is refused before anything reads it."""
-    size = sum(_utf8_len(key) + _utf8_len(value) for key, value in annotations.items())
-    if size > MAX_ANNOTATIONS_BYTES:
-        raise field_error(f"total size {size} bytes exceeds {MAX_ANNOTATIONS_BYTES} bytes")
-    return annotations
-
-
-def _utf8_len(text: str) -> int:
-    # surrogatepass: a lone surrogate (possible in JSON) must count, not crash the check.
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-class OwnerReference(_K8sModel):
-    """``uid`` is optional because objects read from files (``simulate``) have none."""
-
-    api_version: str = Field(alias="apiVersion")
-    kind: str
-    name: str
-    uid: str | None = None
-    controller: bool | None = None
-    block_owner_deletion: bool | None = Field(default=None, alias="blockOwnerDeletion")
-
-
-class ObjectMeta(_K8sModel):
-    """The part of ``metadata`` the scheduler uses. ``namespace`` defaults to ``default`` as
-    kubectl does for namespaced objects (and is meaningless for Nodes)."""
-
-    name: str = Field(min_length=1)
-    namespace: str = Field(default="default", min_length=1)
-    uid: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: Annotated[dict[str, str], AfterValidator(_check_annotations_size)] = Field(
-        default_factory=dict
-    )
-    creation_timestamp: datetime | None = Field(default=None, alias="creationTimestamp")
-    deletion_timestamp: datetime | None = Field(default=None, alias="deletionTimestamp")
-    """Set while the object is being deleted; a terminating pod still holds its resources."""
-    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
-
-
-# ---------------------------------------------------------------------------------------------
-# Taints and tolerations
-# ---------------------------------------------------------------------------------------------
-
-TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-
-class Taint(_K8sModel):
-    key: str = Field(min_length=1)
-    value: str = ""
-    effect: TaintEffect
-
-
-class Toleration(_K8sModel):
-    """A pod's toleration. An empty ``key`` or ``effect`` is read as ``None`` (meaning "any"),
-    an empty ``operator`` as ``Equal``, exactly as the API server defaults them."""
-
-    key: str | None = None
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str | None = None
-    effect: TaintEffect | None = None
-    toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
-
-    @field_validator("key", "effect", mode="before")
-    @classmethod
-    def _empty_is_any(cls, value: object) -> object:
-        return None if value == "" else value
-
-    @field_validator("operator", mode="before")
-    @classmethod
-    def _empty_is_equal(cls, value: object) -> object:
-        return "Equal" if value in ("", None) else value
-
-    @model_validator(mode="after")
-    def _check_operator(self) -> Toleration:
-        """API-server validation: a keyless toleration must be ``Exists`` (it would otherwise
-        tolerate every taint with a given value, which nobody means), and ``Exists`` takes no
-        value."""
-        if self.key is None and self.operator == "Equal":
-            raise field_error("must be Exists when key is empty", "operator")
-        if self.operator == "Exists" and self.value:
-            raise field_error("must be empty when operator is Exists", "value")
-        return self
-
-    def tolerates(self, taint: Taint) -> bool:
-        """Kubernetes' ``Toleration.ToleratesTaint``: effect and key match when given (or are
-        empty, matching all), then ``Exists`` matches any value and ``Equal`` the same value."""
-        if self.effect is not None and self.effect != taint.effect:
-            return False
-        if self.key is not None and self.key != taint.key:
-            return False
-        return self.operator == "Exists" or (self.value or "") == taint.value
-
-
-def first_untolerated_taint(
-    taints: Iterable[Taint],
-    tolerations: Sequence[Toleration],
-    effects: Iterable[str] = _NO_SCHEDULE_EFFECTS,
-) -> Taint | None:
-    """The first taint with one of ``effects`` that no toleration tolerates, or ``None``.
-
-    By default only ``NoSchedule`` and ``NoExecute`` taints count, as in the kube-scheduler's
-    TaintToleration filter (``PreferNoSchedule`` is a preference, not a filter). The taint is
-    returned, not a bool, so the engine can say which taint kept a pod off a node.
-    """
-    wanted = set(effects)
-    for taint in taints:
-        if taint.effect in wanted and not any(tol.tolerates(taint) for tol in tolerations):
-            return taint
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Node affinity
-# ---------------------------------------------------------------------------------------------
-
-SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-
-
-class NodeSelectorRequirement(_K8sModel):
-    """One ``matchExpressions`` (or ``matchFields``) entry, validated as the API server does."""
-
-    key: str = Field(min_length=1)
-    operator: SelectorOperator
-    values: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _check_values(self) -> NodeSelectorRequirement:
-        count = len(self.values)
-        if self.operator in ("In", "NotIn") and count == 0:
-            raise field_error(f"must not be empty when operator is {self.operator}", "values")
-        if self.operator in ("Exists", "DoesNotExist") and count != 0:
-            raise field_error(f"must be empty when operator is {self.operator}", "values")
-        if self.operator in ("Gt", "Lt") and (count != 1 or _parse_int64(self.values[0]) is None):
-            raise field_error(
-                f"must be exactly one integer when operator is {self.operator}", "values"
-            )
-        return self
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Label-selector semantics: ``NotIn`` and ``DoesNotExist`` match nodes without the
-        label; ``Gt``/``Lt`` never match a missing or non-integer label."""
-        present = self.key in labels
-        match self.operator:
-            case "In":
-                return present and labels[self.key] in self.values
-            case "NotIn":
-                return not present or labels[self.key] not in self.values
-            case "Exists":
-                return present
-            case "DoesNotExist":
-                return not present
-            case _:
-                return present and self._compare(labels[self.key])
-
-    def _compare(self, label: str) -> bool:
-        actual = _parse_int64(label)
-        bound = _parse_int64(self.values[0])
-        if actual is None or bound is None:
-            return False
-        return actual > bound if self.operator == "Gt" else actual < bound
-
-
-NODE_NAME_FIELD = "metadata.name"
-
-
-class NodeSelectorTerm(_K8sModel):
-    """Requirements that must all hold. ``matchFields`` can only name ``metadata.name``."""
-
-    match_expressions: list[NodeSelectorRequirement] = Field(
-        default_factory=list, alias="matchExpressions"
-    )
-    match_fields: list[NodeSelectorRequirement] = Field(default_factory=list, alias="matchFields")
-
-    @field_validator("match_fields")
-    @classmethod
-    def _only_node_name(
-        cls, fields: list[NodeSelectorRequirement]
-    ) -> list[NodeSelectorRequirement]:
-        """The API server allows exactly ``metadata.name`` with ``In``/``NotIn`` and one value."""
-        for index, field in enumerate(fields):
-            if field.key != NODE_NAME_FIELD:
-                raise field_error(f"must be {NODE_NAME_FIELD}", index, "key")
-            if field.operator not in ("In", "NotIn"):
-                raise field_error("must be In or NotIn for matchFields", index, "operator")
-            if len(field.values) != 1:
-                raise field_error("must be exactly one node name", index, "values")
-        return fields
-
-    def matches(self, labels: Mapping[str, str], node_name: str) -> bool:
-        """All requirements ANDed. An empty term matches no node, as in Kubernetes (it is
-        almost always a mistake, and matching everything would hide it)."""
-        if not self.match_expressions and not self.match_fields:
-            return False
-        fields = {NODE_NAME_FIELD: node_name}
-        return all(req.matches(labels) for req in self.match_expressions) and all(
-            req.matches(fields) for req in self.match_fields
-        )
-
-
-def required_terms_match(
-    terms: Sequence[NodeSelectorTerm], labels: Mapping[str, str], node_name: str
-) -> bool:
-    """Terms are ORed; no terms at all matches no node (the API server refuses an empty list)."""
-    return any(term.matches(labels, node_name) for term in terms)
-
-
-# ---------------------------------------------------------------------------------------------
 # Node
 # ---------------------------------------------------------------------------------------------
 
 
-class NodeCondition(_K8sModel):
+class NodeCondition(K8sModel):
     type: str
     status: str
     reason: str | None = None
     message: str | None = None
 
 
-class NodeSpec(_K8sModel):
+class NodeSpec(K8sModel):
     unschedulable: bool = False
     taints: list[Taint] = Field(default_factory=list)
 
 
-class NodeStatus(_K8sModel):
+class NodeStatus(K8sModel):
     allocatable: ResourceList | None = None
     """``None`` when absent; then `Node.allocatable_resources` falls back to ``capacity``."""
     capacity: ResourceList = Field(default_factory=dict)
@@ -491,7 +78,7 @@ class NodeStatus(_K8sModel):
     """``None`` when absent (hand-written snapshots); ``[]`` when present but empty."""
 
 
-class Node(_K8sModel):
+class Node(K8sModel):
     metadata: ObjectMeta
     spec: NodeSpec = Field(default_factory=NodeSpec)
     status: NodeStatus = Field(default_factory=NodeStatus)
@@ -543,7 +130,7 @@ def _is_extended_resource(name: str) -> bool:
     return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
 
 
-class ResourceRequirements(_K8sModel):
+class ResourceRequirements(K8sModel):
     requests: ResourceList = Field(default_factory=dict)
     limits: ResourceList = Field(default_factory=dict)
 
@@ -557,11 +144,11 @@ class ResourceRequirements(_K8sModel):
             request, limit = parse_quantity(name, value), parse_quantity(name, self.limits[name])
             if _is_extended_resource(name) and request != limit:
                 raise field_error(
-                    f"must equal the limit {_show(self.limits[name])}", "requests", name
+                    f"must equal the limit {shown(self.limits[name])}", "requests", name
                 )
             if request > limit:
                 raise field_error(
-                    f"must not exceed the limit {_show(self.limits[name])}", "requests", name
+                    f"must not exceed the limit {shown(self.limits[name])}", "requests", name
                 )
         return self
 
@@ -571,7 +158,7 @@ class ResourceRequirements(_K8sModel):
         return parse_resource_list({**self.limits, **self.requests})
 
 
-class Container(_K8sModel):
+class Container(K8sModel):
     name: str = Field(min_length=1)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     restart_policy: Literal["Always", "OnFailure", "Never"] | None = Field(
@@ -580,21 +167,21 @@ class Container(_K8sModel):
     """On an init container, ``Always`` makes it a sidecar that runs beside the app."""
 
 
-class NodeSelector(_K8sModel):
+class NodeSelector(K8sModel):
     node_selector_terms: list[NodeSelectorTerm] = Field(alias="nodeSelectorTerms")
 
 
-class NodeAffinity(_K8sModel):
+class NodeAffinity(K8sModel):
     required: NodeSelector | None = Field(
         default=None, alias="requiredDuringSchedulingIgnoredDuringExecution"
     )
 
 
-class Affinity(_K8sModel):
+class Affinity(K8sModel):
     node_affinity: NodeAffinity | None = Field(default=None, alias="nodeAffinity")
 
 
-class PodResourceClaim(_K8sModel):
+class PodResourceClaim(K8sModel):
     """One ``spec.resourceClaims`` entry: a claim by name, or one made from a template."""
 
     name: str
@@ -604,22 +191,22 @@ class PodResourceClaim(_K8sModel):
     )
 
 
-class PodResourceClaimStatus(_K8sModel):
+class PodResourceClaimStatus(K8sModel):
     name: str
     resource_claim_name: str | None = Field(default=None, alias="resourceClaimName")
 
 
-class ExtendedResourceClaimStatus(_K8sModel):
+class ExtendedResourceClaimStatus(K8sModel):
     resource_claim_name: str = Field(default="", alias="resourceClaimName")
 
 
-class PodSchedulingGate(_K8sModel):
+class PodSchedulingGate(K8sModel):
     """One entry of ``spec.schedulingGates``: while any is left, no scheduler places the pod."""
 
     name: str = Field(min_length=1)
 
 
-class PodSpec(_K8sModel):
+class PodSpec(K8sModel):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] = Field(default_factory=list, alias="initContainers")
     overhead: ResourceList = Field(default_factory=dict)
@@ -636,7 +223,7 @@ class PodSpec(_K8sModel):
     scheduling_gates: list[PodSchedulingGate] = Field(default_factory=list, alias="schedulingGates")
 
 
-class PodStatus(_K8sModel):
+class PodStatus(K8sModel):
     phase: Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"] | None = None
     resource_claim_statuses: list[PodResourceClaimStatus] = Field(
         default_factory=list, alias="resourceClaimStatuses"
@@ -660,7 +247,7 @@ _GPU_MILLI_RE = re.compile(r"[0-9]{1,4}")
 _GPU_INDEX_RE = re.compile(r"[0-9]{1,3}")
 
 
-class Pod(_K8sModel):
+class Pod(K8sModel):
     metadata: ObjectMeta
     spec: PodSpec
     status: PodStatus = Field(default_factory=PodStatus)
@@ -773,7 +360,7 @@ class Pod(_K8sModel):
         if not 1 <= milli <= 999:
             raise self._annotation_error(
                 GPU_MILLI_ANNOTATION,
-                f"must be an integer 1..999 (thousandths of one GPU), got {_show(value)}",
+                f"must be an integer 1..999 (thousandths of one GPU), got {shown(value)}",
             )
         return milli
 
@@ -796,7 +383,7 @@ class Pod(_K8sModel):
 
 
 def _parse_gpu_indices(value: str) -> tuple[int, ...]:
-    if _utf8_len(value) > MAX_GPUS_ANNOTATION_BYTES:
+    if utf8_len(value) > MAX_GPUS_ANNOTATION_BYTES:
         raise ValueError(f"longer than {MAX_GPUS_ANNOTATION_BYTES} bytes")
     if not value.strip():
         return ()
@@ -808,7 +395,7 @@ def _parse_gpu_indices(value: str) -> tuple[int, ...]:
         index = int(part) if _GPU_INDEX_RE.fullmatch(part) else MAX_GPUS_PER_NODE
         if index >= MAX_GPUS_PER_NODE:
             raise ValueError(
-                f"{_show(part)} is not a GPU index 0..{MAX_GPUS_PER_NODE - 1} (want e.g. '0,1,3')"
+                f"{shown(part)} is not a GPU index 0..{MAX_GPUS_PER_NODE - 1} (want e.g. '0,1,3')"
             )
         if index in indices:
             raise ValueError(f"GPU index {index} is listed twice")
@@ -841,7 +428,7 @@ def _describe(kind: str, raw: object, namespaced: bool) -> str:
 def _check_kind(obj: str, raw: Mapping[str, Any], kind: str) -> None:
     found = raw.get("kind")
     if found is not None and found != kind:
-        raise InvalidObjectError(obj, "kind", f"must be {kind}, got {_show(found)}")
+        raise InvalidObjectError(obj, "kind", f"must be {kind}, got {shown(found)}")
 
 
 def _validate(model: type[_ModelT], kind: str, raw: object, namespaced: bool) -> _ModelT:

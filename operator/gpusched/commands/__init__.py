@@ -12,8 +12,12 @@ import argparse
 import importlib
 import json
 import pkgutil
-from collections.abc import Mapping
-from typing import Any, TextIO
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from gpusched.offline.simulate import Run
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -57,3 +61,25 @@ def write_output(output: str, document: Mapping[str, Any], table: str, out: Text
         yaml.safe_dump(dict(document), out, sort_keys=False)
     else:
         out.write(table)
+
+
+def write_plot(
+    command: str,
+    run: Run,
+    path: Path | None,
+    err: TextIO,
+    highlight: Iterable[str] = (),
+    title: str | None = None,
+) -> int:
+    """Draws the cluster of ``run`` into ``path`` (``--plot``) when one is given; the exit
+    code: a picture that cannot be drawn or written is bad input, said on ``err``."""
+    if path is None:
+        return EXIT_OK
+    from gpusched.offline.plot import PlotError, plot_run
+
+    try:
+        plot_run(run, path, highlight=highlight, title=title)
+    except PlotError as error:
+        print(f"gpusched {command}: {error}", file=err)
+        return EXIT_BAD_INPUT
+    return EXIT_OK

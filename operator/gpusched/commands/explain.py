@@ -10,10 +10,10 @@ from typing import TextIO
 
 from gpusched.commands import (
     EXIT_BAD_INPUT,
-    EXIT_OK,
     add_output_option,
     register_all,
     write_output,
+    write_plot,
 )
 
 EXIT_UNREACHABLE = 1
@@ -65,8 +65,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gpusched.inputs import InputError
+    from gpusched.inputs.config import read_config
+    from gpusched.inputs.objects import load
+    from gpusched.inputs.scrape import read_metrics
     from gpusched.offline.explain import ExplainError, Target, explain_target
-    from gpusched.offline.inputs import InputError, load, read_config, read_metrics
     from gpusched.offline.live import UnreachableError, read_cluster, read_prometheus
 
     try:
@@ -85,15 +88,9 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"gpusched explain: cannot read the cluster: {error}", file=err)
         return EXIT_UNREACHABLE
     write_output(args.output, explanation.to_dict(), explanation.render(), out)
-    if args.plot is not None:
-        from gpusched.offline.plot import PlotError, plot_run
-
-        try:
-            plot_run(run, args.plot, highlight=explanation.highlight, title=explanation.headline)
-        except PlotError as error:
-            print(f"gpusched explain: {error}", file=err)
-            return EXIT_BAD_INPUT
-    return EXIT_OK
+    return write_plot(
+        "explain", run, args.plot, err, highlight=explanation.highlight, title=explanation.headline
+    )
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK, add_output_option, write_output
+from gpusched.commands import EXIT_BAD_INPUT, add_output_option, write_output, write_plot
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +39,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gpusched.offline.inputs import SAMPLE_DIR, InputError, load, read_config, read_metrics
+    from gpusched.inputs import InputError
+    from gpusched.inputs.config import read_config
+    from gpusched.inputs.objects import SAMPLE_DIR, load
+    from gpusched.inputs.scrape import read_metrics
     from gpusched.offline.report import document, render_table
     from gpusched.offline.simulate import simulate
 
@@ -57,12 +60,4 @@ def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         found["telemetry"] = telemetry.status.to_dict()
         table = f"Telemetry: {telemetry.status.summary()}\n{table}"
     write_output(args.output, found, table, out)
-    if args.plot is not None:
-        from gpusched.offline.plot import PlotError, plot_run
-
-        try:
-            plot_run(run, args.plot)
-        except PlotError as error:
-            print(f"gpusched simulate: {error}", file=err)
-            return EXIT_BAD_INPUT
-    return EXIT_OK
+    return write_plot("simulate", run, args.plot, err)

@@ -1,6 +1,7 @@
-"""Why nodes do not take a pod, as data (`NodeCheck`): the slow path of `gpusched.engine.fit`,
-run only for reports. Categories are found for all nodes at once with numpy; figures are
-written only for the example nodes shown per check, so checking 5,000 nodes stays cheap."""
+"""Why nodes do not take a pod, as data (`NodeCheck`): the slow path beside the filters of
+`gpusched.engine.fit`, run only for reports, in the same order of checks. Categories are found
+for all nodes at once with numpy; figures are written only for the example nodes shown per
+check, so checking 5,000 nodes stays cheap."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpusched.engine.fit import _category_codes, _failure
-from gpusched.engine.nodes import IntArray
+from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.engine.fit import broken_topology, static_reason
+from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Blocker, NodeCheck
 from gpusched.engine.snapshot import Snapshot
@@ -59,3 +61,119 @@ def _failed_name(snapshot: Snapshot, pod: PodRequest, node: int) -> str:
     detail = found[1] if found is not None else ""
     name = snapshot.nodes[node].name
     return f"{name} ({detail})" if detail else name
+
+
+# ----- the checks, node by node and all at once -----------------------------------------------
+
+
+def node_reason(snapshot: Snapshot, pod: PodRequest, node: int) -> str | None:
+    """The first check ``node`` fails for ``pod``, in words; ``None`` if it fits."""
+    found = _failure(snapshot, pod, node)
+    if found is None:
+        return None
+    category, detail = found
+    return f"{category} ({detail})" if detail else category
+
+
+def _failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
+    """(category, detail) of the first failing check: nodes are grouped by category."""
+    reason = static_reason(snapshot.nodes[node], pod)
+    if reason is not None:
+        return reason, ""
+    for name, amount in pod.resources.items():
+        column = snapshot.columns.get(name)
+        if column is None:
+            return f"no node has {name}", ""
+        free = int(snapshot.allocatable[node, column] - snapshot.used[node, column])
+        if free < amount:
+            return f"insufficient {name}", f"{_fmt(name, free)} free, needs {_fmt(name, amount)}"
+    return _gpu_failure(snapshot, pod, node)
+
+
+def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
+    info = snapshot.nodes[node]
+    if pod.gpus > 1 and info.topology_error is not None:
+        return "invalid GPU topology annotation: single-GPU pods only", info.topology_error
+    if pod.gpus:
+        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        have = int(snapshot.max_numa_free[node] if single else snapshot.free_whole[node])
+        if have < pod.gpus:
+            where = " in one NUMA node" if single else ""
+            detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
+            return f"insufficient {GPU_RESOURCE}", detail + _excluded_suffix(snapshot, node)
+    elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
+        most = int(snapshot.max_share[node])
+        detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
+        return "no GPU with enough milli-GPU free", detail + _excluded_suffix(snapshot, node)
+    return None
+
+
+def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
+    notes = [
+        f"GPU {gid - int(snapshot.gpu_offset[node])} {snapshot.gpu_notes[gid]}"
+        for gid in snapshot.node_gpus(node)
+        if gid in snapshot.gpu_notes and not snapshot.gpu_usable[gid]
+    ]
+    return f"; excluded: {', '.join(notes)}" if notes else ""
+
+
+def _fmt(resource: str, amount: int) -> str:
+    if resource == "cpu":
+        return f"{amount}m"
+    if resource == "memory" or resource.startswith("hugepages-"):
+        return f"{amount / 2**30:.1f}Gi"
+    return str(amount)
+
+
+def _category_codes(
+    snapshot: Snapshot, pod: PodRequest, nodes: IntArray
+) -> tuple[IntArray, list[str]]:
+    """Per node of ``nodes``, the index in the returned labels of the first check it fails
+    (-1: it fits). The same order of checks as `_failure`, vectorised."""
+    static_codes, static_labels = _static_categories(snapshot, pod)
+    codes = static_codes[nodes].copy()
+    labels = list(static_labels)
+
+    def check(label: str, ok: BoolArray) -> None:
+        failing = (codes < 0) & ~ok
+        if failing.any():
+            labels.append(label)
+            codes[failing] = len(labels) - 1
+
+    for name, amount in pod.resources.items():
+        column = snapshot.columns.get(name)
+        if column is None:
+            check(f"no node has {name}", np.zeros(nodes.size, dtype=np.bool_))
+            continue
+        free = snapshot.allocatable[nodes, column] - snapshot.used[nodes, column]
+        check(f"insufficient {name}", free >= amount)
+    if pod.gpus > 1:
+        broken = broken_topology(snapshot)[nodes]
+        check("invalid GPU topology annotation: single-GPU pods only", ~broken)
+    if pod.gpus:
+        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        have = snapshot.max_numa_free[nodes] if single else snapshot.free_whole[nodes]
+        check(f"insufficient {GPU_RESOURCE}", have >= pod.gpus)
+    elif pod.gpu_milli:
+        check("no GPU with enough milli-GPU free", snapshot.max_share[nodes] >= pod.gpu_milli)
+    return codes, labels
+
+
+def _static_categories(snapshot: Snapshot, pod: PodRequest) -> tuple[IntArray, list[str]]:
+    """Per node (all nodes), the static check it fails as an index into the labels (-1:
+    passes); cached per constraint set like `static_mask`."""
+    key = pod.constraint_key
+    cached = snapshot.static_reasons.get(key)
+    if cached is None:
+        labels: list[str] = []
+        index: dict[str, int] = {}
+        codes = np.full(len(snapshot.nodes), -1, dtype=np.int64)
+        for node, info in enumerate(snapshot.nodes):
+            reason = static_reason(info, pod)
+            if reason is not None:
+                codes[node] = index.setdefault(reason, len(labels))
+                if len(labels) < len(index):
+                    labels.append(reason)
+        cached = (codes, labels)
+        snapshot.static_reasons[key] = cached
+    return cached

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from gpusched.api.crds import Reason
 from gpusched.engine import wording
 from gpusched.engine.domains import Domain
 from gpusched.engine.groups import GroupSpec
-from gpusched.engine.result import Attempt, GroupDecision, NodeCheck, Phase, Reason, Waiting
+from gpusched.engine.result import Attempt, GroupDecision, NodeCheck, Phase, Waiting
 
 
 @dataclass(frozen=True, slots=True)

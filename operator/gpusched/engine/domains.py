@@ -85,10 +85,10 @@ def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
 
 def _share_copies(snapshot: Snapshot, milli: int) -> IntArray:
     per_gpu = np.where(snapshot.gpu_usable, snapshot.gpu_free // milli, 0)
-    return _per_node_sum(snapshot, np.minimum(per_gpu, WHOLE_GPU_MILLI // milli))
+    return per_node_sum(snapshot, np.minimum(per_gpu, WHOLE_GPU_MILLI // milli))
 
 
-def _per_node_sum(snapshot: Snapshot, per_gpu: IntArray) -> IntArray:
+def per_node_sum(snapshot: Snapshot, per_gpu: IntArray) -> IntArray:
     """Sums a per-GPU array per node (0 for nodes without GPUs)."""
     result = np.zeros(len(snapshot.nodes), dtype=np.int64)
     has_gpus = snapshot.gpu_offset[1:] > snapshot.gpu_offset[:-1]

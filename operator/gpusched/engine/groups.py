@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpusched.api.crds import CompositePodGroup, PodGroup
+from gpusched.api.crds import CompositePodGroup, DisruptionMode, PodGroup, PreemptionPolicy
+from gpusched.api.priority import PriorityClass, ResolvedPriority, resolve_priority
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -48,15 +49,26 @@ class GroupSpec:
     parent: str | None = None
     created: float = 0.0
     invalid: str | None = None
+    priority: int | None = None
+    """The group's resolved priority; None: its pods' own priority decides."""
+    priority_problem: str | None = None
+    """Why the priority could not be resolved: such a group neither preempts nor is evicted."""
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    disruption_mode: DisruptionMode = DisruptionMode.SINGLE
 
     @property
     def namespace(self) -> str:
         return GroupKey.parse(self.key).namespace
 
     @staticmethod
-    def from_pod_group(group: PodGroup) -> GroupSpec:
+    def from_pod_group(
+        group: PodGroup, classes: Mapping[str, PriorityClass] | None = None
+    ) -> GroupSpec:
+        """``classes``: the cluster's PriorityClasses by name, to resolve
+        ``priorityClassName`` (`resolve_priority`)."""
         spec = group.spec
         gang = spec.scheduling_policy.gang
+        resolved = resolve_priority(group, classes)
         return GroupSpec(
             key=group.key,
             kind=GroupKind.POD_GROUP,
@@ -65,11 +77,18 @@ class GroupSpec:
             topology_key=_topology_key(spec.scheduling_constraints),
             parent=_parent_key(group.metadata.namespace, spec.parent_composite_pod_group_name),
             created=_created(group),
+            priority=resolved.priority,
+            priority_problem=_problem(resolved),
+            preemption_policy=resolved.preemption_policy,
+            disruption_mode=resolved.disruption_mode,
         )
 
     @staticmethod
-    def from_composite(group: CompositePodGroup) -> GroupSpec:
+    def from_composite(
+        group: CompositePodGroup, classes: Mapping[str, PriorityClass] | None = None
+    ) -> GroupSpec:
         spec = group.spec
+        resolved = resolve_priority(group, classes)
         return GroupSpec(
             key=group.key,
             kind=GroupKind.COMPOSITE,
@@ -78,7 +97,15 @@ class GroupSpec:
             topology_key=_topology_key(spec.scheduling_constraints),
             parent=_parent_key(group.metadata.namespace, spec.parent_composite_pod_group_name),
             created=_created(group),
+            priority=resolved.priority,
+            priority_problem=_problem(resolved),
+            preemption_policy=resolved.preemption_policy,
+            disruption_mode=resolved.disruption_mode,
         )
+
+
+def _problem(resolved: ResolvedPriority) -> str | None:
+    return str(resolved.problem) if resolved.problem is not None else None
 
 
 def _topology_key(constraints: object) -> str | None:

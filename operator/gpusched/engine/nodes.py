@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.k8s import Taint
+from gpusched.api.selectors import Taint
 from gpusched.engine.gpushape import NodeShape
 
 BoolArray = npt.NDArray[np.bool_]

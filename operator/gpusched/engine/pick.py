@@ -33,7 +33,6 @@ class NodeChoice:
     node: int
     gpus: tuple[int, ...]
     score: float
-    gpu_choice: GpuChoice | None = None
 
 
 def pick_node(
@@ -246,7 +245,7 @@ def _with_gpus(
         score += config.topology_weight * scores.topology(choice)
     if config.gpu_weight:
         score += config.gpu_weight * scores.gpu_dimensions(snapshot, pod, node, gpus, config.gpu)
-    return NodeChoice(node, gpus, score, choice)
+    return NodeChoice(node, gpus, score)
 
 
 def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice | None:

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpusched.api.k8s import Toleration
-from gpusched.engine.domains import copies
+from gpusched.api.selectors import Toleration
+from gpusched.engine.domains import copies, per_node_sum
 from gpusched.engine.fragmentation import fragmentation, free_matrix
 from gpusched.engine.nodes import FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
@@ -119,7 +119,7 @@ def _per_node(snapshot: Snapshot, workload: tuple[TaskType, ...]) -> _PerNode:
     return _PerNode(
         gpus=counts,
         free=snapshot.free_whole.copy(),
-        excluded=_per_node_sum(snapshot, unusable),
+        excluded=per_node_sum(snapshot, unusable),
         gangs={size: gang_capacity(snapshot, size) for size in GANG_SIZES},
         stranded_milli=_stranded(snapshot, everyone, workload),
     )
@@ -144,14 +144,6 @@ def _stranded(snapshot: Snapshot, nodes: IntArray, workload: tuple[TaskType, ...
     cpu = snapshot.allocatable[nodes, column] - snapshot.used[nodes, column]
     measured: FloatArray = fragmentation(free_matrix(snapshot, nodes), cpu, workload)
     return measured
-
-
-def _per_node_sum(snapshot: Snapshot, per_gpu: IntArray) -> IntArray:
-    result = np.zeros(len(snapshot.nodes), dtype=np.int64)
-    has_gpus = snapshot.gpu_offset[1:] > snapshot.gpu_offset[:-1]
-    if per_gpu.size:
-        result[has_gpus] = np.add.reduceat(per_gpu, snapshot.gpu_offset[:-1][has_gpus])
-    return result
 
 
 def _summarise(level: str, name: str, per_node: _PerNode, where: slice | IntArray) -> DomainQuality:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.errors import InvalidObjectError
-from gpusched.api.k8s import GPU_MILLI_ANNOTATION, NodeSelectorTerm, Pod, Toleration
+from gpusched.api.k8s import GPU_MILLI_ANNOTATION, Pod
+from gpusched.api.selectors import NodeSelectorTerm, Toleration
 from gpusched.engine.groups import GroupKey
 
 WHOLE_GPU_MILLI = 1000

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpusched.api.crds import Reason
 from gpusched.engine import wording
 from gpusched.engine.decisions import Candidates, Tried
 from gpusched.engine.domains import Domain
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import WHOLE_GPU_MILLI
-from gpusched.engine.result import Attempt, Counted, GroupDecision, Phase, Reason
+from gpusched.engine.result import Attempt, Counted, GroupDecision, Phase
 from gpusched.engine.snapshot import Holding
 
 if TYPE_CHECKING:

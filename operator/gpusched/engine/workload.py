@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 
-from gpusched.api.k8s import NodeSelectorTerm
+from gpusched.api.selectors import NodeSelectorTerm
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 
 TaskKey = tuple[int, int, int, str]

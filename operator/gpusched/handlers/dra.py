@@ -11,20 +11,14 @@ from gpusched.api.dra import DRA_GROUP, DRA_VERSION
 from gpusched.handlers import _scheduler, registry
 
 
-def _key(body: Any) -> tuple[str, str]:
-    metadata = body["metadata"]
-    return str(metadata.get("namespace") or "default"), str(metadata["name"])
-
-
 @kopf.on.event(DRA_GROUP, DRA_VERSION, "resourceslices", registry=registry)
 async def resource_slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)
     body = event["object"]
     if event["type"] == "DELETED":
-        scheduler.claims.book.delete_slice(body["metadata"]["name"])
+        scheduler.slice_deleted(body["metadata"]["name"])
     else:
-        scheduler.claims.book.upsert_slice(body)
-    scheduler.wake()
+        scheduler.slice_changed(body)
 
 
 @kopf.on.event(DRA_GROUP, DRA_VERSION, "deviceclasses", registry=registry)
@@ -32,10 +26,9 @@ async def device_class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) ->
     scheduler = _scheduler(memo)
     body = event["object"]
     if event["type"] == "DELETED":
-        scheduler.claims.book.delete_class(body["metadata"]["name"])
+        scheduler.device_class_deleted(body["metadata"]["name"])
     else:
-        scheduler.claims.book.upsert_class(body)
-    scheduler.wake()
+        scheduler.device_class_changed(body)
 
 
 @kopf.on.event(DRA_GROUP, DRA_VERSION, "resourceclaims", registry=registry)
@@ -43,8 +36,7 @@ async def resource_claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) 
     scheduler = _scheduler(memo)
     body = event["object"]
     if event["type"] == "DELETED":
-        namespace, name = _key(body)
-        scheduler.claims.book.delete_claim(f"{namespace}/{name}")
+        metadata = body["metadata"]
+        scheduler.claim_deleted(f"{metadata.get('namespace') or 'default'}/{metadata['name']}")
     else:
-        scheduler.claims.book.upsert_claim(body)
-    scheduler.wake()
+        scheduler.claim_changed(body)

@@ -1,4 +1,4 @@
-"""The ``resource.k8s.io/v1`` calls the scheduler makes (`gpusched.scheduler.claims.ClaimApi`).
+"""The ``resource.k8s.io/v1`` calls the scheduler makes (`gpusched.scheduler.dra.book.ClaimApi`).
 
 Claims are written with PUT and their ``resourceVersion``: an allocation must never land on a
 claim that changed since it was read (another scheduler may have allocated it meanwhile).

@@ -2,7 +2,7 @@
 
 Phases:
 1. Input: the cluster's objects, from YAML files or from a live cluster (read-only), read by
-   `gpusched.offline.inputs`.
+   `gpusched.inputs.objects`.
 2. Decision: the engine runs on every pending pod, exactly as the operator's loop would now,
    so the target competes with the work ahead of it in the queue.
 3. Report: per group involved, the decision as the group's status ``lastAttempt`` would show
@@ -18,19 +18,19 @@ from it.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.api.crds import Reason
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod
-from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
-from gpusched.engine.request import PodRequest
-from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Reason
+from gpusched.engine.preemption import PreemptionPlan
+from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure
+from gpusched.inputs.objects import ClusterObjects
 from gpusched.offline import hints
-from gpusched.offline.inputs import ClusterObjects
 from gpusched.offline.simulate import Run, simulate
 
 KINDS = {
@@ -108,41 +108,30 @@ def _units_of(objects: ClusterObjects, groups: Mapping[str, GroupSpec], target: 
         pod = next((r.pod for r in objects.pods if r.pod.key == target.key), None)
         if pod is None or not pod.group:
             return {target.key}
-        keys = [f"{pod.namespace}/{pod.group}"]
+        keys = [_group_of(pod)]
     else:
         keys = [target.key]
-    return {root_of(groups, key) for key in keys}
+    tree = GroupTree(groups.values())
+    return {tree.root_of(key) for key in keys}
 
 
-def root_of(groups: Mapping[str, GroupSpec], key: str) -> str:
-    """The root group above ``key`` (``key`` itself for a root, or a group not known)."""
-    seen = {key}
-    group = groups.get(key)
-    while group is not None and group.parent is not None and group.parent not in seen:
-        seen.add(group.parent)
-        key = group.parent
-        group = groups.get(key)
-    return key
+def _family(run: Run, key: str) -> list[str]:
+    """The keys of the tree ``key`` is in, from its root down, parents first, children in key
+    order. Where the root is a parent that does not exist, its children that do (``key``
+    among them) stand for it."""
+    root = run.tree.root_of(key)
+    tops = [run.groups[root]] if root in run.groups else run.tree.children(root)
+    return [g.key for top in tops for g in run.tree.descendants(top)]
 
 
-def descendants(run: Run, key: str) -> list[str]:
-    """``key`` and every group under it, parents first, children in name order."""
-    children: dict[str, list[str]] = defaultdict(list)
-    for spec in sorted(run.groups.values(), key=lambda g: g.key):
-        if spec.parent is not None:
-            children[spec.parent].append(spec.key)
-    found, stack = [], [key]
-    while stack:
-        current = stack.pop(0)
-        if current in found:
-            continue
-        found.append(current)
-        stack[:0] = children.get(current, [])
-    return found
+def _descendants(run: Run, key: str) -> list[str]:
+    """``key`` (a known group) and every group under it, parents first."""
+    return [g.key for g in run.tree.descendants(run.groups[key])]
 
 
-def _pod_group_key(request: PodRequest) -> str | None:
-    return f"{request.namespace}/{request.group}" if request.group else None
+def _group_of(pod: Pod) -> str:
+    """The key of a grouped pod's PodGroup."""
+    return str(GroupKey(pod.namespace, pod.group or ""))
 
 
 # ----- phase 3: the report -------------------------------------------------------------------
@@ -157,6 +146,9 @@ class GroupReport:
     decision: GroupDecision | None
     placed: list[Binding] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
+    preemption: PreemptionPlan | None = None
+    """For a root group left unschedulable: the pods evicting which would make it fit, or
+    why it does not preempt."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +158,7 @@ class GroupReport:
             "decision": self.decision.to_dict() if self.decision is not None else None,
             "bindings": [b.to_dict() for b in self.placed],
             "hints": list(self.hints),
+            "preemption": self.preemption.to_dict() if self.preemption is not None else None,
         }
 
 
@@ -228,6 +221,24 @@ def _render_group(group: GroupReport) -> list[str]:
     if group.hints:
         lines.append("  what would make it fit:")
         lines += [f"  - {hint}" for hint in group.hints]
+    if group.preemption is not None:
+        lines += _render_preemption(group.preemption)
+    return lines
+
+
+VICTIMS_SHOWN = 8
+"""Victims listed one per line; the rest are counted."""
+
+
+def _render_preemption(plan: PreemptionPlan) -> list[str]:
+    lines = [f"  preemption: {plan.outcome.value}: {plan.message}"]
+    for victim in plan.victims[:VICTIMS_SHOWN]:
+        gpus = ",".join(map(str, victim.gpus)) or "-"
+        lines.append(
+            f"  - evict {victim.pod} (priority {victim.priority}) on {victim.node} GPUs {gpus}"
+        )
+    if len(plan.victims) > VICTIMS_SHOWN:
+        lines.append(f"  - … and {len(plan.victims) - VICTIMS_SHOWN} more")
     return lines
 
 
@@ -256,14 +267,14 @@ def _target_groups(run: Run, target: Target) -> list[str]:
         for key in roots:
             parent = run.groups[key].parent
             if parent is None or parent not in groups:
-                ordered += [k for k in descendants(run, key) if k not in ordered]
+                ordered += [k for k in _descendants(run, key) if k not in ordered]
         return ordered
     spec = run.groups.get(target.key)
     if spec is None or spec.kind.value != target.kind:
         known = sorted(k for k, g in run.groups.items() if g.kind.value == target.kind)
         shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
         raise ExplainError(f"{target.kind} {target.key} not found (known: {shown or 'none'})")
-    return descendants(run, target.key)
+    return _descendants(run, target.key)
 
 
 def _group_headline(run: Run, target: Target, keys: Sequence[str]) -> str:
@@ -287,7 +298,7 @@ def _failed_members(run: Run, spec: GroupSpec, reason: Reason) -> list[str]:
         k
         for k, p in sorted(run.pods.items())
         if p.group
-        and f"{p.namespace}/{p.group}" == spec.key
+        and _group_of(p) == spec.key
         and k in run.failures
         and run.failures[k].reason is reason
     ]
@@ -305,8 +316,8 @@ def _ungate_hint(run: Run, keys: Sequence[str]) -> str:
 
 def _members(run: Run, key: str) -> tuple[list[str], list[str]]:
     """(pending, bound) pod keys of a PodGroup."""
-    pending = sorted(k for k, r in run.pending.items() if _pod_group_key(r) == key)
-    bound = sorted(k for k, b in run.bound.items() if _pod_group_key(b.pod) == key)
+    pending = sorted(k for k, r in run.pending.items() if r.group_key == key)
+    bound = sorted(k for k, b in run.bound.items() if b.pod.group_key == key)
     return pending, bound
 
 
@@ -315,7 +326,7 @@ def _summary(run: Run, spec: GroupSpec) -> str:
         return "invalid"
     if spec.kind is GroupKind.COMPOSITE:
         policy = f"minGroupCount {spec.minimum}"
-        children = [g for g in run.groups.values() if g.parent == spec.key]
+        children = run.tree.children(spec.key)
         counts = hints.plural(len(children), "child group")
     else:
         policy = f"gang, minCount {spec.minimum}" if spec.gang else "basic"
@@ -333,6 +344,7 @@ def _group_report(run: Run, key: str) -> GroupReport:
     report.placed = [run.bindings[p] for p in pending if p in run.bindings]
     if decision is not None and decision.phase is not Phase.SCHEDULED:
         report.hints = group_hints(run, spec, decision)
+    report.preemption = next((p for p in run.preemptions if p.preemptor == key), None)
     return report
 
 
@@ -347,8 +359,7 @@ def _explain_pod(run: Run, target: Target) -> Explanation:
     pod = run.pods.get(key)
     if pod is None:
         raise ExplainError(f"Pod {key} not found")
-    group = pod.group
-    group_key = f"{pod.namespace}/{group}" if group else None
+    group_key = _group_of(pod) if pod.group else None
     explanation = Explanation(target, f"Pod {key}: {_pod_state(run, pod)}")
     explanation.highlight.add(group_key or key)
     if group_key is not None:
@@ -358,8 +369,7 @@ def _explain_pod(run: Run, target: Target) -> Explanation:
     if failure is not None and (own or not (group_key is not None and group_key in run.decisions)):
         explanation.pod_lines += [f"reason: {failure.reason.value}", f"message: {failure.message}"]
     if group_key is not None and group_key in run.groups:
-        root = root_of(run.groups, group_key)
-        explanation.groups += [_group_report(run, k) for k in descendants(run, root)]
+        explanation.groups += [_group_report(run, k) for k in _family(run, group_key)]
     elif failure is not None and key in run.pending:
         explanation.hints = _pod_failure_hints(run, key, failure, group_key)
     return explanation
@@ -418,7 +428,7 @@ def group_hints(run: Run, spec: GroupSpec, decision: GroupDecision) -> list[str]
     pods = [run.pending[k] for k in pending]
     if not pods:
         return []
-    snapshot = run.turns.get(root_of(run.groups, spec.key), run.snapshot)
+    snapshot = run.turns.get(run.tree.root_of(spec.key), run.snapshot)
     held = [
         (run.bound[k].pod, snapshot.index[run.bound[k].node])
         for k in bound

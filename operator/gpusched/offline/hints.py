@@ -25,8 +25,9 @@ import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.api.k8s import POD_GROUP_LABEL
+from gpusched.engine.blockers import node_reason
 from gpusched.engine.domains import Domain, copies, root_domain, subdomains
-from gpusched.engine.fit import node_reason, static_mask
+from gpusched.engine.fit import static_mask
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest

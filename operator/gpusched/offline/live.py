@@ -1,5 +1,5 @@
 """A live cluster, read-only, for ``explain``: its objects (GETs through
-`gpusched.k8s.reader`, read leniently by `gpusched.offline.inputs`) and, when the config names
+`gpusched.k8s.reader`, read leniently by `gpusched.inputs.objects`) and, when the config names
 a Prometheus, its GPU telemetry as the operator reads it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.engine.health import GpuSample
-from gpusched.offline.inputs import ClusterObjects, from_documents
+from gpusched.inputs.objects import ClusterObjects, from_documents
 
 
 class UnreachableError(Exception):

@@ -11,7 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpusched.api.k8s import Node, NodeSelectorRequirement, NodeSelectorTerm, parse_node
+from gpusched.api.k8s import Node, parse_node
+from gpusched.api.selectors import NodeSelectorRequirement, NodeSelectorTerm
 from gpusched.api.topology import TOPOLOGY_ANNOTATION
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest

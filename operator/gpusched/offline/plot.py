@@ -119,7 +119,7 @@ class _Layout:
 
 
 def _holder(pod: PodRequest) -> str:
-    return f"{pod.namespace}/{pod.group}" if pod.group else LOOSE
+    return pod.group_key or LOOSE
 
 
 def _layout(snapshot: Snapshot) -> _Layout:

@@ -120,10 +120,6 @@ class Replay:
         """The headline: 100 − allocation rate % when the arrived load reaches 100 %."""
         return 100.0 - self.at_load(HEADLINE_LOAD, self.allocated_pct)
 
-    @property
-    def pods_per_second(self) -> float:
-        return self.placed.size / self.seconds if self.seconds > 0 else 0.0
-
 
 def replay(
     base: Snapshot,

@@ -9,9 +9,11 @@ from gpusched.offline.simulate import Run
 
 
 def document(run: Run) -> dict[str, Any]:
-    """The ``-o json`` document: the engine's, plus ``invalid`` when a Workload failed
+    """The ``-o json`` document: the engine's; ``preemptions``, what evicting lower-priority
+    pods would do for each group left unschedulable; ``invalid`` when a Workload failed
     validation (invalid PodGroups and CompositePodGroups are in ``podGroups``)."""
     found = run.result.to_dict()
+    found["preemptions"] = [plan.to_dict() for plan in run.preemptions]
     if run.objects.invalid_workloads:
         found["invalid"] = [
             {"kind": "Workload", "name": key, "reason": "Invalid", "message": message}
@@ -81,6 +83,21 @@ def render_table(run: Run) -> str:
             for u in result.unschedulable
         ]
         lines += ["UNSCHEDULABLE", *_table(["POD", "REASON", "MESSAGE"], rows), ""]
+    if run.preemptions:
+        rows = [
+            [
+                p.preemptor,
+                p.outcome.value,
+                "/".join(p.placement.values()) or "-",
+                str(len(p.victims)),
+                p.cost.describe() if p.cost is not None else "-",
+            ]
+            for p in run.preemptions
+        ]
+        headers = ["PREEMPTOR", "OUTCOME", "DOMAIN", "VICTIMS", "COST"]
+        lines += ["PREEMPTIONS", *_table(headers, rows)]
+        lines += [f"  {p.preemptor}: {p.message}" for p in run.preemptions]
+        lines.append("")
     if run.objects.invalid_workloads:
         rows = [[key, "Invalid", why] for key, why in sorted(run.objects.invalid_workloads.items())]
         lines += ["INVALID WORKLOADS", *_table(["NAME", "REASON", "MESSAGE"], rows), ""]

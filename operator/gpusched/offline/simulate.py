@@ -1,5 +1,5 @@
 """The one engine run of the offline tools (``simulate``, ``explain``, their pictures): the
-objects read by `gpusched.offline.inputs`, placed exactly as the operator's loop would place
+objects read by `gpusched.inputs.objects`, placed exactly as the operator's loop would place
 them now.
 
 Bound pods consume capacity; pending pods with our scheduler name are placed; invalid groups
@@ -14,13 +14,14 @@ from dataclasses import dataclass, field, replace
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Pod
 from gpusched.engine.build import build_snapshot
-from gpusched.engine.groups import GroupSpec
+from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
+from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from gpusched.offline.inputs import ClusterObjects
+from gpusched.inputs.objects import ClusterObjects
 
 OTHER_SCHEDULER = "Pod (other scheduler, pending)"
 """How pending pods of another scheduler are counted among the ignored objects."""
@@ -44,11 +45,16 @@ class Run:
     units asked for)."""
     ignored: dict[str, int] = field(default_factory=dict)
     """Kinds read past, and pending pods of other schedulers, with counts."""
+    preemptions: list[PreemptionPlan] = field(default_factory=list)
+    """For each root group left unschedulable, highest priority first: the lower-priority
+    pods whose eviction would make it fit, or why none would."""
+    tree: GroupTree = field(init=False)
     decisions: dict[str, GroupDecision] = field(init=False)
     bindings: dict[str, Binding] = field(init=False)
     failures: dict[str, PodFailure] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.tree = GroupTree(self.groups.values())
         self.decisions = {d.name: d for d in self.result.groups}
         self.bindings = {b.pod: b for b in self.result.bindings}
         self.failures = {f.pod: f for f in self.result.unschedulable}
@@ -64,6 +70,7 @@ def simulate(
     (``None``: no telemetry source); ``turns``: given the groups, the units (root group keys,
     keys of pods without a group) whose turn to keep a copy of the cluster at."""
     bound: dict[str, BoundPod] = {}
+    foreign: set[str] = set()
     pending: dict[str, PodRequest] = {}
     pods: dict[str, Pod] = {}
     ignored = dict(objects.ignored)
@@ -74,6 +81,8 @@ def simulate(
             continue
         if pod.spec.node_name:
             bound[pod.key] = BoundPod(read.request, pod.spec.node_name, read.gpus)
+            if pod.spec.scheduler_name != config.scheduler_name:
+                foreign.add(pod.key)
         elif pod.spec.scheduler_name == config.scheduler_name:
             pending[pod.key] = read.request
         else:
@@ -87,7 +96,9 @@ def simulate(
         if unit in wanted:
             kept[unit] = work.copy()
 
-    result = schedule(snapshot, list(pending.values()), list(specs.values()), observe)
+    requests, groups = list(pending.values()), list(specs.values())
+    result = schedule(snapshot, requests, groups, observe)
+    preemptions = plan_cycle(snapshot, result, requests, groups, (), frozenset(foreign))
     return Run(
         objects=objects,
         snapshot=snapshot,
@@ -98,6 +109,7 @@ def simulate(
         result=first_attempt(result),
         turns=kept,
         ignored=ignored,
+        preemptions=preemptions,
     )
 
 

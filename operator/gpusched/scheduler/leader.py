@@ -13,15 +13,14 @@ simply not leading.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpusched.api.config import LeaderElectionConfig
 from gpusched.scheduler import metrics
+from gpusched.scheduler.clock import MONOTONIC, Clock
 from gpusched.scheduler.ports import ApiError
 
 logger = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ class LeaderElector:
         namespace: str,
         identity: str,
         on_change: Callable[[bool], None] = lambda leading: None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.api = api
         self.config = config
@@ -67,7 +66,7 @@ class LeaderElector:
     async def run(self) -> None:
         while True:
             await self.attempt()
-            await asyncio.sleep(self.config.retry_period_seconds)
+            await self.clock.sleep(self.config.retry_period_seconds)
 
     async def attempt(self) -> bool:
         """One try to acquire or renew; returns whether we lead afterwards."""

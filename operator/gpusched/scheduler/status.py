@@ -12,18 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpusched.api.crds import (
-    CONDITION_MATERIALIZED,
-    CONDITION_SCHEDULED,
+from gpusched.api.crds import CONDITION_MATERIALIZED, CONDITION_SCHEDULED, Reason
+from gpusched.api.k8s import Node
+from gpusched.api.status import (
     Condition,
     GroupPhase,
     GroupStatus,
     LastAttempt,
-    Reason,
     WorkloadGroupStatus,
     WorkloadStatus,
 )
-from gpusched.api.k8s import Node
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.state import GroupRecord, PodRecord
 

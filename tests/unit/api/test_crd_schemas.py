@@ -33,7 +33,9 @@ import yaml
 from pydantic import BaseModel
 
 from gpusched.api import crds as api
+from gpusched.api import status as statuses
 from gpusched.api.errors import InvalidObjectError, format_field_path
+from gpusched.api.materialize import materialize
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT / "crds"
@@ -133,15 +135,40 @@ def cel_program(rule: str) -> celpy.Runner:
     return _CEL.program(_CEL.compile(rule))
 
 
-def _cel_violations(schema: Mapping[str, Any], obj: Mapping[str, Any]) -> Iterator[Violation]:
+def _cel_violations(
+    schema: Mapping[str, Any], obj: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> Iterator[Violation]:
+    """Transition rules (those that read ``oldSelf``) run only on an update, and only where
+    the old object had a value too, as the API server runs them."""
     for node, value, path in _walk(schema, obj):
         for rule in node.get("x-kubernetes-validations", []):
-            result = cel_program(rule["rule"]).evaluate({"self": celpy.adapter.json_to_cel(value)})
+            activation = {"self": celpy.adapter.json_to_cel(value)}
+            if "oldSelf" in rule["rule"]:
+                before = _at(old, path)
+                if before is _ABSENT:
+                    continue
+                activation["oldSelf"] = celpy.adapter.json_to_cel(before)
+            result = cel_program(rule["rule"]).evaluate(activation)
             if isinstance(result, celpy.evaluation.CELEvalError):
                 raise AssertionError(f"rule {rule['rule']!r} failed at {path}: {result}")
             if result != celpy.celtypes.BoolType(True):
                 where = (*path, *rule.get("fieldPath", "").split(".")[1:])
                 yield Violation(format_field_path(where), rule["message"])
+
+
+_ABSENT = object()
+
+
+def _at(obj: Any, path: _Path) -> Any:
+    """The value at ``path`` in ``obj``, or `_ABSENT`."""
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(obj, list) or part >= len(obj):
+                return _ABSENT
+        elif not isinstance(obj, Mapping) or part not in obj:
+            return _ABSENT
+        obj = obj[part]
+    return obj
 
 
 def _duplicate_keys(schema: Mapping[str, Any], obj: Mapping[str, Any]) -> Iterator[Violation]:
@@ -157,12 +184,13 @@ def _duplicate_keys(schema: Mapping[str, Any], obj: Mapping[str, Any]) -> Iterat
             seen.add(key)
 
 
-def validate(obj: Mapping[str, Any]) -> list[Violation]:
-    """What the API server would say about creating ``obj``; [] when it accepts it."""
+def validate(obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[Violation]:
+    """What the API server would say about creating ``obj`` (or updating ``old`` to it);
+    [] when it accepts it."""
     schema = openapi_schema(load_crd(obj["kind"]))
     found = list(_schema_violations(schema, obj))
     found += _duplicate_keys(schema, obj)
-    found += _cel_violations(schema, obj)
+    found += _cel_violations(schema, obj, old)
     return found
 
 
@@ -198,7 +226,7 @@ def _materialized() -> list[tuple[str, dict[str, Any]]]:
         if doc["kind"] == "Workload":
             workload = api.parse_workload({**doc, "metadata": {**doc["metadata"], "uid": "u-1"}})
             found += [
-                (f"{where}→{o.metadata.name}", o.to_manifest()) for o in api.materialize(workload)
+                (f"{where}→{o.metadata.name}", o.to_manifest()) for o in materialize(workload)
             ]
     return found
 
@@ -211,10 +239,10 @@ def test_objects_the_operator_creates_are_accepted(where: str, obj: dict[str, An
     assert validate(obj) == [], where
 
 
-GROUP_STATUS = api.GroupStatus(
-    phase=api.GroupPhase.UNSCHEDULABLE,
+GROUP_STATUS = statuses.GroupStatus(
+    phase=statuses.GroupPhase.UNSCHEDULABLE,
     conditions=[
-        api.Condition(
+        statuses.Condition(
             type=api.CONDITION_SCHEDULED,
             status="False",
             reason=api.Reason.UNSCHEDULABLE,
@@ -225,19 +253,19 @@ GROUP_STATUS = api.GroupStatus(
     placement={"topology.kubernetes.io/zone": "zone-a", "topology.example.com/rack": "rack-1"},
     scheduled=1,
     running=1,
-    lastAttempt=api.LastAttempt(
+    lastAttempt=statuses.LastAttempt(
         time="2026-11-30T02:11:30Z",
         reason=api.Reason.UNSCHEDULABLE,
         message="0 of 4 racks fit",
         domains=["zone-a/rack-1: 2 of 4 pods fit"],
     ),
 )
-WORKLOAD_STATUS = api.WorkloadStatus(
-    phase=api.GroupPhase.RUNNING,
+WORKLOAD_STATUS = statuses.WorkloadStatus(
+    phase=statuses.GroupPhase.RUNNING,
     conditions=[
-        api.Condition(type=api.CONDITION_MATERIALIZED, status="True", reason="Materialized")
+        statuses.Condition(type=api.CONDITION_MATERIALIZED, status="True", reason="Materialized")
     ],
-    groups=[api.WorkloadGroupStatus(name="train-zone", kind="CompositePodGroup")],
+    groups=[statuses.WorkloadGroupStatus(name="train-zone", kind="CompositePodGroup")],
     scheduled=9,
     running=9,
 )
@@ -377,9 +405,9 @@ BAD = [
         operator_message="Field required",
     ),
     Bad(
-        "an unknown spec field",
-        pod_group(priority=3),
-        "spec.priority",
+        "an unknown spec field (a typo of priority)",
+        pod_group(priorty=3),
+        "spec.priorty",
         "unknown field",
     ),
     Bad(
@@ -459,6 +487,42 @@ BAD = [
         ".podGroupTemplates[0].schedulingPolicy",
         "exactly one of gang or basic",
     ),
+    Bad(
+        "a priority beyond int32",
+        pod_group(priority=2**31),
+        "spec.priority",
+        "2147483647",
+        operator_message="less than or equal to 2147483647",
+    ),
+    Bad(
+        "a negative priority beyond int32",
+        composite(priority=-(2**31) - 1),
+        "spec.priority",
+        "-2147483648",
+        operator_message="greater than or equal to -2147483648",
+    ),
+    Bad(
+        "a preemption policy that does not exist",
+        pod_group(preemptionPolicy="Always"),
+        "spec.preemptionPolicy",
+        "PreemptLowerPriority",
+    ),
+    Bad(
+        "a disruption mode in lower case",
+        composite(disruptionMode="all"),
+        "spec.disruptionMode",
+        "'All'",
+    ),
+    Bad(
+        "a priority class name that is no object name",
+        workload(
+            podGroupTemplates=[
+                {"name": "w", "schedulingPolicy": gang(1), "priorityClassName": "High"}
+            ]
+        ),
+        "spec.podGroupTemplates[0].priorityClassName",
+        "",
+    ),
 ]
 
 
@@ -494,6 +558,17 @@ def nested(depth: int) -> dict[str, Any]:
     return workload(**{key: [template]})
 
 
+SINGLE_UNDER_ALL = workload(
+    compositePodGroupTemplates=[
+        zone_template(1, "w", disruptionMode="All")
+        | {
+            "podGroupTemplates": [
+                {"name": "w", "schedulingPolicy": gang(1), "disruptionMode": "Single"}
+            ]
+        }
+    ]
+)
+
 OPERATOR_ONLY = [
     (
         "one template name under two parents",
@@ -507,6 +582,11 @@ OPERATOR_ONLY = [
         "templates nested nine levels deep",
         nested(api.MAX_TEMPLATE_DEPTH + 1),
         "spec" + ".compositePodGroupTemplates[0]" * 8,
+    ),
+    (
+        "a child template evicted alone under a template evicted whole",
+        SINGLE_UNDER_ALL,
+        "spec.compositePodGroupTemplates[0].podGroupTemplates[0].disruptionMode",
     ),
 ]
 
@@ -523,6 +603,50 @@ def test_what_only_the_operator_checks(
     with pytest.raises(InvalidObjectError) as caught:
         api.parse_custom_resource(obj)
     assert caught.value.field.startswith(operator_field), caught.value
+
+
+def test_a_template_tree_evicted_whole_with_a_child_evicted_alone_is_refused_by_the_operator() -> (
+    None
+):
+    with pytest.raises(InvalidObjectError) as caught:
+        api.parse_custom_resource(SINGLE_UNDER_ALL)
+    assert "parent template's disruptionMode is All" in caught.value.message
+
+
+IMMUTABLE = [
+    (
+        "the disruption mode of a PodGroup",
+        pod_group(disruptionMode="All"),
+        {"disruptionMode": "Single"},
+        "spec.disruptionMode",
+    ),
+    (
+        "the priority of a CompositePodGroup",
+        composite(priority=10),
+        {"priority": 1000},
+        "spec.priority",
+    ),
+    (
+        "the priority class of a PodGroup",
+        pod_group(priorityClassName="low"),
+        {"priorityClassName": "high"},
+        "spec.priorityClassName",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("story", "old", "change", "want_field"), IMMUTABLE, ids=[i[0] for i in IMMUTABLE]
+)
+def test_priority_and_disruption_fields_cannot_change_once_set(
+    story: str, old: dict[str, Any], change: dict[str, Any], want_field: str
+) -> None:
+    """A group's priority decides who it may evict and who may evict it; changing it under a
+    running gang would re-decide evictions already made, so the API server refuses it."""
+    new = copy.deepcopy(old)
+    new["spec"].update(change)
+    assert validate(old, old) == [], story
+    assert Violation(want_field, f"{want_field.split('.')[-1]} is immutable") in validate(new, old)
 
 
 def test_the_deepest_nesting_the_operator_allows_is_accepted_by_both() -> None:
@@ -651,9 +775,9 @@ def test_spec_fields_match_the_operators_model(kind: str, model: type[BaseModel]
 @pytest.mark.parametrize(
     ("kind", "model"),
     [
-        ("PodGroup", api.GroupStatus),
-        ("CompositePodGroup", api.GroupStatus),
-        ("Workload", api.WorkloadStatus),
+        ("PodGroup", statuses.GroupStatus),
+        ("CompositePodGroup", statuses.GroupStatus),
+        ("Workload", statuses.WorkloadStatus),
     ],
 )
 def test_status_fields_match_the_operators_model(kind: str, model: type[BaseModel]) -> None:
@@ -665,8 +789,11 @@ def test_status_fields_match_the_operators_model(kind: str, model: type[BaseMode
 @pytest.mark.parametrize(
     ("kind", "want"),
     [
-        ("PodGroup", ["Min", "Scheduled", "Running", "Phase", "Placement", "Age"]),
-        ("CompositePodGroup", ["MinGroups", "Scheduled", "Running", "Phase", "Placement", "Age"]),
+        ("PodGroup", ["Min", "Scheduled", "Running", "Phase", "Priority", "Placement", "Age"]),
+        (
+            "CompositePodGroup",
+            ["MinGroups", "Scheduled", "Running", "Phase", "Priority", "Placement", "Age"],
+        ),
         ("Workload", ["Phase", "Scheduled", "Running", "Age"]),
     ],
 )

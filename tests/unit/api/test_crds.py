@@ -15,17 +15,17 @@ from gpusched.api.crds import (
     API_VERSION,
     CompositePodGroup,
     CustomResource,
-    GroupPhase,
     PodGroup,
     Workload,
-    check_label_key,
-    materialize,
     parse_composite_pod_group,
     parse_custom_resource,
     parse_pod_group,
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError
+from gpusched.api.materialize import materialize
+from gpusched.api.names import check_label_key
+from gpusched.api.status import GroupPhase
 
 ZONE = "topology.kubernetes.io/zone"
 RACK = "topology.example.com/rack"

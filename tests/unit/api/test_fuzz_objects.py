@@ -13,14 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpusched.api.config import load_config
-from gpusched.api.crds import (
-    materialize,
-    parse_composite_pod_group,
-    parse_pod_group,
-    parse_workload,
-)
+from gpusched.api.crds import parse_composite_pod_group, parse_pod_group, parse_workload
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import parse_node, parse_pod
+from gpusched.api.materialize import materialize
 from gpusched.api.topology import parse_topology_annotation
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.request import PodRequest

@@ -16,17 +16,17 @@ from gpusched.api.k8s import (
     GPU_MILLI_ANNOTATION,
     GPUS_ANNOTATION,
     POD_GROUP_LABEL,
+    Pod,
+    parse_node,
+    parse_pod,
+)
+from gpusched.api.quantity import parse_bytes, parse_cpu_milli, parse_quantity
+from gpusched.api.selectors import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
-    Pod,
     Taint,
     Toleration,
     first_untolerated_taint,
-    parse_bytes,
-    parse_cpu_milli,
-    parse_node,
-    parse_pod,
-    parse_quantity,
     required_terms_match,
 )
 

@@ -12,7 +12,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from gpusched.api.crds import API_VERSION, parse_pod_group
+from gpusched.api.errors import InvalidObjectError
+from gpusched.api.priority import priority_classes
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.preemption import plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -313,3 +317,77 @@ def test_assuming_a_held_pod_again_raises_instead_of_counting_it_twice() -> None
     with pytest.raises(ValueError, match="default/p is already placed on node-a"):
         snapshot.assume(pod("p", gpus=1), 0, [1])
     assert int(snapshot.free_whole[0]) == 7, "the failed assume changed the snapshot"
+
+
+# ----- preemption with priorities that cannot be trusted -----------------------------------------
+
+PRIORITY_CLASSES = priority_classes(
+    [{"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000}]
+)
+
+
+def pod_group_object(name: str, **spec: object) -> dict[str, object]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}, **spec},
+    }
+
+
+def group_from(name: str, **spec: object) -> GroupSpec:
+    """As the operator reads a group: parsed, resolved, or marked invalid with the error."""
+    try:
+        return GroupSpec.from_pod_group(
+            parse_pod_group(pod_group_object(name, **spec)), PRIORITY_CLASSES
+        )
+    except InvalidObjectError as err:
+        return invalid(gang(name, 1), str(err))
+
+
+#   one full node: a priority-1 pod holds all 8 GPUs
+FULL = cluster(nodes=[node("node-a")], bound=[bound(pod("low-0", gpus=8, group="low"), "node-a")])
+LOW_GROUP = dataclasses.replace(gang("low", 1), priority=1)
+
+UNTRUSTED = [
+    (
+        "a PriorityClass that does not exist",
+        {"priorityClassName": "urgent"},
+        "PriorityUnresolved",
+        "PodGroup default/big: spec.priorityClassName: PriorityClass 'urgent' not found",
+    ),
+    (
+        "a negative priority beyond int32",
+        {"priority": -(2**31) - 1},
+        "Invalid",
+        "PodGroup default/big: spec.priority: Input should be greater than or equal to -2147483648",
+    ),
+    (
+        "a priority that conflicts with its priorityClassName",
+        {"priorityClassName": "high", "priority": 2000},
+        "PriorityUnresolved",
+        "PodGroup default/big: spec.priority: is 2000, but PriorityClass 'high'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("story", "spec", "want_outcome", "want_message"), UNTRUSTED, ids=[u[0] for u in UNTRUSTED]
+)
+def test_a_preemptor_whose_priority_cannot_be_trusted_evicts_nothing(
+    story: str, spec: dict[str, object], want_outcome: str, want_message: str
+) -> None:
+    big = group_from("big", **spec)
+    plan = plan_preemption(
+        FULL, "default/big", [pod("big-0", gpus=8, group="big")], [big, LOW_GROUP]
+    )
+    assert (plan.outcome.value, plan.victims) == (want_outcome, ()), story
+    assert want_message in plan.message
+
+
+def test_a_victim_whose_priority_cannot_be_trusted_is_never_evicted() -> None:
+    low = group_from("low", priorityClassName="gone")
+    big = dataclasses.replace(gang("big", 1), priority=1000)
+    plan = plan_preemption(FULL, "default/big", [pod("big-0", gpus=8, group="big")], [big, low])
+    assert (plan.outcome.value, plan.victims) == ("NoLowerPriority", ())
+    assert "1 protected" in plan.message

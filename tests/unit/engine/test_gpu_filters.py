@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.k8s import NodeSelectorTerm, Toleration
+from gpusched.api.selectors import NodeSelectorTerm, Toleration
 from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult

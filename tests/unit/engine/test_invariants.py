@@ -31,12 +31,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpusched.api.config import NumaPolicy, SchedulerConfig
+from gpusched.api.crds import Reason
 from gpusched.api.k8s import Node
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.health import GpuSample
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.result import Phase, Reason, ScheduleResult
+from gpusched.engine.result import Phase, ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
 from tests.support.engine import KINDS, PRODUCT, RACK, ZONE, composite, gang, node, node_names, pod

@@ -352,7 +352,7 @@ def test_the_group_text_is_the_status_last_attempt(
     document = json.loads(capsys.readouterr().out)
     assert code == EXIT_OK
     from gpusched.api.config import SchedulerConfig
-    from gpusched.offline.inputs import load
+    from gpusched.inputs.objects import load
     from gpusched.offline.simulate import simulate
 
     result = simulate(load([tmp_path / "c.yaml"]), SchedulerConfig()).result

@@ -20,7 +20,7 @@ from gpusched.commands import EXIT_OK
 from gpusched.engine.build import _node_info
 from gpusched.engine.health import GpuSample
 from gpusched.engine.schedule import schedule
-from gpusched.offline.inputs import SAMPLE_DIR, load
+from gpusched.inputs.objects import SAMPLE_DIR, load
 from gpusched.offline.plot import (
     EXCLUDED_COLOUR,
     HOT_COLOUR,

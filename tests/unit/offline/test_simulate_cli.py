@@ -22,7 +22,8 @@ import yaml
 from gpusched.api.config import SchedulerConfig
 from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
-from gpusched.offline.inputs import SAMPLE_DIR, load
+from gpusched.inputs.objects import SAMPLE_DIR, load
+from gpusched.offline.report import document as json_document
 from gpusched.offline.simulate import simulate as run_engine
 
 RACK = "topology.example.com/rack"
@@ -69,7 +70,7 @@ def group(document: Mapping[str, Any], name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def sample() -> dict[str, Any]:
     """The sample's JSON document, computed once the way ``-o json`` computes it."""
-    result = run_engine(load([SAMPLE_DIR]), SchedulerConfig()).result.to_dict()
+    result = json_document(run_engine(load([SAMPLE_DIR]), SchedulerConfig()))
     document: dict[str, Any] = json.loads(json.dumps(result))
     return document
 
@@ -78,7 +79,7 @@ def test_the_embedded_sample_runs_and_prints_json_of_the_documented_shape(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     document = simulate_json(capsys)
-    assert set(document) == {"bindings", "podGroups", "unschedulable"}
+    assert set(document) == {"bindings", "podGroups", "unschedulable", "preemptions"}
     for binding in document["bindings"]:
         assert {"pod", "node", "gpus"} <= set(binding), binding
         assert POD_KEY.match(binding["pod"]), binding
@@ -102,6 +103,16 @@ def test_the_embedded_sample_runs_and_prints_json_of_the_documented_shape(
         assert POD_KEY.match(failure["pod"]), failure
         assert failure["reason"], failure
         assert failure["message"], failure
+    # Every root group left unschedulable says whether evicting lower-priority pods would
+    # help it (the sample's pods all have priority 0: none would).
+    left = {d["name"] for d in document["podGroups"] if d["reason"] == "Unschedulable"}
+    roots = {p["preemptor"] for p in document["preemptions"]}
+    assert roots, left
+    assert roots <= left, (roots, left)
+    for plan in document["preemptions"]:
+        assert {"preemptor", "outcome", "message", "victims", "budget"} <= set(plan), plan
+        assert plan["outcome"] == "NoLowerPriority", plan
+        assert plan["victims"] == [], plan
 
 
 def test_the_sample_places_every_pending_pod_or_says_why(sample: dict[str, Any]) -> None:
@@ -845,3 +856,74 @@ def test_explain_from_files_reports_invalid_groups_and_workloads_as_the_operator
         assert (code, captured.err) == (EXIT_OK, ""), captured.err
         assert "Invalid" in captured.out, captured.out
         assert want in captured.out, captured.out
+
+
+# ----- preemption, as simulate shows it -------------------------------------------------------
+
+
+def _preemption_cluster(class_name: str) -> str:
+    # n1, n2 (one rack): each full with a low-priority 8-GPU pod; "urgent" asks for 8 GPUs at
+    # the priority of the class named.
+    low = []
+    for i, node in enumerate(("n1", "n2")):
+        body = pod_yaml(f"low-{i}", requests={"nvidia.com/gpu": 8}, node=node)
+        body["spec"]["priority"] = 10
+        low.append(body)
+    urgent = pod_yaml(
+        "urgent-0",
+        requests={"nvidia.com/gpu": 8},
+        labels={"scheduling.gpusched.io/pod-group": "urgent"},
+    )
+    high = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "train-high"},
+        "value": 1000,
+    }
+    gang = {"schedulingPolicy": {"gang": {"minCount": 1}}, "priorityClassName": class_name}
+    return documents(
+        node_yaml("n1"), node_yaml("n2"), high, *low, urgent, group_yaml("PodGroup", "urgent", gang)
+    )
+
+
+def test_simulate_lists_the_victims_that_would_make_room_for_a_higher_priority_gang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(_preemption_cluster("train-high"))
+    document = simulate_json(capsys, tmp_path / "cluster.yaml")
+    (plan,) = document["preemptions"]
+    assert (plan["preemptor"], plan["outcome"], plan["priority"]) == ("ml/urgent", "Planned", 1000)
+    (victim,) = plan["victims"]
+    assert victim["pod"] in ("ml/low-0", "ml/low-1")
+    assert victim["priority"] == 10
+    assert [b["node"] for b in plan["nominated"]] == [victim["node"]]
+    assert document["bindings"] == []  # offline nothing is evicted, so nothing is placed
+    code, table, _ = simulate(capsys, tmp_path / "cluster.yaml")
+    assert code == EXIT_OK
+    assert "PREEMPTIONS" in table
+    assert "ml/urgent" in table.split("PREEMPTIONS", 1)[1]
+
+
+def test_a_priority_class_that_does_not_exist_plans_no_eviction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(_preemption_cluster("no-such-class"))
+    document = simulate_json(capsys, tmp_path / "cluster.yaml")
+    (plan,) = document["preemptions"]
+    assert (plan["outcome"], plan["victims"]) == ("PriorityUnresolved", [])
+    assert "no-such-class" in plan["message"], plan["message"]
+    assert "priorityClassName" in plan["message"], plan["message"]
+
+
+def test_explain_names_the_victims_a_pending_gang_would_evict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(_preemption_cluster("train-high"))
+    code = main(["explain", "pg/urgent", "-n", "ml", "-f", str(tmp_path / "cluster.yaml")])
+    out = capsys.readouterr().out
+    assert code == EXIT_OK, out
+    (line,) = [x for x in out.splitlines() if x.strip().startswith("preemption:")]
+    assert line.strip().startswith("preemption: Planned:"), line
+    evictions = [x.strip() for x in out.splitlines() if x.strip().startswith("- evict ")]
+    assert len(evictions) == 1, out
+    assert "(priority 10)" in evictions[0], evictions

@@ -10,7 +10,7 @@ import pytest
 
 from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
-from gpusched.offline.inputs import SAMPLE_DIR, load
+from gpusched.inputs.objects import SAMPLE_DIR, load
 
 HOT_NODE = "dgx-a1-1"
 

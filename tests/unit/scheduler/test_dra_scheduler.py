@@ -16,6 +16,7 @@ from gpusched.api.config import load_config
 from gpusched.api.k8s import parse_node
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.schedule import schedule
+from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError, Fence, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
@@ -106,7 +107,7 @@ def _world(gang: int = 2, gpus: int = 2) -> tuple[Scheduler, LoggingApi, FakeCla
     api = LoggingApi()
     claims = FakeClaims(api.log)
     config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
-    scheduler = Scheduler(config, ClusterState(), api, claims=claims)
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims)
     scheduler.state.upsert_node(dra.node("n1"))
     scheduler.claims.book.upsert_slice(dra.resource_slice("n1"))
     scheduler.claims.book.upsert_class(dra.device_class())
@@ -190,7 +191,7 @@ async def test_claims_hold_their_devices_after_a_restart_even_when_their_pod_is_
     await run_cycle(scheduler)
     # A new replica: it knows only what it lists. The pod is gone; its claim still allocated.
     api2 = LoggingApi()
-    fresh = Scheduler(
+    fresh = build_scheduler(
         load_config({"operator": {"batchWindowSeconds": 0}}), ClusterState(), api2, claims=claims
     )
     fresh.state.upsert_node(dra.node("n1"))

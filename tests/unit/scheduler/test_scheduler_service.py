@@ -13,6 +13,7 @@ import pytest
 from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.health import GpuSample
+from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
@@ -25,14 +26,13 @@ def service(api: FakeApi, clock: Clock) -> Scheduler:
     config = load_config(
         {"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1, "maxBackoffSeconds": 8}}
     )
-    return Scheduler(config, ClusterState(), api, clock=clock)
+    return build_scheduler(config, ClusterState(), api, clock=clock)
 
 
 async def run_cycle(scheduler: Scheduler) -> None:
     await scheduler.cycle()
     await scheduler.settle()
-    await scheduler.outbox.flush()
-    await scheduler.recorder.flush()
+    await scheduler.reporter.flush()
 
 
 def bound_to(api: FakeApi) -> dict[str, str]:
@@ -192,9 +192,9 @@ async def test_a_gang_that_cannot_fit_backs_off_and_retries_at_once_when_room_is
     clock.now += 3.0  # a second failure doubles the delay to 2 s
     await run_cycle(scheduler)
     clock.now += 1.0
-    assert scheduler._backing_off("default/g", clock.now)
+    assert scheduler.backoff.backing_off("default/g", clock.now)
     scheduler.state.delete_pod("default/theirs")  # room: retried after the shortest delay
-    assert not scheduler._backing_off("default/g", clock.now)
+    assert not scheduler.backoff.backing_off("default/g", clock.now)
     await run_cycle(scheduler)
     assert sorted(bound_to(api)) == ["default/g-0", "default/g-1"]
     assert scheduler.cycles == cycles_before + 3
@@ -315,7 +315,7 @@ async def test_hot_gpus_from_telemetry_are_not_given_out() -> None:
     healthy = GpuSample(temperature_c=50, fb_free_mib=80000, fb_used_mib=0, age_seconds=1)
     hot = GpuSample(temperature_c=91, fb_free_mib=80000, fb_used_mib=0, age_seconds=1)
     samples = {("a", g): (hot if g < 6 else healthy) for g in range(8)}
-    scheduler = Scheduler(config, ClusterState(), api, telemetry=lambda: samples, clock=clock)
+    scheduler = build_scheduler(config, ClusterState(), api, telemetry=lambda: samples, clock=clock)
     scheduler.state.upsert_node(node("a"))
     scheduler.state.upsert_pod(pod("p", 2))
     scheduler.state.upsert_pod(pod("q", 1))
@@ -331,7 +331,9 @@ async def test_only_a_leader_with_a_fresh_pod_list_binds() -> None:
     api, clock = FakeApi(), Clock()
     config = load_config({"operator": {"batchWindowSeconds": 0}})
     leading = [False]
-    scheduler = Scheduler(config, ClusterState(), api, clock=clock, leading=lambda: leading[0])
+    scheduler = build_scheduler(
+        config, ClusterState(), api, clock=clock, leading=lambda: leading[0]
+    )
     scheduler.state.upsert_node(node("a", gpus=2))
     scheduler.state.upsert_pod(pod("p", 2))
     await run_cycle(scheduler)
@@ -356,7 +358,9 @@ async def test_a_bind_decided_before_the_lease_was_lost_is_not_sent() -> None:
     api, clock = FakeApi(), Clock()
     config = load_config({"operator": {"batchWindowSeconds": 0}})
     leading = [True]
-    scheduler = Scheduler(config, ClusterState(), api, clock=clock, leading=lambda: leading[0])
+    scheduler = build_scheduler(
+        config, ClusterState(), api, clock=clock, leading=lambda: leading[0]
+    )
     scheduler.state.upsert_node(node("a"))
     scheduler.state.upsert_pod(pod("p", 2))
     await scheduler.cycle()  # decided and reserved; the bind task has not run yet
@@ -504,3 +508,35 @@ async def test_a_foreign_pod_landing_before_the_bind_goes_out_stops_the_bind() -
     clock.now += 1.0
     await run_cycle(scheduler)
     assert api.binds == [("default/p", "a", {"gpusched.io/gpus": "0,1,2,3"})]
+
+
+@pytest.mark.asyncio
+async def test_an_unknown_bind_keeps_its_room_while_it_may_still_land_though_a_pod_came_in() -> (
+    None
+):
+    # Node a, 4 GPUs. p's bind (all four) gets no answer: the server may commit it within the
+    # bind timeout. Meanwhile x, another scheduler's 1-GPU pod, is bound onto a. p's GPUs must
+    # not go to q (ours) while p's bind may still land; once it can no longer, they may.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=4))
+    scheduler.state.upsert_pod(pod("p", 4))
+    api.failures["default/p"] = [ApiError(0, "connection reset")]
+    api.pods["default/p"] = pod("p", 4)  # read back: still pending
+    await run_cycle(scheduler)
+    scheduler.state.upsert_pod(pod("x", 1, node="a", scheduler="default-scheduler"))
+    scheduler.state.upsert_pod(pod("q", 3, created="2099-01-01T00:00:00Z"))
+    for _ in range(3):  # retries are due and read p back; still within the bind timeout
+        clock.now += 1.0
+        await run_cycle(scheduler)
+        assert list(scheduler.state.reservations) == ["default/p"]
+        assert api.binds == []
+    clock.now += 5.0  # past the bind timeout: p's first send can no longer land
+    await run_cycle(scheduler)
+    await run_cycle(scheduler)
+    assert "default/p" not in scheduler.state.reservations, scheduler.state.reservations
+    clock.now += 8.0  # q's backoff (it failed while p held the room)
+    await run_cycle(scheduler)
+    assert bound_to(api) == {
+        "default/q": "a"
+    }  # x holds 1 of 4: q's 3 fit, p's 4 do not  # x holds 1 of 4: q's 3 fit, p's 4 do not

@@ -1,7 +1,7 @@
-"""What a person hands the offline tools, read once: Kubernetes objects (YAML files, or the
-documents of a live cluster), the SchedulerConfig file, a saved dcgm-exporter scrape.
+"""Kubernetes objects a person hands us, read once: YAML files, or the documents of a live
+cluster.
 
-Objects are read in one of two ways:
+They are read in one of two ways:
 - **strict** (files, `load`): a file has been through no API server, so anything the API
   server or the operator would refuse is an `InputError` naming the file, the object and the
   field — except PodGroups, CompositePodGroups and Workloads, which the operator keeps as
@@ -15,32 +15,28 @@ Each pod's `PodRequest` and GPU indices are parsed once, here, and travel with t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
-    materialize,
     parse_composite_pod_group,
     parse_pod_group,
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError, format_field_path
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
+from gpusched.api.materialize import materialize
+from gpusched.api.priority import PriorityClass, parse_priority_class
 from gpusched.api.strict import check_pod_fields
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.request import PodRequest
-
-if TYPE_CHECKING:
-    from gpusched.engine.health import GpuSample
-    from gpusched.telemetry.status import TelemetryStatus
+from gpusched.inputs import InputError
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 CLUSTER_SCOPED = frozenset(
@@ -49,10 +45,6 @@ CLUSTER_SCOPED = frozenset(
 """Kinds without a namespace, among those a snapshot may hold."""
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "samples"
 """The embedded sample: ``examples/`` of the source tree, shipped inside the package."""
-
-
-class InputError(Exception):
-    """Unreadable or invalid input; the message names the file, the object and the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +71,12 @@ class ClusterObjects:
     """Pod key → why it failed validation (lenient reading only: strict reading refuses)."""
     ignored: dict[str, int] = field(default_factory=dict)
     """Kinds we read past, with counts (Jobs, Namespaces, …)."""
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    """By name: what a group's ``priorityClassName`` resolves to."""
 
     def group_specs(self) -> dict[str, GroupSpec]:
         """Every group the engine is given, by key: the valid ones and the invalid ones."""
-        specs = {g.key: _spec(g) for g in self.groups}
+        specs = {g.key: _spec(g, self.priority_classes) for g in self.groups}
         specs.update({g.key: g for g in self.invalid_groups if g.key not in specs})
         return specs
 
@@ -97,10 +91,10 @@ class ClusterObjects:
         return found
 
 
-def _spec(group: PodGroup | CompositePodGroup) -> GroupSpec:
+def _spec(group: PodGroup | CompositePodGroup, classes: Mapping[str, PriorityClass]) -> GroupSpec:
     if isinstance(group, PodGroup):
-        return GroupSpec.from_pod_group(group)
-    return GroupSpec.from_composite(group)
+        return GroupSpec.from_pod_group(group, classes)
+    return GroupSpec.from_composite(group, classes)
 
 
 # ----- objects ---------------------------------------------------------------------------------
@@ -127,6 +121,9 @@ class _Reader:
             self._lenient(document, lambda: self._add_pod(document))
         elif kind in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
             self._add_group(GroupKind(kind), document)
+        elif kind == "PriorityClass":
+            found = parse_priority_class(document)  # a class read wrong would mislead: strict
+            objects.priority_classes[found.name] = found
         elif kind == "Workload":
             try:
                 self.materialised.extend(materialize(parse_workload(document)))
@@ -304,78 +301,3 @@ def _first_difference(a: Any, b: Any, path: tuple[str | int, ...] = ()) -> tuple
             if x != y:
                 return _first_difference(x, y, (*path, index))
     return path
-
-
-# ----- the config file -------------------------------------------------------------------------
-
-
-def read_config(path: Path | None) -> SchedulerConfig:
-    """The SchedulerConfig in ``path``, or the defaults; `InputError` naming the file."""
-    if path is None:
-        return SchedulerConfig()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return load_config(raw, source=str(path))
-    except (OSError, yaml.YAMLError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    except InvalidObjectError as error:
-        raise InputError(str(error)) from None
-
-
-# ----- a saved scrape --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Metrics:
-    samples: Mapping[tuple[str, int], GpuSample]
-    status: TelemetryStatus
-
-
-def read_metrics(
-    path: Path | None, objects: ClusterObjects, config: SchedulerConfig
-) -> Metrics | None:
-    """Telemetry from a saved scrape, through the operator's mapping; series of nodes not in
-    the snapshot are counted as unknown."""
-    if path is None:
-        return None
-    from gpusched.telemetry.exposition import parse_exposition
-    from gpusched.telemetry.status import describe_data
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    check_exposition(text, path)
-    known = {n.name for n in objects.nodes}
-    data = parse_exposition(text, config.telemetry, known)
-    now = data.newest_time() or 0.0
-    status = describe_data(data, f"file {path}", now, config.telemetry.max_age_seconds)
-    return Metrics(data.view(now), status)
-
-
-_SAMPLE_LINE = re.compile(
-    r"[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
-    r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+]?Inf|NaN)"
-    r"(?:[ \t]+-?\d+)?[ \t]*"
-)
-"""One sample of the Prometheus text format: ``name{labels} value [timestamp]``."""
-
-
-def check_exposition(text: str, path: Path) -> None:
-    """`InputError` unless ``text`` is a scrape in the Prometheus text format with at least one
-    dcgm-exporter series. A file of another kind (YAML, a Prometheus API answer in JSON)
-    would otherwise read as "no GPU data", hiding the mistake. A line cut short is allowed,
-    as a scrape saved while the exporter wrote may end with one."""
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    samples = [line for _, line in lines if _SAMPLE_LINE.fullmatch(line)]
-    if not samples:
-        first = next((f"line {n}: {line[:60]!r}" for n, line in lines), "the file is empty")
-        raise InputError(
-            f"{path}: not a /metrics scrape in the Prometheus text format "
-            f"(no line reads NAME{{LABELS}} VALUE; {first})"
-        )
-    if not any(line.startswith("DCGM_FI_DEV_") for line in samples):
-        raise InputError(
-            f"{path}: no dcgm-exporter series (DCGM_FI_DEV_*) among its {len(samples)} samples: "
-            "save the dcgm-exporter's /metrics (port 9400), not another exporter's"
-        )

@@ -1,0 +1,89 @@
+"""Preemption for a whole scheduling cycle: a plan for every root group `schedule` left
+unschedulable, highest priority first, each on the cluster as the plans before it leave it.
+
+A later plan never counts on room an earlier one freed: each planned unit's victims are gone
+and its nominated placement is held before the next unit is planned. This is the
+``preemptions`` list ``simulate`` prints and ``explain`` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpusched.engine.groups import GroupSpec
+from gpusched.engine.preemption.result import PreemptionPlan
+from gpusched.engine.preemption.search import plan_preemption
+from gpusched.engine.preemption.victims import DisruptionBudget
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import Phase, Reason, ScheduleResult
+from gpusched.engine.snapshot import Snapshot
+
+
+def plan_cycle(
+    snapshot: Snapshot,
+    result: ScheduleResult,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec],
+    budgets: Sequence[DisruptionBudget] = (),
+    foreign: frozenset[str] = frozenset(),
+) -> list[PreemptionPlan]:
+    """One plan per root group that ``result`` (of `schedule` on ``snapshot`` with ``pods`` and
+    ``groups``) left Unschedulable, in queue order; the caller's snapshot is not changed."""
+    with snapshot.lock:
+        work = snapshot.copy()
+    for binding in result.bindings:  # what this cycle placed holds its room
+        request = next((p for p in pods if p.key == binding.pod), None)
+        if request is not None and request.key not in work.holdings:
+            work.assume(request, work.index[binding.node], binding.gpus)
+    plans = []
+    for root in _waiting_roots(result, pods, groups):
+        plan = plan_preemption(work, root.key, pods, groups, budgets, foreign)
+        plans.append(plan)
+        if plan.planned:
+            _carry_out(work, plan, pods)
+    return plans
+
+
+def _waiting_roots(
+    result: ScheduleResult, pods: Sequence[PodRequest], groups: Sequence[GroupSpec]
+) -> list[GroupSpec]:
+    failed = {
+        d.name
+        for d in result.groups
+        if d.phase is Phase.UNSCHEDULABLE and d.reason is Reason.UNSCHEDULABLE
+    }
+    roots = [g for g in groups if g.parent is None and g.key in failed]
+    tops: dict[str, int] = {}
+    for pod in pods:
+        key = f"{pod.namespace}/{pod.group}"
+        tops[key] = max(tops.get(key, pod.priority), pod.priority)
+
+    def priority(root: GroupSpec) -> int:
+        if root.priority is not None:
+            return root.priority
+        return max((v for k, v in tops.items() if _under(groups, k, root.key)), default=0)
+
+    return sorted(roots, key=lambda r: (-priority(r), r.created, r.key))
+
+
+def _under(groups: Sequence[GroupSpec], key: str, root: str) -> bool:
+    by_key = {g.key: g for g in groups}
+    seen: set[str] = set()
+    while key not in seen:
+        if key == root:
+            return True
+        seen.add(key)
+        group = by_key.get(key)
+        if group is None or group.parent is None:
+            return False
+        key = group.parent
+    return False
+
+
+def _carry_out(work: Snapshot, plan: PreemptionPlan, pods: Sequence[PodRequest]) -> None:
+    """The plan as done: its victims gone, its placement held."""
+    by_key = {p.key: p for p in pods}
+    for victim in plan.victims:
+        work.forget(victim.pod)
+    for binding in plan.bindings:
+        work.assume(by_key[binding.pod], work.index[binding.node], binding.gpus)

@@ -1,0 +1,288 @@
+"""Reserving and binding, and the binds whose outcome is unknown.
+
+Every binding is reserved in the ledger before its request is sent; a gang's ResourceClaims
+are all written first, then its binds go out concurrently (bounded). A bind that failed keeps
+its reservation and is sent again, the same pod to the same node and GPUs, with backoff: a
+gang that has started binding owns its room, and a bind whose outcome is unknown (no answer,
+a timeout, a 5xx: the server may still commit it) is harmless to repeat and harmful to give
+away. The room is released only when the pod is gone, shown bound, replaced, or definitively
+refused (a 4xx), or when its node is gone; the pod is then pending again and the engine,
+seeing the group's other pods bound, places it inside the group's domain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+
+from gpusched.api.config import OperatorConfig
+from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.engine.result import Binding
+from gpusched.scheduler import metrics
+from gpusched.scheduler.backoff import Backoff
+from gpusched.scheduler.clock import Clock
+from gpusched.scheduler.dra.allocator import ClaimAllocator, ClaimWrite
+from gpusched.scheduler.dra.view import View, held_claims
+from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.leadership import Leadership
+from gpusched.scheduler.ports import ApiError, ClusterApi, FencedError, ObjectRef
+from gpusched.scheduler.records import Reservation
+from gpusched.scheduler.refs import reserved_ref
+from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.unknown import Retry, UnknownBinds, Verdict
+
+logger = logging.getLogger(__name__)
+
+REFUSED = frozenset({400, 403, 422})
+"""Answers to a bind that say it was not applied and never will be as sent: its room is
+released. 404 and 409 are read back (the pod may be gone, replaced or bound already); every
+other failure, an unanswered bind included, is retried as it was."""
+
+Member = tuple[str, Reservation, list[ClaimWrite] | str]
+"""A pod of a gang to bind: its key, its reservation, and its claim writes (or why they
+cannot be made)."""
+
+
+class Binder:
+    def __init__(
+        self,
+        settings: OperatorConfig,
+        state: ClusterState,
+        api: ClusterApi,
+        claims: ClaimAllocator,
+        events: EventRecorder,
+        backoff: Backoff,
+        leadership: Leadership,
+        unknown: UnknownBinds,
+        clock: Clock,
+        background: Background,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.api = api
+        self.claims = claims
+        self.events = events
+        self.backoff = backoff
+        self.leadership = leadership
+        self.unknown = unknown
+        self.clock = clock
+        self.background = background
+        self._slots = asyncio.Semaphore(settings.bind_concurrency)
+        self._binding: dict[str, set[str]] = defaultdict(set)
+        """Root key → pods whose bind is in flight (for the gang latency metric)."""
+
+    # ----- events from the loop ----------------------------------------------------------------
+
+    def place(self, bindings: Iterable[Binding], view: View | None, term: int) -> list[Binding]:
+        """Reserves each binding and sends it (a gang's claims first), fenced to ``term``;
+        returns those reserved (a pod that changed while the engine ran is left out: it is
+        looked at again)."""
+        placed: list[Binding] = []
+        gangs: dict[str, list[Member]] = defaultdict(list)
+        for binding in bindings:
+            reservation = self.state.reserve(binding.pod, binding.node, binding.gpus)
+            if reservation is None:
+                continue
+            if reservation.request.group is None:
+                self.backoff.clear(binding.pod)
+                metrics.ATTEMPTS.labels("scheduled").inc()
+            placed.append(binding)
+            root = self.state.root_of_request(reservation.request)
+            gpus = ",".join(map(str, binding.gpus)) or "none"
+            logger.info("placing %s on %s, GPUs %s (%s)", binding.pod, binding.node, gpus, root)
+            self._binding[root].add(binding.pod)
+            writes = self.claims.plan(binding.pod, binding.node, binding.gpus, view)
+            gangs[root].append((binding.pod, reservation, writes))
+        for root, members in gangs.items():
+            self.background.spawn(self._allocate_and_bind(root, members, term))
+        return placed
+
+    def resend(self, now: float, term: int) -> None:
+        """Sends the binds due again (see `UnknownBinds.take`)."""
+        ended, due = self.unknown.take(now)
+        for key, root in ended:
+            self._bind_over(key, root)
+        for key, retry in due:
+            self._binding[retry.root].add(key)
+            if retry.read_first or self.state.taken_by_others(key, retry.reservation):
+                self.background.spawn(self._verify(key, retry, term))
+            else:
+                work = self._bind(
+                    key, retry.ref, retry.reservation, retry.root, term, retry.attempts
+                )
+                self.background.spawn(work)
+
+    # ----- sending ----------------------------------------------------------------------------
+
+    async def _allocate_and_bind(self, root: str, members: list[Member], term: int) -> None:
+        """A gang's ResourceClaims are all written before any of its pods is bound; if one
+        cannot be, every claim written is released and no pod of the gang is bound."""
+        writes = [w for _, _, ws in members if not isinstance(ws, str) for w in ws]
+        refused = [ws for _, _, ws in members if isinstance(ws, str)]
+        why = refused[0] if refused else await self.claims.allocate(writes)
+        if why is None:
+            await asyncio.gather(
+                *(self._bind(key, reserved_ref(key, r), r, root, term, 1) for key, r, _ in members)
+            )
+            return
+        self.claims.drop(writes)
+        for key, reservation, _ in members:
+            self.state.release(key, reservation)
+            self._bind_over(key, root)
+            self.events.record(reserved_ref(key, reservation), "Warning", "FailedScheduling", why)
+        self.backoff.failed(root, self.clock(), soon=True)
+        self.background.wake()
+
+    async def _bind(
+        self,
+        key: str,
+        ref: ObjectRef,
+        reservation: Reservation,
+        root: str,
+        term: int,
+        attempt: int,
+    ) -> None:
+        annotations = {}
+        if reservation.request.wants_gpu:
+            annotations[GPUS_ANNOTATION] = ",".join(str(g) for g in reservation.gpus)
+        fence = self.leadership.fence(term)
+        async with self._slots:
+            started = self.clock()
+            try:
+                if not fence():  # early out; the client asks again as the request goes out
+                    raise FencedError(f"bind of {key}")
+                if self.state.overcommits(key, reservation):
+                    # Another scheduler's pod landed on this node between the decision and
+                    # now (the wait for a slot included): sending would over-commit it.
+                    self._not_sent(key, ref, reservation, root, attempt)
+                    return
+                self.unknown.sent(key, started)
+                await self.api.bind(ref, reservation.node, annotations, fence)
+                error = None
+            except ApiError as failure:
+                error = failure
+            metrics.BIND_SECONDS.observe(self.clock() - started)
+        if error is None:
+            self._bound(key, ref, reservation, root)
+        else:
+            self._bind_failed(key, ref, reservation, root, error, attempt)
+        self.background.wake()
+
+    def _bound(self, key: str, ref: ObjectRef, reservation: Reservation, root: str) -> None:
+        metrics.BINDS.labels("ok").inc()
+        self.state.confirm(key, reservation)
+        gpus = f", GPUs {','.join(map(str, reservation.gpus))}" if reservation.gpus else ""
+        message = f"Successfully assigned {key} to {reservation.node}{gpus}"
+        logger.info("bound: %s", message)
+        self.events.record(ref, "Normal", "Scheduled", message)
+        self._bind_over(key, root)
+
+    def _bind_over(self, key: str, root: str) -> None:
+        self.unknown.over(key)
+        in_flight = self._binding.get(root)
+        if in_flight is not None:
+            in_flight.discard(key)
+            if not in_flight:
+                del self._binding[root]
+                self._gang_done(root)
+
+    def _bind_failed(
+        self,
+        key: str,
+        ref: ObjectRef,
+        reservation: Reservation,
+        root: str,
+        error: ApiError,
+        attempt: int,
+    ) -> None:
+        if isinstance(error, FencedError):
+            # Nothing was sent: the room goes back, and whoever leads next decides afresh.
+            metrics.BINDS.labels("fenced").inc()
+            self.state.release(key, reservation)
+            self._bind_over(key, root)
+            return
+        metrics.BINDS.labels("error").inc()
+        logger.warning("bind of %s to %s failed: %s", key, reservation.node, error)
+        if error.status in REFUSED:
+            self.state.release(key, reservation)
+            self._release_claims(key, reservation)
+            self._bind_over(key, root)
+            self.backoff.failed(root, self.clock(), soon=True)
+            self.events.record(
+                ref, "Warning", "FailedScheduling", f"Binding rejected: {error.message}"
+            )
+            return
+        # Unknown (the server may have applied it, or may still), or bound or gone (a 409 or
+        # 404, read back first). The room stays this pod's meanwhile.
+        self.events.record(
+            ref,
+            "Warning",
+            "FailedScheduling",
+            f"Binding rejected: {error.message} (sent again, same node and GPUs)",
+        )
+        answered = error.status in (404, 409)
+        kept = self.unknown.keep(
+            key, ref, reservation, root, attempt, read_first=answered, at_once=answered
+        )
+        if not kept:
+            self._bind_over(key, root)  # the watch settled it meanwhile
+
+    def _release_claims(self, key: str, reservation: Reservation) -> None:
+        """As kube-scheduler's Unreserve: a refused bind gives its pod's claims back."""
+        record = self.state.pods.get(key)
+        if record is not None:
+            self.background.spawn(
+                self.claims.releaser.release_pod(key, reservation.uid, held_claims(record.pod))
+            )
+
+    async def _verify(self, key: str, retry: Retry, term: int) -> None:
+        """Reads the pod back, and acts on what it says (see `UnknownBinds.read_back`)."""
+        reservation = retry.reservation
+        verdict = await self.unknown.read_back(key, retry)
+        if verdict is Verdict.UNREAD:
+            kept = self.unknown.keep(
+                key, retry.ref, reservation, retry.root, retry.attempts, read_first=True
+            )
+            if not kept:
+                self._bind_over(key, retry.root)  # the watch settled it meanwhile
+        elif verdict is Verdict.ROOM_TAKEN:
+            self._room_taken(key, reservation, retry.root)
+        elif verdict is Verdict.SEND:
+            self._binding[retry.root].add(key)
+            await self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
+        else:
+            self.state.release(key, reservation)  # no-op unless the body was older than ours
+            self._bind_over(key, retry.root)
+            self.background.wake()
+
+    def _not_sent(
+        self, key: str, ref: ObjectRef, reservation: Reservation, root: str, attempt: int
+    ) -> None:
+        """The node is full without this pod. If an earlier send of this bind may still land,
+        the room stays held and the pod is read back later; otherwise it is placed afresh."""
+        if self.unknown.may_still_land(key, self.clock()) and self.unknown.keep(
+            key, ref, reservation, root, attempt, read_first=True
+        ):
+            return
+        self._room_taken(key, reservation, root)
+
+    def _room_taken(self, key: str, reservation: Reservation, root: str) -> None:
+        """Another scheduler's pod landed in this room before the bind went out: the node
+        cannot take this pod now, so it is placed afresh (in its gang's domain)."""
+        logger.warning("%s: its GPUs on %s were taken meanwhile", key, reservation.node)
+        metrics.BINDS.labels("room-taken").inc()
+        self.state.release(key, reservation)
+        self._release_claims(key, reservation)
+        self._bind_over(key, root)
+        self.background.wake()
+
+    def _gang_done(self, root: str) -> None:
+        pods = self.state.pods_of(self.state.descendants(root))
+        if not pods or any(p.node is None for p in pods if not p.pod.is_terminal):
+            return
+        first = min(p.request.created for p in pods if p.request is not None)
+        if first:
+            metrics.GANG_SECONDS.observe(max(0.0, time.time() - first))

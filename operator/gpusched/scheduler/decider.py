@@ -1,0 +1,97 @@
+"""Deciding: a snapshot from the watched state, the ledger and the DRA view, and the engine
+run on it in a worker thread (so that watches keep flowing meanwhile); and the
+placement-quality gauges, measured on the same snapshot cache."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+
+from gpusched.api.config import SchedulerConfig
+from gpusched.engine.build import SnapshotCache, build_snapshot
+from gpusched.engine.health import GpuSample
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import Binding, ScheduleResult
+from gpusched.engine.schedule import schedule
+from gpusched.scheduler import metrics, quality_metrics
+from gpusched.scheduler.clock import Clock
+from gpusched.scheduler.dra.allocator import ClaimAllocator
+from gpusched.scheduler.dra.view import View
+from gpusched.scheduler.state import ClusterState
+
+Telemetry = Callable[[], Mapping[tuple[str, int], GpuSample] | None]
+TELEMETRY_HOLD_SECONDS = 1.0
+"""One telemetry mapping serves the cycles of this many seconds. The snapshot cache rebuilds
+its static part when the mapping changes, so taking a fresh one every cycle would rebuild it
+every cycle; holding it longer would understate ages (and a GPU would look fresher than its
+data) by more than this."""
+QUALITY_SECONDS = 5.0
+"""The placement-quality gauges are refreshed at most this often, and at least this often
+while this replica leads (one measurement takes about 6 ms at 5,000 nodes)."""
+
+
+class Decider:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        state: ClusterState,
+        claims: ClaimAllocator,
+        telemetry: Telemetry,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.claims = claims
+        self.telemetry = telemetry
+        self.clock = clock
+        self._held_telemetry: tuple[float, Mapping[tuple[str, int], GpuSample] | None] | None = None
+        self._snapshots = SnapshotCache()
+        self.quality_at = float("-inf")
+        """When the quality gauges were last measured (our clock)."""
+        self._placed: list[Binding] = []
+        """Bindings reserved since the last quality measurement (counted by link tier)."""
+
+    async def decide(self, ready: list[PodRequest]) -> tuple[ScheduleResult, View]:
+        """The engine's decision on ``ready`` (DRA reasons put in), and the DRA view it saw."""
+        started = self.clock()
+        view = self.claims.view.build(
+            self.state.nodes.values(), self.state.bound(), ready, self.state.pods, self.claims.busy
+        )
+        snapshot = build_snapshot(
+            view.nodes, view.bound, self._telemetry(), self.config, self._snapshots
+        )
+        groups = self.state.group_specs()
+        result = await asyncio.to_thread(schedule, snapshot, view.ready, groups)
+        view.amend(result)
+        metrics.DECISION_SECONDS.observe(self.clock() - started)
+        return result, view
+
+    def placed(self, bindings: Iterable[Binding]) -> None:
+        """Bindings reserved: counted in the next quality measurement."""
+        self._placed.extend(bindings)
+
+    def measure_quality(self, now: float) -> None:
+        """Placement-quality gauges, measured here rather than concurrently: building a
+        snapshot through the shared cache while `schedule` copies it in its thread is unsafe."""
+        if now - self.quality_at < QUALITY_SECONDS:
+            return
+        self.quality_at = now
+        snapshot = build_snapshot(
+            self.state.nodes.values(),
+            list(self.state.bound()),
+            self._telemetry(),
+            self.config,
+            self._snapshots,
+        )
+        quality_metrics.update(snapshot, self.config, self._placed)
+        self._placed.clear()
+
+    def next_measurement(self) -> float:
+        return self.quality_at + QUALITY_SECONDS
+
+    def _telemetry(self) -> Mapping[tuple[str, int], GpuSample] | None:
+        now = self.clock()
+        held = self._held_telemetry
+        if held is None or now - held[0] >= TELEMETRY_HOLD_SECONDS:
+            held = self._held_telemetry = (now, self.telemetry())
+        return held[1]

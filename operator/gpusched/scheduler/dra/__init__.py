@@ -1,0 +1,24 @@
+"""DRA: ResourceClaims as the ledger of DRA GPUs, and gpusched's allocation of them.
+
+On a node whose GPUs are published as ResourceSlices the GPUs a pod gets are the devices
+written into its ResourceClaims' ``status.allocation``: the kubelet and the DRA driver prepare
+exactly those. So gpusched writes its own choice there, as kube-scheduler's dynamicresources
+plugin would, and reads holdings back from the claims, never from its memory.
+
+One module per job:
+- `book`: the watched ResourceSlices, DeviceClasses and ResourceClaims (`ClaimBook`).
+- `view` and `builder`: per cycle, what the engine sees (`View`, built by `DraView`). DRA nodes
+  advertise the GPUs of their slices (joined with the topology by UUID) and carry a label that
+  only DRA pods select; a DRA pod asks for its claims' GPU count and selects nodes whose every
+  GPU passes its claims' checks. A claim that cannot be allocated exactly is a reason on the pod.
+- `holdings`: every allocated claim (or one we are writing) holds its devices, whichever pod,
+  if any, still runs.
+- `allocator`: the transaction (`ClaimAllocator`). For every pod of a gang, in kube-scheduler's
+  order: the finalizer ``resource.kubernetes.io/delete-protection`` (an update of the claim),
+  then ``status.allocation`` with the pod in ``status.reservedFor`` (one status update, as
+  kube-scheduler writes them), and only when every claim of the gang is written are the pods
+  bound.
+- `release`: any failure releases every claim the transaction touched (our reservedFor entry
+  removed, the allocation we made cleared, our finalizer dropped) and binds nothing
+  (`ClaimReleaser`).
+"""

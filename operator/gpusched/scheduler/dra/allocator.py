@@ -1,0 +1,256 @@
+"""The DRA transaction: a gang's ResourceClaims are all written before any of its pods is
+bound (see `gpusched.scheduler.dra`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpusched.api.dra import DELETE_PROTECTION_FINALIZER, ResourceClaim, parse_resource_claim
+from gpusched.engine.devices import NVIDIA_DRIVER, RequestDemand
+from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
+from gpusched.scheduler.dra.builder import DraView
+from gpusched.scheduler.dra.release import WRITE_ATTEMPTS, ClaimReleaser, RefusedError
+from gpusched.scheduler.dra.view import View
+from gpusched.scheduler.ports import ApiError
+
+logger = logging.getLogger(__name__)
+
+WRITE_CONCURRENCY = 16
+"""Claims of one gang written at the same time (each claim's own writes stay in order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """The allocation of one claim for one pod."""
+
+    key: str
+    pod: str
+    uid: str
+    node: str
+    pool: str
+    results: tuple[tuple[str, str], ...]
+    """(request, device) pairs, in request order."""
+    demands: tuple[RequestDemand, ...]
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(device for _, device in self.results)
+
+
+@dataclass(slots=True)
+class _Done:
+    write: ClaimWrite
+    finalizer: bool = False
+    allocated: bool = False
+
+
+class ClaimAllocator:
+    """Writes a gang's claims for the scheduler; see the module docstring."""
+
+    def __init__(
+        self,
+        book: ClaimBook,
+        view: DraView,
+        releaser: ClaimReleaser,
+        api: ClaimApi | None,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.book = book
+        self.view = view
+        self.releaser = releaser
+        self.api = api
+        self.leading = leading
+        self.writes: dict[str, ClaimWrite] = {}
+        """Claims being written, by claim key: they hold their devices until done."""
+        self.allocation_seconds = 0.0
+        """Total time spent writing claims (for the figures of the closing note)."""
+
+    @property
+    def busy(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        return {key: (w.pool, w.devices) for key, w in self.writes.items()}
+
+    async def resync(self) -> None:
+        """Lists slices, classes and claims afresh (a new leader's first step): holdings
+        come from what the API server has, never from what a previous leader remembered."""
+        if self.api is None:
+            self.book.listed = True
+            return
+        try:
+            slices = await self.api.list_resource_slices()
+            classes = await self.api.list_device_classes()
+            claims = await self.api.list_resource_claims()
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            logger.info("the API server serves no resource.k8s.io/v1: no DRA devices")
+            slices, classes, claims = [], [], []
+        self.book.replace_all(slices, classes, claims)
+
+    def plan(
+        self, pod: str, node: str, gpus: Sequence[int], view: View | None
+    ) -> list[ClaimWrite] | str:
+        """The claim writes placing ``pod`` on ``gpus`` of ``node``, held from now on; or why
+        they cannot be made (the devices' state changed since the view was built)."""
+        plan = view.plans.get(pod) if view is not None else None
+        if plan is None or view is None:
+            return []
+        node_obj = next((n for n in view.nodes if n.name == node), None)
+        devices = self.view.devices(node_obj) if node_obj is not None else None
+        if devices is None:
+            return f"node {node} publishes no {NVIDIA_DRIVER} devices"
+        chosen = [devices.devices.get(i) for i in gpus]
+        if any(d is None for d in chosen) or len(chosen) != plan.gpus:
+            return f"GPUs {list(gpus)} of {node} are not all published as devices"
+        taken = self._taken()
+        writes: list[ClaimWrite] = []
+        queue = [d for d in chosen if d is not None]
+        for claim in plan.claims:
+            results: list[tuple[str, str]] = []
+            for demand in claim.demands:
+                for _ in range(demand.count):
+                    gpu = queue.pop(0)
+                    if (gpu.pool, gpu.device) in taken:
+                        return f"device {gpu.device} of {node} is held by another claim"
+                    results.append((demand.request, gpu.device))
+            pool = chosen[0].pool if chosen[0] is not None else node
+            writes.append(
+                ClaimWrite(claim.key, pod, plan.uid, node, pool, tuple(results), claim.demands)
+            )
+        for write in writes:
+            self.writes[write.key] = write
+        return writes
+
+    def _taken(self) -> set[tuple[str, str]]:
+        taken = {(w.pool, d) for w in self.writes.values() for d in w.devices}
+        for claim in self.book.claims.values():
+            if claim.status.allocation is not None:
+                taken |= {(r.pool, r.device) for r in claim.status.allocation.devices.results}
+        return taken
+
+    def drop(self, writes: Iterable[ClaimWrite]) -> None:
+        for write in writes:
+            if self.writes.get(write.key) is write:
+                del self.writes[write.key]
+
+    async def allocate(self, writes: Sequence[ClaimWrite]) -> str | None:
+        """Writes every claim of a gang (each claim's two writes in order, claims side by
+        side, as kube-scheduler's PreBind runs per pod); on any failure releases every claim
+        the gang's writes touched and returns why. Done, the writes stop holding devices
+        through `writes`: the claims hold them."""
+        if not writes:
+            return None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        slots = asyncio.Semaphore(WRITE_CONCURRENCY)
+        steps = [_Done(write) for write in writes]
+
+        async def write_one(step: _Done) -> None:
+            async with slots:
+                await self._write(step)
+
+        try:
+            outcomes = await asyncio.gather(
+                *(write_one(step) for step in steps), return_exceptions=True
+            )
+            failed = [(s, o) for s, o in zip(steps, outcomes, strict=True) if o is not None]
+            if failed:
+                touched = [(s.write.key, s.write.uid) for s in steps if s.finalizer or s.allocated]
+                await self.releaser.release_all(touched)
+                step, error = failed[0]
+                if not isinstance(error, ApiError | RefusedError):
+                    raise error
+                return f"allocating ResourceClaim {step.write.key} failed: {error}"
+        finally:
+            self.drop(writes)
+            self.allocation_seconds += loop.time() - started
+        return None
+
+    async def _write(self, step: _Done) -> None:
+        assert self.api is not None
+        write = step.write
+        namespace, name = write.key.split("/", 1)
+        for attempt in range(WRITE_ATTEMPTS):
+            if not self.leading():
+                raise RefusedError("not the leader any more; not allocating")
+            body = self.book.raw_claims.get(write.key) if attempt == 0 else None
+            if body is None:
+                body = await self.api.get_claim(namespace, name)
+                if body is None:
+                    raise RefusedError(f"ResourceClaim {write.key} is gone")
+            try:
+                await self._write_once(step, body)
+                return
+            except ApiError as error:
+                if error.status != 409 or attempt == WRITE_ATTEMPTS - 1:
+                    raise
+
+    async def _write_once(self, step: _Done, body: Mapping[str, Any]) -> None:
+        assert self.api is not None
+        write = step.write
+        claim = parse_resource_claim(body)
+        if claim.metadata.deletion_timestamp is not None:
+            raise RefusedError(f"ResourceClaim {write.key} is being deleted")
+        if claim.status.allocation is not None:
+            raise RefusedError(f"ResourceClaim {write.key} got allocated elsewhere meanwhile")
+        current = dict(body)
+        if DELETE_PROTECTION_FINALIZER not in claim.metadata.finalizers:
+            metadata = dict(current["metadata"])
+            metadata["finalizers"] = [*claim.metadata.finalizers, DELETE_PROTECTION_FINALIZER]
+            current = await self.api.update_claim({**current, "metadata": metadata})
+            step.finalizer = True
+            self.book.upsert_claim(current)
+        status = dict(current.get("status") or {})
+        status["allocation"] = self._allocation(write, claim)
+        status["reservedFor"] = [
+            *(status.get("reservedFor") or []),
+            {"resource": "pods", "name": write.pod.split("/", 1)[1], "uid": write.uid},
+        ]
+        updated = await self.api.update_claim_status({**current, "status": status})
+        step.allocated = True
+        self.book.upsert_claim(updated)
+
+    def _allocation(self, write: ClaimWrite, claim: ResourceClaim) -> dict[str, Any]:
+        results = [
+            {"request": request, "driver": NVIDIA_DRIVER, "pool": write.pool, "device": device}
+            for request, device in write.results
+        ]
+        config: list[dict[str, Any]] = []
+        for demand in write.demands:
+            device_class = self.book.classes.get(demand.device_class)
+            for item in device_class.spec.config if device_class is not None else ():
+                if item.opaque is not None:
+                    config.append(
+                        {
+                            "source": "FromClass",
+                            "requests": [demand.request],
+                            "opaque": item.opaque.model_dump(exclude_none=True),
+                        }
+                    )
+        for own in claim.spec.devices.config:
+            if own.opaque is not None:
+                entry: dict[str, Any] = {
+                    "source": "FromClaim",
+                    "opaque": own.opaque.model_dump(exclude_none=True),
+                }
+                if own.requests:
+                    entry["requests"] = list(own.requests)
+                config.append(entry)
+        allocation: dict[str, Any] = {
+            "devices": {"results": results},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [write.node]}
+                        ]
+                    }
+                ]
+            },
+        }
+        if config:
+            allocation["devices"]["config"] = config
+        return allocation

@@ -1,0 +1,266 @@
+"""Builds each cycle's `View`: DRA nodes and DRA pods as the engine sees them."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.dra import ResourceSlice
+from gpusched.api.errors import InvalidObjectError
+from gpusched.api.k8s import Node, NodeStatus, Pod
+from gpusched.api.selectors import NodeSelectorRequirement, NodeSelectorTerm
+from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuTopology, parse_topology_annotation
+from gpusched.engine.devices import (
+    Check,
+    ClaimError,
+    NodeDevices,
+    claim_demand,
+    device_passes,
+    node_devices,
+)
+from gpusched.engine.request import PodRequest
+from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler.assignments import ActualAssignments
+from gpusched.scheduler.dra.book import ClaimBook
+from gpusched.scheduler.dra.holdings import ClaimHoldings
+from gpusched.scheduler.dra.view import (
+    ClaimPlan,
+    ClaimWaitingError,
+    PodPlan,
+    PodSource,
+    View,
+    claim_keys,
+)
+
+DRA_NODE_LABEL = "dra.gpusched.io/gpus"
+"""Put (in the engine's view only) on nodes whose GPUs come from ResourceSlices. DRA pods
+select it; pods asking for device-plugin GPUs avoid it: the kubelet of a DRA node has no
+``nvidia.com/gpu`` to give them."""
+MATCH_LABEL_PREFIX = "dra.gpusched.io/match-"
+"""Per distinct set of device checks, on the nodes whose every GPU passes them."""
+
+
+class DraView:
+    """Builds `View`s, keeping every derived object alive while its inputs are unchanged
+    (the snapshot cache tells unchanged nodes and pods by identity)."""
+
+    def __init__(self, book: ClaimBook, gpu_resource: str = GPU_RESOURCE) -> None:
+        self.book = book
+        self.gpu_resource = gpu_resource
+        self._devices: dict[str, tuple[Node, int, NodeDevices | None]] = {}
+        self._nodes: dict[str, tuple[Node, int, frozenset[str], Node]] = {}
+        self.holdings = ClaimHoldings(book)
+        self._requests: dict[str, tuple[PodRequest, tuple[object, ...], PodRequest]] = {}
+        self._by_node: tuple[int, dict[str, list[ResourceSlice]]] = (-1, {})
+        self.actual = ActualAssignments()
+
+    def devices(self, node: Node) -> NodeDevices | None:
+        generation = self.book.slices_generation
+        hit = self._devices.get(node.name)
+        if hit is not None and hit[0] is node and hit[1] == generation:
+            return hit[2]
+        found = node_devices(node.name, self._slices_of(node.name), *_topology(node))
+        self._devices[node.name] = (node, generation, found)
+        return found
+
+    def _slices_of(self, node: str) -> list[ResourceSlice]:
+        generation = self.book.slices_generation
+        if self._by_node[0] != generation:
+            index: dict[str, list[ResourceSlice]] = {}
+            for item in self.book.slices.values():
+                index.setdefault(item.spec.node_name or "", []).append(item)
+            self._by_node = (generation, index)
+        return self._by_node[1].get(node, [])
+
+    def build(
+        self,
+        nodes: Iterable[Node],
+        bound: Iterable[BoundPod],
+        ready: Sequence[PodRequest],
+        pods: Mapping[str, PodSource],
+        busy: Mapping[str, tuple[str, tuple[str, ...]]],
+    ) -> View:
+        """``busy``: claims being written by a running transaction (claim → node, devices)."""
+        all_nodes = list(nodes)
+        bound, mismatches = self.actual.apply({n.name: n for n in all_nodes}, bound)
+        inventory = {n.name: d for n in all_nodes if (d := self.devices(n)) is not None}
+        plans: dict[str, PodPlan] = {}
+        failures: dict[str, str] = {}
+        stale: list[tuple[str, str, str]] = []
+        group_of: dict[str, str] = {}
+        waiting: set[str] = set()
+        for request in ready:
+            record = pods.get(request.key)
+            if record is None or not record.pod.spec.resource_claims:
+                continue
+            if request.group is not None:
+                group_of[request.key] = f"{request.namespace}/{request.group}"
+            try:
+                plan = self._plan(record.pod, record.uid, busy, stale)
+            except ClaimError as why:
+                failures[request.key] = str(why)
+                if isinstance(why, ClaimWaitingError):
+                    waiting.add(request.key)
+                continue
+            plans[request.key] = plan
+        extended = self._extended_note()
+        noted: dict[str, str] = {}
+        if extended and inventory:
+            for request in ready:
+                if request.key not in plans and request.key not in failures and request.wants_gpu:
+                    noted[request.key] = extended
+                    if request.group is not None:
+                        group_of[request.key] = f"{request.namespace}/{request.group}"
+        signatures = {p.checks for p in plans.values()}
+        view_nodes = [self._node(n, inventory.get(n.name), signatures) for n in all_nodes]
+        view_ready = [
+            self._request(r, plans.get(r.key), bool(inventory))
+            for r in ready
+            if r.key not in failures
+        ]
+        held = self.holdings.claims(inventory, busy)
+        unusable = [self.holdings.unusable(d) for d in inventory.values() if d.unusable]
+        problems = {name: d.problems for name, d in inventory.items() if d.problems}
+        return View(
+            view_nodes,
+            [*bound, *held, *unusable],
+            view_ready,
+            plans,
+            failures,
+            problems,
+            stale,
+            group_of,
+            mismatches,
+            waiting,
+            noted,
+        )
+
+    def _extended_note(self) -> str:
+        classes = sorted(
+            name
+            for name, c in self.book.classes.items()
+            if c.spec.extended_resource_name == self.gpu_resource
+        )
+        if not classes:
+            return ""
+        return (
+            f"DRA nodes serve {self.gpu_resource} through DeviceClass {', '.join(classes)} "
+            "(extended resources backed by DRA), which gpusched does not allocate yet: on DRA "
+            "nodes ask for GPUs with a ResourceClaimTemplate"
+        )
+
+    # ----- pods ---------------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        pod: Pod,
+        uid: str,
+        busy: Mapping[str, tuple[str, tuple[str, ...]]],
+        stale: list[tuple[str, str, str]],
+    ) -> PodPlan:
+        claims: list[ClaimPlan] = []
+        for key in claim_keys(pod):
+            claim = self.book.claims.get(key)
+            if claim is None:
+                raise ClaimWaitingError(f"waiting for ResourceClaim {key} to exist")
+            if claim.metadata.deletion_timestamp is not None:
+                raise ClaimError(f"ResourceClaim {key} is being deleted")
+            if key in self.book.releasing:
+                raise ClaimWaitingError(f"ResourceClaim {key} is being released")
+            if claim.status.allocation is not None:
+                if claim.reserved_for_pod(uid) and key not in busy:
+                    stale.append((key, uid, claim.metadata.resource_version))
+                    raise ClaimWaitingError(
+                        f"ResourceClaim {key} holds an allocation made for this pod by a "
+                        "scheduler that never bound it; releasing it"
+                    )
+                if key in busy:
+                    raise ClaimWaitingError(f"ResourceClaim {key} is being allocated")
+                raise ClaimError(
+                    f"ResourceClaim {key} is already allocated (shared with another pod); "
+                    "gpusched does not place pods onto an existing allocation yet"
+                )
+            claims.append(ClaimPlan(key, claim_demand(claim, self.book.classes)))
+        return PodPlan(pod.key, uid, tuple(claims))
+
+    def _request(self, request: PodRequest, plan: PodPlan | None, dra_nodes: bool) -> PodRequest:
+        if plan is None and not (dra_nodes and request.wants_gpu):
+            return request
+        inputs: tuple[object, ...] = (plan, dra_nodes)
+        hit = self._requests.get(request.key)
+        if hit is not None and hit[0] is request and hit[1] == inputs:
+            return hit[2]
+        if plan is None:
+            changed = _avoid_dra_nodes(request)
+        else:
+            selector = {
+                *request.node_selector,
+                (DRA_NODE_LABEL, "true"),
+                (_match_label(plan.checks), "true"),
+            }
+            changed = dataclasses.replace(
+                request,
+                gpus=request.gpus + plan.gpus,
+                gpu_milli=0,
+                node_selector=tuple(sorted(selector)),
+            )
+        self._requests[request.key] = (request, inputs, changed)
+        return changed
+
+    # ----- nodes --------------------------------------------------------------------------------
+
+    def _node(
+        self, node: Node, devices: NodeDevices | None, signatures: set[tuple[Check, ...]]
+    ) -> Node:
+        if devices is None:
+            return node
+        passing = frozenset(
+            _match_label(checks)
+            for checks in signatures
+            if devices.devices and all(device_passes(checks, d) for d in devices.devices.values())
+        )
+        generation = self.book.slices_generation
+        hit = self._nodes.get(node.name)
+        if hit is not None and hit[0] is node and hit[1] == generation and hit[2] == passing:
+            return hit[3]
+        labels = {**node.labels, DRA_NODE_LABEL: "true", **dict.fromkeys(passing, "true")}
+        base = node.status.allocatable
+        allocatable = dict(base if base is not None else node.status.capacity)
+        allocatable[self.gpu_resource] = str(devices.gpu_count)
+        view = node.model_copy(
+            update={
+                "metadata": node.metadata.model_copy(update={"labels": labels}),
+                "status": NodeStatus.model_validate(
+                    {**node.status.model_dump(by_alias=True), "allocatable": allocatable}
+                ),
+            }
+        )
+        self._nodes[node.name] = (node, generation, passing, view)
+        return view
+
+
+def _topology(node: Node) -> tuple[GpuTopology | None, str | None]:
+    raw = node.annotations.get(TOPOLOGY_ANNOTATION)
+    if raw is None:
+        return None, None
+    try:
+        return parse_topology_annotation(node.name, raw), None
+    except InvalidObjectError as error:
+        return None, str(error)
+
+
+def _match_label(checks: tuple[Check, ...]) -> str:
+    digest = hashlib.sha256(repr(checks).encode()).hexdigest()[:16]
+    return f"{MATCH_LABEL_PREFIX}{digest}"
+
+
+def _avoid_dra_nodes(request: PodRequest) -> PodRequest:
+    avoid = NodeSelectorRequirement(key=DRA_NODE_LABEL, operator="DoesNotExist")
+    terms = request.required_terms or (NodeSelectorTerm(),)
+    combined = tuple(
+        term.model_copy(update={"match_expressions": [*term.match_expressions, avoid]})
+        for term in terms
+    )
+    return dataclasses.replace(request, required_terms=combined)

@@ -1,0 +1,96 @@
+"""What DRA claims hold, as the engine's bound pods: allocated claims, claims being written,
+and GPUs a node has but does not publish as devices."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpusched.engine.devices import NVIDIA_DRIVER, NodeDevices
+from gpusched.engine.request import PodRequest
+from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler.dra.book import ClaimBook
+
+
+class ClaimHoldings:
+    """Turns holdings into `BoundPod`s, keeping each alive while its claim is unchanged (the
+    snapshot cache tells unchanged pods by identity)."""
+
+    def __init__(self, book: ClaimBook) -> None:
+        self.book = book
+        self._holdings: dict[str, tuple[object, BoundPod]] = {}
+
+    def claims(
+        self,
+        inventory: Mapping[str, NodeDevices],
+        busy: Mapping[str, tuple[str, tuple[str, ...]]],
+    ) -> list[BoundPod]:
+        """Every claim holding NVIDIA devices: allocated ones, whether their pods still run
+        or not (kube-controller-manager frees them, not we), and those being written now."""
+        held: list[BoundPod] = []
+        seen: set[str] = set()
+        for key, claim in self.book.claims.items():
+            allocation = claim.status.allocation
+            if allocation is None:
+                continue
+            devices = tuple(
+                sorted(r.device for r in allocation.devices.results if r.driver == NVIDIA_DRIVER)
+            )
+            pools = {r.pool for r in allocation.devices.results if r.driver == NVIDIA_DRIVER}
+            if devices and len(pools) == 1:
+                holding = self._holding(key, pools.pop(), devices, inventory, claim)
+                if holding is not None:
+                    held.append(holding)
+                    seen.add(key)
+        for key, (node, devices) in busy.items():
+            if key not in seen:
+                holding = self._holding(key, node, devices, inventory, ("busy", node, devices))
+                if holding is not None:
+                    held.append(holding)
+        return held
+
+    def _holding(
+        self,
+        key: str,
+        pool: str,
+        devices: tuple[str, ...],
+        inventory: Mapping[str, NodeDevices],
+        version: object,
+    ) -> BoundPod | None:
+        node = _pool_node(pool, inventory)
+        if node is None:
+            return None
+        indices = tuple(
+            sorted(g.index for d in devices if (g := node.by_name(pool, d)) is not None)
+        )
+        if not indices:
+            return None
+        marker = (version, indices)
+        hit = self._holdings.get(key)
+        if hit is not None and hit[0] == marker:
+            return hit[1]
+        request = PodRequest(key=f"ResourceClaim {key}", resources={}, gpus=len(indices))
+        holding = BoundPod(request, node.node, indices)
+        self._holdings[key] = (marker, holding)
+        return holding
+
+    def unusable(self, devices: NodeDevices) -> BoundPod:
+        key = f"unusable/{devices.node}"
+        marker = (devices.unusable,)
+        hit = self._holdings.get(key)
+        if hit is not None and hit[0] == marker:
+            return hit[1]
+        request = PodRequest(
+            key=f"GPUs not published by {NVIDIA_DRIVER} on {devices.node}",
+            resources={},
+            gpus=len(devices.unusable),
+        )
+        holding = BoundPod(request, devices.node, devices.unusable)
+        self._holdings[key] = (marker, holding)
+        return holding
+
+
+def _pool_node(pool: str, inventory: Mapping[str, NodeDevices]) -> NodeDevices | None:
+    for devices in inventory.values():
+        if any(g.pool == pool for g in devices.devices.values()):
+            return devices
+    return None

@@ -1,0 +1,87 @@
+"""Wires the scheduling service's collaborators into one `Scheduler`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpusched.api.config import SchedulerConfig
+from gpusched.scheduler import quality_metrics
+from gpusched.scheduler.backoff import Backoff
+from gpusched.scheduler.binder import Binder
+from gpusched.scheduler.clock import MONOTONIC, Clock
+from gpusched.scheduler.decider import Decider, Telemetry
+from gpusched.scheduler.dra.allocator import ClaimAllocator
+from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
+from gpusched.scheduler.dra.builder import DraView
+from gpusched.scheduler.dra.release import ClaimReleaser
+from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.leadership import Leadership
+from gpusched.scheduler.loop import SchedulingLoop
+from gpusched.scheduler.outbox import StatusOutbox
+from gpusched.scheduler.ports import ClusterApi
+from gpusched.scheduler.reporter import Reporter
+from gpusched.scheduler.resync import RESYNC_SECONDS, Resync
+from gpusched.scheduler.service import Scheduler
+from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.unknown import UnknownBinds
+from gpusched.scheduler.workloads import Materializer
+
+
+def build_scheduler(
+    config: SchedulerConfig,
+    state: ClusterState,
+    api: ClusterApi,
+    *,
+    telemetry: Telemetry | None = None,
+    clock: Clock = MONOTONIC,
+    leading: Callable[[], bool] | None = None,
+    claims: ClaimApi | None = None,
+    resync_seconds: float = RESYNC_SECONDS,
+) -> Scheduler:
+    """The service over ``state`` and ``api``. ``leading``: whether this replica holds the
+    Lease now (None: it schedules alone); ``claims``: the DRA API (None: no DRA objects are
+    read or written)."""
+    settings = config.operator
+    background = Background(clock)
+    recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
+    outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)
+    reporter = Reporter(config, state, recorder, outbox)
+    leadership = Leadership(leading, on_lost=(reporter.reset, quality_metrics.default().clear))
+    book = ClaimBook()
+    releaser = ClaimReleaser(book, claims)
+    allocator = ClaimAllocator(book, DraView(book), releaser, claims, leadership.leading)
+    backoff = Backoff(settings, lambda: state.capacity_generation)
+    unknown = UnknownBinds(state, api, backoff, clock)
+    binder = Binder(
+        settings, state, api, allocator, recorder, backoff, leadership, unknown, clock, background
+    )
+    resync = Resync(state, api, allocator, clock, background, resync_seconds)
+    loop = SchedulingLoop(
+        settings,
+        state,
+        leadership,
+        resync,
+        Materializer(state, api, clock, background, settings.initial_backoff_seconds),
+        backoff,
+        Decider(config, state, allocator, telemetry or (lambda: None), clock),
+        binder,
+        unknown,
+        releaser,
+        reporter,
+        clock,
+        background,
+    )
+    return Scheduler(
+        state,
+        api,
+        clock,
+        background,
+        leadership,
+        resync,
+        loop,
+        unknown,
+        backoff,
+        reporter,
+        allocator,
+    )

@@ -1,0 +1,228 @@
+"""The scheduling loop: one loop, not a handler per pod racing the others.
+
+Each cycle:
+1. Workloads: create the groups their templates describe that do not exist yet.
+2. Queue: take our pending pods, drop those whose root group is backing off after a failed
+   attempt (a change that frees capacity cuts the wait short).
+3. Decide: build a snapshot from the watched state plus the reservation ledger and run the
+   engine on it (`Decider`). The engine orders work by priority then age, places each root
+   group completely or not at all, and never lets a group that cannot fit hold anything, so
+   it never blocks smaller groups behind it.
+4. Reserve and bind (`Binder`): every binding is reserved before its request is sent; a bind
+   whose outcome is unknown keeps its room and is sent again.
+5. Report (`Reporter`): group and Workload status from what the pods show, Events aggregated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from datetime import UTC, datetime
+
+from gpusched.api.config import OperatorConfig
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import GroupDecision, Phase, Reason, ScheduleResult
+from gpusched.scheduler import metrics, quality_metrics
+from gpusched.scheduler.backoff import Backoff
+from gpusched.scheduler.binder import Binder
+from gpusched.scheduler.clock import Clock
+from gpusched.scheduler.decider import Decider
+from gpusched.scheduler.dra.release import ClaimReleaser
+from gpusched.scheduler.dra.view import View
+from gpusched.scheduler.leadership import Leadership
+from gpusched.scheduler.refs import group_ref, pod_ref
+from gpusched.scheduler.reporter import Reporter
+from gpusched.scheduler.resync import Resync
+from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.unknown import UnknownBinds
+from gpusched.scheduler.workloads import Materializer
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulingLoop:
+    def __init__(
+        self,
+        settings: OperatorConfig,
+        state: ClusterState,
+        leadership: Leadership,
+        resync: Resync,
+        materializer: Materializer,
+        backoff: Backoff,
+        decider: Decider,
+        binder: Binder,
+        unknown: UnknownBinds,
+        releaser: ClaimReleaser,
+        reporter: Reporter,
+        clock: Clock,
+        background: Background,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.leadership = leadership
+        self.resync = resync
+        self.materializer = materializer
+        self.backoff = backoff
+        self.decider = decider
+        self.binder = binder
+        self.unknown = unknown
+        self.releaser = releaser
+        self.reporter = reporter
+        self.clock = clock
+        self.background = background
+        self._groups_seen = -1
+        self.cycles = 0
+
+    async def run(self) -> None:
+        """Runs cycles until cancelled; a failing cycle is logged and retried, never fatal."""
+        helpers = self.reporter.start()
+        try:
+            while True:
+                await self._sleep_until_needed()
+                try:
+                    await self.cycle()
+                except Exception:
+                    metrics.ATTEMPTS.labels("error").inc()
+                    logger.exception("scheduling cycle failed; retrying")
+                    await self.clock.sleep(self.settings.initial_backoff_seconds)
+                    self.background.wake()
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self.background.cancel()
+
+    async def _sleep_until_needed(self) -> None:
+        upcoming = self.backoff.next_tries() + self.unknown.next_tries()
+        due = min(upcoming, default=self.decider.next_measurement())
+        await self.background.wait(due - self.clock())
+        if self.settings.batch_window_seconds:
+            # Let the rest of a burst (a gang's pods created together) arrive first.
+            await self.clock.sleep(self.settings.batch_window_seconds)
+
+    async def cycle(self) -> None:
+        if not self.leadership.may_write():
+            return
+        self.cycles += 1
+        now = self.clock()
+        term = self.leadership.term
+        self.binder.resend(now, term)
+        self.resync.tick(now)
+        wall = datetime.now(UTC)
+        self.materializer.materialize()
+        ready, roots = self._queue(now)
+        groups_changed = self.state.groups_generation != self._groups_seen
+        if ready or groups_changed:
+            self._groups_seen = self.state.groups_generation
+            result, view = await self.decider.decide(ready)
+            self._after_view(view)
+            if term != self.leadership.term:
+                return  # leadership changed while the engine ran: the decision is stale
+            self._apply(result, roots, now, wall)
+            self.decider.placed(self.binder.place(result.bindings, view, term))
+        self.reporter.report(wall)
+        metrics.RESERVED_GPUS.set(self.state.reserved_gpus())
+        self.decider.measure_quality(now)
+
+    def _queue(self, now: float) -> tuple[list[PodRequest], set[str]]:
+        """Pending pods not backing off, and the roots they belong to."""
+        ready: list[PodRequest] = []
+        roots: set[str] = set()
+        waiting: set[str] = set()
+        created: list[float] = []
+        started = self._started_roots()
+        for record in self.state.pending():
+            if record.request is None:
+                self.reporter.event(
+                    pod_ref(record),
+                    "Warning",
+                    "FailedScheduling",
+                    f"{Reason.INVALID}: {record.error}",
+                )
+                continue
+            root = self.state.root_of_request(record.request)
+            waiting.add(root)
+            created.append(record.request.created)
+            if root not in started and self.backoff.backing_off(root, now):
+                continue  # (a gang that has started binding never waits behind newcomers)
+            request = record.request
+            if root in started:
+                # Its gang has started binding: it comes before newcomers of its priority
+                # (the engine orders by priority, then age).
+                request = dataclasses.replace(request, created=0.0)
+            ready.append(request)
+            roots.add(root)
+        metrics.PENDING_GROUPS.set(len(waiting))
+        quality_metrics.default().pending(created, time.time())
+        return ready, roots
+
+    def _started_roots(self) -> set[str]:
+        """Roots of gangs with a pod bound or reserved."""
+        roots = set()
+        for record in self.state.pods.values():
+            request = record.request
+            if request is not None and request.group is not None and record.node is not None:
+                roots.add(self.state.root_of_request(request))
+        for reservation in self.state.reservations.values():
+            if reservation.request.group is not None:
+                roots.add(self.state.root_of_request(reservation.request))
+        return roots
+
+    def _after_view(self, view: View) -> None:
+        """What the DRA view found besides the decision: allocations a previous leader left
+        unbound (released), and bound pods whose GPUs differ from our choice (an Event)."""
+        for claim, uid, version in view.stale:
+            self.background.spawn(self.releaser.release_stale(claim, uid, version))
+        for mismatch in view.mismatches:
+            if (record := self.state.pods.get(mismatch.pod)) is not None:
+                self.reporter.event(
+                    pod_ref(record), "Warning", "GPUAssignmentMismatch", mismatch.message
+                )
+
+    # ----- acting on a decision ----------------------------------------------------------------
+
+    def _apply(self, result: ScheduleResult, roots: set[str], now: float, wall: datetime) -> None:
+        for decision in result.groups:
+            root = self.state.root_of(decision.name)
+            if root in roots or not self.backoff.backing_off(root, now):
+                self.reporter.attempted(decision, wall)
+            if decision.name == root and root in roots:
+                self._root_outcome(decision, now)
+        for failure in result.unschedulable:
+            record = self.state.pods.get(failure.pod)
+            if record is None or failure.reason is Reason.WAITING_FOR_PODS:
+                continue
+            self.reporter.event(pod_ref(record), "Warning", "FailedScheduling", failure.message)
+            if record.request is not None and record.request.group is None:
+                logger.info(
+                    "pod %s not placed (%s): %s", failure.pod, failure.reason, failure.message
+                )
+                self.backoff.failed(failure.pod, now)
+                metrics.ATTEMPTS.labels(failure.reason.value.lower()).inc()
+
+    def _root_outcome(self, decision: GroupDecision, now: float) -> None:
+        record = self.state.groups.get(decision.name)
+        if decision.phase is Phase.SCHEDULED:
+            where = "/".join(decision.placement.values()) or "no topology constraint"
+            logger.info("%s %s: Scheduled in %s", decision.kind, decision.name, where)
+            self.backoff.clear(decision.name)
+            metrics.ATTEMPTS.labels("scheduled").inc()
+            return
+        if decision.reason is Reason.WAITING_FOR_PODS:
+            logger.debug("%s %s: %s", decision.kind, decision.name, decision.message)
+            metrics.ATTEMPTS.labels("waiting").inc()
+            return
+        logger.info(
+            "%s %s: not placed (%s): %s",
+            decision.kind,
+            decision.name,
+            decision.reason,
+            decision.message,
+        )
+        metrics.ATTEMPTS.labels(decision.reason.value.lower()).inc()
+        self.backoff.failed(decision.name, now)
+        if record is not None:
+            self.reporter.event(group_ref(record), "Warning", "FailedScheduling", decision.message)

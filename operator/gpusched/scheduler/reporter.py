@@ -1,0 +1,217 @@
+"""Reporting: group and Workload status from what the pods show, and Events.
+
+Statuses go out through the `StatusOutbox` (coalesced, only when they change), Events through
+the `EventRecorder` (aggregated); both send from background tasks, so a slow API server never
+slows the loop down."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import datetime
+
+from gpusched.api.config import SchedulerConfig
+from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS
+from gpusched.api.status import GroupStatus
+from gpusched.engine.groups import GroupKind
+from gpusched.engine.result import GroupDecision, Reason
+from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.groups import GroupRecord
+from gpusched.scheduler.outbox import StatusOutbox
+from gpusched.scheduler.ports import ObjectRef
+from gpusched.scheduler.records import PodRecord
+from gpusched.scheduler.refs import group_ref, workload_ref
+from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.status import (
+    Attempt,
+    Counts,
+    Partial,
+    composite_phase,
+    count,
+    group_status,
+    materialized_condition,
+    placement,
+    pod_group_phase,
+    workload_status,
+)
+
+
+class Reporter:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        state: ClusterState,
+        recorder: EventRecorder,
+        outbox: StatusOutbox,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.recorder = recorder
+        self.outbox = outbox
+        self.attempts: dict[str, Attempt] = {}
+        """Each group's latest attempt, as its status shows it."""
+
+    # ----- events from the service -------------------------------------------------------------
+
+    def event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        """An Event about ``ref`` (aggregated with the same ones before it)."""
+        self.recorder.record(ref, type_, reason, message)
+
+    def attempted(self, decision: GroupDecision, wall: datetime) -> None:
+        """The engine's latest word on a group, for its ``lastAttempt``."""
+        self.attempts[decision.name] = Attempt(
+            time=wall,
+            reason=decision.reason.value,
+            message=decision.message,
+            domains=decision.attempts,
+            placement=decision.placement or None,
+        )
+
+    def pod_gone(self, uid: str) -> None:
+        self.recorder.forget(uid)
+
+    def group_gone(self, key: str) -> None:
+        record = self.state.groups.get(key)
+        if record is not None:
+            self.outbox.forget(group_ref(record))
+            self.recorder.forget(record.uid)
+        self.attempts.pop(key, None)
+
+    def reset(self) -> None:
+        """Leadership was lost: another replica writes these statuses and Events now."""
+        self.outbox.reset()
+        self.recorder.reset()
+
+    # ----- running ----------------------------------------------------------------------------
+
+    def start(self) -> list[asyncio.Task[None]]:
+        """Starts sending statuses and Events; the caller cancels the tasks at exit."""
+        return [asyncio.create_task(self.recorder.run()), asyncio.create_task(self.outbox.run())]
+
+    async def flush(self) -> None:
+        """Sends every status and Event offered so far."""
+        await self.outbox.flush()
+        await self.recorder.flush()
+
+    @property
+    def idle(self) -> bool:
+        return self.outbox.idle
+
+    # ----- status ----------------------------------------------------------------------------
+
+    def report(self, wall: datetime) -> None:
+        """Offers every group's and Workload's status, as the pods show it at ``wall``."""
+        by_group: dict[str, list[PodRecord]] = defaultdict(list)
+        for record in self.state.pods.values():
+            if record.request is not None and record.request.group is not None:
+                by_group[f"{record.pod.metadata.namespace}/{record.request.group}"].append(record)
+        statuses: dict[str, GroupStatus] = {}
+        for key in self._parents_last():
+            statuses[key] = self._group_status(key, by_group, statuses, wall)
+            group = self.state.groups[key]
+            if group.spec.invalid is not None:
+                self.recorder.record(
+                    group_ref(group), "Warning", Reason.INVALID, group.spec.invalid
+                )
+            self.outbox.offer(
+                group_ref(group),
+                statuses[key].model_dump(mode="json", by_alias=True, exclude_none=True),
+                group.raw_status,
+            )
+        self._report_workloads(statuses, wall)
+
+    def _parents_last(self) -> list[str]:
+        """Group keys, children before their parents."""
+        ordered: list[str] = []
+        for key in sorted(self.state.groups):
+            if self.state.groups[key].spec.parent is None:
+                ordered.extend(reversed(self.state.descendants(key)))
+        rest = sorted(set(self.state.groups) - set(ordered))  # orphans and cycles
+        return [k for k in ordered if k in self.state.groups] + rest
+
+    def _group_status(
+        self,
+        key: str,
+        by_group: Mapping[str, list[PodRecord]],
+        done: Mapping[str, GroupStatus],
+        wall: datetime,
+    ) -> GroupStatus:
+        record = self.state.groups[key]
+        tree = self.state.descendants(key)
+        pods = [p for k in tree for p in by_group.get(k, [])]
+        counts = count(pods)
+        timed_out = self._timed_out(self.state.root_of(key), by_group, wall)
+        if record.spec.kind is GroupKind.POD_GROUP:
+            phase = pod_group_phase(record.spec.minimum, counts, timed_out)
+        else:
+            children = [
+                done[k].phase
+                for k in tree[1:]
+                if k in done and self.state.groups[k].spec.parent == key
+            ]
+            phase = composite_phase(record.spec.minimum, children, timed_out)
+        where = placement(
+            record.spec.topology_key, self.config.topology_levels, pods, self.state.nodes
+        )
+        previous = self.outbox.last(group_ref(record)) or record.raw_status
+        attempt = self.attempts.get(key)
+        partial = self._partial(record, pods, counts)
+        return group_status(record, phase, counts, where, attempt, previous, wall, partial)
+
+    def _partial(
+        self, record: GroupRecord, pods: list[PodRecord], counts: Counts
+    ) -> Partial | None:
+        """A gang with some pods bound but fewer than its minCount: named, not hidden."""
+        minimum = record.spec.minimum
+        if record.spec.kind is not GroupKind.POD_GROUP or not 0 < counts.scheduled < minimum:
+            return None
+        waiting = sorted(
+            p.pod.metadata.name for p in pods if p.node is None and not p.pod.is_terminal
+        )
+        binding = any(p.key in self.state.reservations for p in pods)
+        return Partial(Reason.BINDING if binding else Reason.DEGRADED, minimum, tuple(waiting))
+
+    def _timed_out(
+        self, root: str, by_group: Mapping[str, list[PodRecord]], wall: datetime
+    ) -> bool:
+        tree = self.state.descendants(root)
+        waiting = [
+            p.request.created
+            for k in tree
+            for p in by_group.get(k, [])
+            if p.node is None and p.request is not None and not p.pod.is_terminal
+        ]
+        if not waiting:
+            return False
+        timeouts = [
+            self.state.groups[k].timeout_seconds
+            for k in tree
+            if k in self.state.groups and self.state.groups[k].timeout_seconds
+        ]
+        timeout = min(timeouts, default=float(DEFAULT_SCHEDULE_TIMEOUT_SECONDS))
+        return wall.timestamp() - min(waiting) > timeout
+
+    def _report_workloads(self, statuses: Mapping[str, GroupStatus], wall: datetime) -> None:
+        for record in self.state.workloads.values():
+            ref = workload_ref(record)
+            groups: list[tuple[str, str, GroupStatus]] = []
+            missing: list[str] = []
+            error = str(record.error) if record.error is not None else None
+            if record.workload is not None:
+                for group in record.groups:
+                    status = statuses.get(group.key)
+                    if status is None:
+                        missing.append(group.metadata.name)
+                    else:
+                        groups.append((group.metadata.name, group.kind, status))
+            else:
+                self.recorder.record(ref, "Warning", Reason.INVALID, error or "")
+            previous = self.outbox.last(ref) or record.raw_status
+            condition = materialized_condition(previous, error, missing, wall)
+            summary = workload_status(groups, condition)
+            self.outbox.offer(
+                ref,
+                summary.model_dump(mode="json", by_alias=True, exclude_none=True),
+                record.raw_status,
+            )
