@@ -29,3 +29,8 @@ GANG_SECONDS = Histogram(
 PENDING_GROUPS = Gauge("gpusched_pending_groups", "Root groups with pods waiting for a node.")
 RESERVED_GPUS = Gauge("gpusched_reserved_gpus", "GPUs reserved for pods whose bind is in flight.")
 LEADER = Gauge("gpusched_leader", "1 while this replica holds the scheduler Lease, else 0.")
+NODES_UNUSABLE_TOPOLOGY = Gauge(
+    "gpusched_nodes_with_unusable_topology",
+    "Nodes whose GPU topology annotation does not parse or disagrees with the GPUs they "
+    "advertise (only single-GPU pods are placed there).",
+)

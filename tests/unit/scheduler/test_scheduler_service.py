@@ -13,6 +13,7 @@ import pytest
 from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.health import GpuSample
+from gpusched.scheduler import metrics
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
@@ -540,3 +541,26 @@ async def test_an_unknown_bind_keeps_its_room_while_it_may_still_land_though_a_p
     assert bound_to(api) == {
         "default/q": "a"
     }  # x holds 1 of 4: q's 3 fit, p's 4 do not  # x holds 1 of 4: q's 3 fit, p's 4 do not
+
+
+@pytest.mark.asyncio
+async def test_a_node_whose_topology_lies_about_its_gpus_is_reported_once_per_change() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    liar = node("a")  # the annotation describes 8 GPUs
+    liar["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+    for _ in range(3):  # heartbeats: the same lie, reported once
+        scheduler.node_changed(liar)
+        await run_cycle(scheduler)
+    warnings = [e for e in api.events if e["reason"] == "GPUTopologyMismatch"]
+    assert len(warnings) == 1, warnings
+    (warning,) = warnings
+    assert warning["metadata"]["namespace"] == "default"  # where Events of a Node live
+    assert (warning["involvedObject"]["kind"], warning["involvedObject"]["name"]) == ("Node", "a")
+    assert "describes 8 GPUs but the node advertises 4" in warning["message"], warning
+    assert metrics.NODES_UNUSABLE_TOPOLOGY._value.get() == 1
+    scheduler.node_changed(node("a"))  # fixed
+    assert metrics.NODES_UNUSABLE_TOPOLOGY._value.get() == 0
+    scheduler.node_changed(liar)
+    scheduler.node_deleted("a")
+    assert metrics.NODES_UNUSABLE_TOPOLOGY._value.get() == 0
