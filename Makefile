@@ -48,7 +48,7 @@ e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
 chart: ## helm lint --strict, then the chart, CRD schema and Dockerfile tests (installs helm into .ci/bin)
 	bash .ci/install-helm.sh
 	PATH="$(CURDIR)/.ci/bin:$$PATH" helm lint --strict charts/gpusched
-	$(PYTHON) -m pytest -q tests/chart tests/unit/test_crd_schemas.py
+	$(PYTHON) -m pytest -q tests/chart tests/unit/api/test_crd_schemas.py
 
 crds: ## copy crds/ into the chart (the copy must stay identical; a test checks)
 	cp crds/*.yaml charts/gpusched/crds/
@@ -58,4 +58,4 @@ image: ## build the container image gpusched:dev (needs a Docker engine)
 
 chaos: ## long chaos run (10,000 seeded runs, ~22 min) and the fuzz tests at 2x (~15,000 cases)
 	GPUSCHED_CHAOS_RUNS=10000 $(PYTHON) -m pytest -q -s tests/chaos/test_chaos.py
-	GPUSCHED_FUZZ_SCALE=2 $(PYTHON) -m pytest -q tests/unit/test_fuzz_objects.py tests/unit/test_fuzz_telemetry.py
+	GPUSCHED_FUZZ_SCALE=2 $(PYTHON) -m pytest -q tests/unit/api/test_fuzz_objects.py tests/unit/telemetry/test_fuzz_telemetry.py
