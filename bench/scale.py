@@ -1083,6 +1083,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
         notes.append(
             f"the client retried {results['retried']} requests the server refused (429/5xx)"
         )
+    top = max((b for b, _ in cycles["buckets"] if not math.isinf(b)), default=None)
+    over = [q for q in ("p50_s", "p99_s") if top is not None and (cycles[q] or 0) >= top]
+    if over:
+        beyond = cycles["count"] - next(c for b, c in cycles["buckets"] if b == top)
+        notes.append(
+            f"cycle {' and '.join(q[:3] for q in over)} at the histogram's top bound "
+            f"({top:g} s): at least that ({beyond:.0f} of {cycles['count']:.0f} cycles took longer)"
+        )
     if ours["watch_errors"]:
         notes.append(
             f"the bind watch saw {ours['watch_errors']} ERROR events (binds may be missed)"
