@@ -96,6 +96,8 @@ APISERVER_FLAGS = ("--max-requests-inflight=800", "--max-mutating-requests-infli
 CONTROLLER_MANAGER_FLAGS = ("--kube-api-qps=500", "--kube-api-burst=1000")
 """kube-controller-manager lifts each new Node's not-ready taint with one write; at its default
 20 requests/s, 5,000 Nodes would take four minutes."""
+LOST_LEASE = "standing by: lost the lease"
+"""What `gpusched run` logs when it stops leading (gpusched.handlers)."""
 POLL = 0.25
 """Seconds between two scrapes of the replicas' /metrics and /proc (RSS)."""
 KILL_GUARD = 1.0
@@ -475,6 +477,12 @@ class Replica:
             self.hwm_mb = max(self.hwm_mb, status["VmHWM"] / 1024)
             self.cpu = cpu_seconds(self.pid)
 
+    def lease_losses(self) -> int:
+        """How often this replica stopped leading while it lived: it missed its renew
+        deadline (counted from its log, one INFO line per leadership change)."""
+        with self.log.open(errors="replace") as lines:
+            return sum(LOST_LEASE in line for line in lines)
+
     def kill(self) -> float:
         self.poll()  # the last figures of its life
         self.popen.send_signal(signal.SIGKILL)
@@ -786,6 +794,7 @@ def gpusched_phase(
                     "cpu_seconds": r.cpu,
                     "binds_ok": r.last.binds_ok if r.last else 0,
                     "led": r.became_leader is not None,
+                    "lease_losses": r.lease_losses(),
                     "killed": r is result.get("killed"),
                 }
                 for r in replicas
@@ -1091,6 +1100,12 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
             f"cycle {' and '.join(q[:3] for q in over)} at the histogram's top bound "
             f"({top:g} s): at least that ({beyond:.0f} of {cycles['count']:.0f} cycles took longer)"
         )
+    for name, replica in replicas.items():
+        if replica["lease_losses"]:
+            notes.append(
+                f"{name} lost the Lease {replica['lease_losses']} times while alive (renew "
+                "deadline missed), relisting everything each time it took it back"
+            )
     if ours["watch_errors"]:
         notes.append(
             f"the bind watch saw {ours['watch_errors']} ERROR events (binds may be missed)"
