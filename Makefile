@@ -32,7 +32,7 @@ bench-versus: ## gpusched vs kube-scheduler 1.37 on a real control plane, 500 no
 	bash .ci/install-helm.sh
 	$(PYTHON) bench/versus.py
 
-bench-scale: ## 5,000 nodes, 50,000 pods, 200 gangs, a failover, kube-scheduler beside (Go; hours on 2 cores: see bench/scale.py --help)
+bench-scale: ## 5,000 nodes, 50,000 pods, 200 gangs, a failover, kube-scheduler beside (Go; well over 30 min on 2 cores)
 	bash .ci/install-helm.sh
 	$(PYTHON) bench/scale.py
 

@@ -4,6 +4,10 @@
     python bench/scale.py --nodes 200 --pods 2000 --gangs 10 --backlog 500   # a few minutes
     make bench-scale                            # the full run
 
+On a shared 2-core machine the full run does not finish in 15 minutes: at 5,000 nodes gpusched
+bound 30-110 pods/s, so its 45,000 streamed pods alone take over 20 minutes. `--nodes 5000
+--pods 12000 --gangs 40 --backlog 3000` took 11 minutes there.
+
 One control plane (etcd, kube-apiserver, kube-controller-manager v1.37.2 from tests/cluster, on
 127.0.0.1, with the fake kubelet) and, on it:
 
