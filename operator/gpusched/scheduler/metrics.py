@@ -13,7 +13,7 @@ ATTEMPTS = Counter(
 DECISION_SECONDS = Histogram(
     "gpusched_decision_duration_seconds",
     "Time the engine took for one scheduling cycle (snapshot and placement).",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 BIND_SECONDS = Histogram(
     "gpusched_bind_duration_seconds",
