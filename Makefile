@@ -1,7 +1,7 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench bench-openb bench-versus chaos e2e simulate chart crds image controlplane cluster
+.PHONY: help setup test lint bench bench-openb bench-versus bench-scale chaos e2e simulate chart crds image controlplane cluster
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ bench-versus: ## gpusched vs kube-scheduler 1.37 on a real control plane, 500 no
 	bash .ci/install-helm.sh
 	$(PYTHON) bench/versus.py
 
+bench-scale: ## 5,000 nodes, 50,000 pods, 200 gangs, a failover, kube-scheduler beside (Go; well over 30 min on 2 cores)
+	bash .ci/install-helm.sh
+	$(PYTHON) bench/scale.py
+
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
 
@@ -48,7 +52,7 @@ e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
 chart: ## helm lint --strict, then the chart, CRD schema and Dockerfile tests (installs helm into .ci/bin)
 	bash .ci/install-helm.sh
 	PATH="$(CURDIR)/.ci/bin:$$PATH" helm lint --strict charts/gpusched
-	$(PYTHON) -m pytest -q tests/chart tests/unit/test_crd_schemas.py
+	$(PYTHON) -m pytest -q tests/chart tests/unit/api/test_crd_schemas.py
 
 crds: ## copy crds/ into the chart (the copy must stay identical; a test checks)
 	cp crds/*.yaml charts/gpusched/crds/
@@ -58,4 +62,4 @@ image: ## build the container image gpusched:dev (needs a Docker engine)
 
 chaos: ## long chaos run (10,000 seeded runs, ~22 min) and the fuzz tests at 2x (~15,000 cases)
 	GPUSCHED_CHAOS_RUNS=10000 $(PYTHON) -m pytest -q -s tests/chaos/test_chaos.py
-	GPUSCHED_FUZZ_SCALE=2 $(PYTHON) -m pytest -q tests/unit/test_fuzz_objects.py tests/unit/test_fuzz_telemetry.py
+	GPUSCHED_FUZZ_SCALE=2 $(PYTHON) -m pytest -q tests/unit/api/test_fuzz_objects.py tests/unit/telemetry/test_fuzz_telemetry.py

@@ -30,7 +30,6 @@ from unittest import mock
 from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.engine.health import GpuSample
 from gpusched.scheduler import decider
-from tests.builders import topology_annotation
 from tests.chaos import invariants
 from tests.chaos.sim import (
     GROUP_LABEL,
@@ -43,6 +42,8 @@ from tests.chaos.sim import (
     inline_to_thread,
 )
 from tests.chaos.trace import Tracer
+from tests.support.clock import Clock
+from tests.support.engine import topology_annotation
 
 ZONE = "topology.kubernetes.io/zone"
 RACK = invariants.RACK
@@ -114,19 +115,6 @@ class Totals:
 
 def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(counter.items())) or "none"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        """Time passes at once: nothing waits for it."""
-        self.now += seconds
-        await asyncio.sleep(0)
 
 
 # ----- the cluster -----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def test_a_seed_replays_the_same_run() -> None:
 def test_seed_7574_keeps_a_composite_pod_group_in_one_rack() -> None:
     # Two paths spread CompositePodGroup c28 over both racks in this run. The engine's (a
     # group whose bound pods sit in two racks was extended anyway, step 36) is fixed and
-    # covered by tests/unit/test_placement_defects.py. The other (a new leader lists pods
+    # covered by tests/unit/engine/test_placement_defects.py. The other (a new leader lists pods
     # and nodes afresh but not PodGroups, so bound pods of a child group its watch has not
     # shown yet count for no CompositePodGroup) no longer shows in this seed's run since the
     # reliability work changed its steps, but is not fixed at its cause: see the CHANGELOG.

@@ -24,6 +24,7 @@ from gpusched.scheduler.state import ClusterState
 from tests.chaos import invariants
 from tests.chaos.runner import CONFIG, gpu_node, gpu_pod, pod_group
 from tests.chaos.sim import Faults, Replica, World, fresh_pod_list, inline_to_thread
+from tests.support.clock import Clock
 
 GANG = 4
 
@@ -36,19 +37,6 @@ def _world() -> World:
     for i in range(GANG):
         world.create_pod(gpu_pod(f"g-{i}", 2, group="g"))
     return world
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        """Time passes at once: nothing waits for it."""
-        self.now += seconds
-        await asyncio.sleep(0)
 
 
 async def _start(world: World, clock: Clock) -> Replica:

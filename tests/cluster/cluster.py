@@ -14,7 +14,7 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +86,20 @@ class RealCluster:
 
     @classmethod
     @contextlib.contextmanager
-    def running(cls, workdir: Path) -> Iterator[RealCluster]:
-        plane = ControlPlane.start(find_binaries(), workdir)
+    def running(
+        cls,
+        workdir: Path,
+        *,
+        apiserver_flags: Sequence[str] = (),
+        controller_manager_flags: Sequence[str] = (),
+    ) -> Iterator[RealCluster]:
+        """A control plane for the block; the flags are appended to its servers' own."""
+        plane = ControlPlane.start(
+            find_binaries(),
+            workdir,
+            apiserver_flags=apiserver_flags,
+            controller_manager_flags=controller_manager_flags,
+        )
         cluster: RealCluster | None = None
         try:
             cluster = cls(plane)

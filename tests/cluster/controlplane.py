@@ -278,11 +278,24 @@ def _wait(
 class ControlPlane:
     """A running control plane; `stop()` (or the context manager) ends every process."""
 
-    def __init__(self, binaries: Binaries, workdir: Path, *, scheduler: bool = False) -> None:
+    def __init__(
+        self,
+        binaries: Binaries,
+        workdir: Path,
+        *,
+        scheduler: bool = False,
+        apiserver_flags: Sequence[str] = (),
+        controller_manager_flags: Sequence[str] = (),
+    ) -> None:
         self.binaries = binaries
         self.workdir = workdir
         self.logs = workdir / "logs"
         self.want_scheduler = scheduler
+        self.apiserver_flags = tuple(apiserver_flags)
+        """Appended to kube-apiserver's flags (a later flag wins), e.g. a benchmark's
+        ``--max-requests-inflight``."""
+        self.controller_manager_flags = tuple(controller_manager_flags)
+        """Appended to kube-controller-manager's flags, e.g. ``--kube-api-qps``."""
         self.processes: dict[str, Process] = {}
         self.identities = identities()
         self.etcd_port = free_port()
@@ -291,9 +304,22 @@ class ControlPlane:
 
     @classmethod
     def start(
-        cls, binaries: Binaries, workdir: Path, *, scheduler: bool = False, timeout: float = 120
+        cls,
+        binaries: Binaries,
+        workdir: Path,
+        *,
+        scheduler: bool = False,
+        timeout: float = 120,
+        apiserver_flags: Sequence[str] = (),
+        controller_manager_flags: Sequence[str] = (),
     ) -> ControlPlane:
-        plane = cls(binaries, workdir, scheduler=scheduler)
+        plane = cls(
+            binaries,
+            workdir,
+            scheduler=scheduler,
+            apiserver_flags=apiserver_flags,
+            controller_manager_flags=controller_manager_flags,
+        )
         try:
             plane._start(timeout)
         except BaseException:
@@ -438,6 +464,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
+                *self.apiserver_flags,
             ],
             self.logs,
         )
@@ -477,6 +504,7 @@ class ControlPlane:
                 f"--node-monitor-grace-period={NODE_GRACE}",
                 f"--node-startup-grace-period={NODE_GRACE}",
                 "--v=1",
+                *self.controller_manager_flags,
             ],
             self.logs,
         )

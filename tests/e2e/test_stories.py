@@ -4,7 +4,7 @@ Dockerfile, the chart installed with helm, the objects applied with kubectl.
 The stories run in file order on one cluster, each building on the state the previous left:
 
 1. the API server itself rejects invalid objects naming the field (the CRDs' schemas and CEL);
-2. the seed's Workload: eight 2-GPU workers in one rack, the driver in the same zone;
+2. a Workload: eight 2-GPU workers in one rack, the driver in the same zone;
 3. a 4-GPU pod on NVLink-connected GPUs in as few NUMA nodes as possible, and a GPU share;
 4. a gang that cannot fit stays pending, holds nothing, and says rack by rack why;
 5. a deleted worker comes back to its rack;
@@ -41,7 +41,7 @@ from tests.e2e.cluster import (
     shrink,
     wait_until,
 )
-from tests.unit.test_crd_schemas import BAD, OPERATOR_ONLY
+from tests.unit.api.test_crd_schemas import BAD, OPERATOR_ONLY
 
 pytestmark = pytest.mark.usefixtures("kind_cluster")
 
@@ -91,7 +91,7 @@ def test_1_what_only_the_operator_checks_is_accepted(story: str, obj: Any, _: st
     assert result.returncode == 0, f"{story}: {result.stderr}"
 
 
-# --- 2. the seed's Workload ---------------------------------------------------------------------
+# --- 2. a Workload: workers in one rack, the driver in their zone ---------------------------------
 
 
 def test_2_workers_share_a_rack_and_the_driver_their_zone() -> None:

@@ -1,5 +1,6 @@
-"""Runs the real operator (Kopf, in its own thread) against the API emulator, and the
-cluster-building helpers its stories share."""
+"""Runs the real operator (Kopf, in its own thread) against the API emulator, and the helpers
+its stories share. The objects come from tests/support/manifests.py, under the names the
+stories use: ``gpu_node``, ``gpu_pod`` and ``gang``."""
 
 from __future__ import annotations
 
@@ -14,14 +15,16 @@ from kopf.testing import KopfRunner
 
 from gpusched import handlers
 from gpusched.api.config import SchedulerConfig, load_config
-from tests.builders import topology_annotation
 from tests.integration.apiserver import ApiClient, wait_for
+from tests.support import manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-ZONE = "topology.kubernetes.io/zone"
-RACK = "topology.example.com/rack"
-GROUP_LABEL = "scheduling.gpusched.io/pod-group"
-GPUS = "gpusched.io/gpus"
+ZONE, RACK = manifests.ZONE, manifests.RACK
+GROUP_LABEL, GPUS = manifests.GROUP_LABEL, manifests.GPUS
+gpu_node = manifests.node
+gpu_pod = manifests.pod
+gang = manifests.pod_group
+"""The stories' names for the one set of builders: a node, a pod, a PodGroup."""
 FAST = {"operator": {"initialBackoffSeconds": 0.2, "maxBackoffSeconds": 1.0}}
 """Short backoffs so retries happen within a test's patience."""
 
@@ -77,85 +80,6 @@ def ensure_namespace(api: ApiClient, name: str) -> None:
             lambda: api.get_or_none("serviceaccounts", "default", name),
             message=f"the default ServiceAccount of namespace {name}",
         )
-
-
-def gpu_node(
-    name: str, zone: str, rack: str, *, kind: str = "a100x8", gpus: int = 8
-) -> dict[str, Any]:
-    """An 8-GPU DGX A100-like node with its topology annotation."""
-    annotation = topology_annotation(kind)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {ZONE: zone, RACK: rack, "kubernetes.io/hostname": name},
-            "annotations": {"gpusched.io/gpu-topology": annotation} if annotation else {},
-        },
-        "status": {
-            "allocatable": {
-                "cpu": "128",
-                "memory": "1Ti",
-                "pods": "110",
-                "nvidia.com/gpu": str(gpus),
-            },
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def gpu_pod(
-    name: str,
-    gpus: int,
-    *,
-    group: str | None = None,
-    namespace: str = "default",
-    scheduler: str = "gpusched",
-    node: str | None = None,
-) -> dict[str, Any]:
-    labels = {GROUP_LABEL: group} if group else {}
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler,
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.example.com/train:1.0",
-                "resources": {
-                    "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": str(gpus)},
-                    "limits": {"nvidia.com/gpu": str(gpus)},
-                },
-            }
-        ],
-    }
-    if node is not None:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": spec,
-    }
-
-
-def gang(
-    name: str,
-    min_count: int,
-    *,
-    key: str | None = RACK,
-    namespace: str = "default",
-    timeout: int | None = None,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
-    if key is not None:
-        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
-    if timeout is not None:
-        spec["scheduleTimeoutSeconds"] = timeout
-    return {
-        "apiVersion": "scheduling.gpusched.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
 
 
 def pods(api: ApiClient, namespace: str | None = None) -> dict[str, dict[str, Any]]:

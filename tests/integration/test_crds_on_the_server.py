@@ -1,6 +1,6 @@
 """The CRDs on the real kube-apiserver: every example object and every object the operator
 creates or writes is accepted, every invalid one is refused by the server itself, naming the
-field the offline check (tests/unit/test_crd_schemas.py) and the operator name.
+field the offline check (tests/unit/api/test_crd_schemas.py) and the operator name.
 
 Creates are dry runs (`dryRun=All`): the server validates, admits and answers as for a real
 write, and stores nothing.
@@ -16,7 +16,7 @@ import pytest
 from gpusched.api import crds
 from tests.integration.apiserver import ApiClient, ApiStatusError
 from tests.integration.harness import ensure_namespace
-from tests.unit.test_crd_schemas import (
+from tests.unit.api.test_crd_schemas import (
     BAD,
     EXAMPLES,
     GROUP_STATUS,

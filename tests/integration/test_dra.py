@@ -15,12 +15,12 @@ import pytest
 from gpusched.api.k8s import parse_node
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.schedule import schedule
-from tests import dra
-from tests.builders import cluster
-from tests.builders import pod as gpu_request
 from tests.cluster.cluster import RealCluster
 from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
 from tests.integration.harness import dump, ensure_namespace, events_for, pods, running_operator
+from tests.support import dra
+from tests.support.engine import cluster
+from tests.support.engine import pod as gpu_request
 
 NS = "ml"
 RESOURCE = "resource.k8s.io"

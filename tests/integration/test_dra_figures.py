@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests import dra
 from tests.cluster.cluster import RealCluster
 from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
 from tests.integration.harness import ensure_namespace, gpu_pod, running_operator
@@ -29,6 +28,7 @@ from tests.integration.test_dra import (
     _engine_choice,
     _gang,
 )
+from tests.support import dra
 
 pytestmark = [pytest.mark.figures, pytest.mark.usefixtures("real_cluster")]
 DRA_NODES = [f"dra-{i}" for i in range(8)]

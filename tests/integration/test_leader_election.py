@@ -3,7 +3,6 @@ operator's identity (the chart's Role allows the one Lease in the release namesp
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,19 +14,7 @@ from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.leader import LeaderElector
 from tests.cluster.controlplane import OPERATOR_NAMESPACE
 from tests.integration.apiserver import ApiServer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        """Time passes at once: nothing waits for it."""
-        self.now += seconds
-        await asyncio.sleep(0)
+from tests.support.clock import Clock
 
 
 @pytest.mark.asyncio

@@ -1,5 +1,5 @@
 """The placement-quality gauges served over HTTP and scraped, for the hand-counted cluster of
-``tests/unit/test_quality.py``."""
+``tests/unit/engine/test_quality.py``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.engine.result import Binding
 from gpusched.scheduler.quality_metrics import QualityMetrics
-from tests.builders import RACK, ZONE
-from tests.unit.test_quality import MIX, known_cluster
+from tests.support.engine import RACK, ZONE
+from tests.unit.engine.test_quality import MIX, known_cluster
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from gpusched.engine.preemption import DisruptionBudget
 from gpusched.scheduler.state import ClusterState
-from tests.unit.test_scheduler_service import pod
+from tests.support.manifests import pod
 
 
 def budget(name: str, selector: Any, allowed: Any = 1, namespace: str = "default") -> Any:
@@ -20,7 +20,7 @@ def budget(name: str, selector: Any, allowed: Any = 1, namespace: str = "default
 
 
 def labelled(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    body = pod(name, 1, node_name="a")
+    body = pod(name, 1, node="a")
     body["metadata"]["labels"] = labels
     return body
 

@@ -15,8 +15,10 @@ import tests.unit
 
 
 def property_tests() -> Iterator[tuple[str, Any]]:
-    for module in pkgutil.iter_modules(tests.unit.__path__):
-        loaded = importlib.import_module(f"tests.unit.{module.name}")
+    for module in pkgutil.walk_packages(tests.unit.__path__, "tests.unit."):
+        if module.ispkg:
+            continue
+        loaded = importlib.import_module(module.name)
         for name, value in vars(loaded).items():
             if name.startswith("test_") and hasattr(value, "hypothesis"):
                 yield f"{module.name}.{name}", value

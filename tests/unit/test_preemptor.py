@@ -26,16 +26,10 @@ from gpusched.engine.groups import GroupKind
 from gpusched.scheduler import metrics
 from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
-from tests.unit.test_scheduler_service import (
-    Clock,
-    FakeApi,
-    bound_to,
-    node,
-    pod,
-    pod_group,
-    run_cycle,
-    service,
-)
+from tests.support.clock import Clock
+from tests.support.fakes import FakeApi
+from tests.support.manifests import node, pod, pod_group
+from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
 
 LOW1 = ["default/low1-0", "default/low1-1"]
 HIGH = ["default/high-0", "default/high-1"]
@@ -56,12 +50,11 @@ def full_cluster(api: FakeApi, clock: Clock, low2: int = 5) -> Scheduler:
     scheduler = service(api, clock)
     state = scheduler.state
     for name, rack in (("a", "rack-1"), ("b", "rack-1"), ("c", "rack-2"), ("d", "rack-2")):
-        state.upsert_node(node(name, rack))
+        state.upsert_node(node(name, rack=rack))
     for gang, priority, nodes in (("low1", 1, "ab"), ("low2", low2, "cd")):
         state.upsert_group(GroupKind.POD_GROUP, group(gang, priority))
         for i, where in enumerate(nodes):
-            annotations = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7"}
-            body = pod(f"{gang}-{i}", 8, group=gang, node_name=where, annotations=annotations)
+            body = pod(f"{gang}-{i}", 8, group=gang, node=where, at=range(8))
             state.upsert_pod(prioritized(body, priority))
     state.upsert_group(GroupKind.POD_GROUP, group("high", 100))
     for i in range(2):
@@ -270,9 +263,8 @@ async def test_a_budget_that_allows_no_disruption_sends_the_preemptor_to_the_oth
     api, clock = FakeApi(), Clock()
     scheduler = full_cluster(api, clock)
     for i in range(2):  # low1's pods carry the label the budget selects
-        body = pod(f"low1-{i}", 8, group="low1", node_name="ab"[i])
+        body = pod(f"low1-{i}", 8, group="low1", node="ab"[i], at=range(8))
         body["metadata"]["labels"]["app"] = "low1"
-        body["metadata"]["annotations"] = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7"}
         scheduler.pod_changed(prioritized(body, 1))
     scheduler.budget_changed(
         {
@@ -321,8 +313,8 @@ def marked_low1(api: FakeApi, clock: Clock, present: list[int]) -> Scheduler:
     scheduler.state.upsert_group(GroupKind.POD_GROUP, group("low1", 1))
     mark = '{"preemptor": "default/high", "unit": "default/low1", "size": 2}'
     for i in present:
-        annotations = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7", "gpusched.io/preemption": mark}
-        body = pod(f"low1-{i}", 8, group="low1", node_name="ab"[i], annotations=annotations)
+        marked = {"gpusched.io/preemption": mark}
+        body = pod(f"low1-{i}", 8, group="low1", node="ab"[i], at=range(8), annotations=marked)
         scheduler.state.upsert_pod(prioritized(body, 1))
     return scheduler
 
@@ -371,8 +363,8 @@ async def test_a_unit_marked_before_keeps_the_size_it_had_when_marked_again() ->
     scheduler = full_cluster(api, clock)
     earlier = '{"preemptor": "default/high", "unit": "default/low1", "size": 3}'
     for i in range(2):
-        annotations = {"gpusched.io/gpus": "0,1,2,3,4,5,6,7", "gpusched.io/preemption": earlier}
-        body = pod(f"low1-{i}", 8, group="low1", node_name="ab"[i], annotations=annotations)
+        marked = {"gpusched.io/preemption": earlier}
+        body = pod(f"low1-{i}", 8, group="low1", node="ab"[i], at=range(8), annotations=marked)
         scheduler.pod_changed(prioritized(body, 1))
     scheduler.loop.preemptor._units.add("default/low1")  # the earlier attempt is still settling
     await scheduler.cycle()

@@ -64,7 +64,7 @@ class BinpackConfig(_Strict):
 
 
 class GpuScoreConfig(_Strict):
-    """The seed's three GPU dimensions, each scaled to [0, its weight] and summed.
+    """Three GPU dimensions of the chosen GPUs, each scaled to [0, its weight] and summed.
 
     ``memoryContinuity``: mean free-memory ratio of the chosen GPUs (telemetry; 0 when unknown
     or stale).
@@ -148,7 +148,7 @@ class ScoringConfig(_Strict):
     least_allocated_weight: float = Field(default=0.0, alias="leastAllocatedWeight", ge=0)
     gpu: GpuScoreConfig = Field(default_factory=GpuScoreConfig)
     gpu_weight: float = Field(default=0.0, alias="gpuWeight", ge=0)
-    """Weight of the seed's GPU dimensions. Default 0 (off): see above."""
+    """Weight of the GPU dimensions (`GpuScoreConfig`). Default 0 (off): see above."""
     fragmentation_weight: float = Field(default=1000.0, alias="fragmentationWeight", ge=0)
     """Weight of FGD's fragmentation score. Default 1000: one score step (1000) outweighs every
     other default score (topology, at most 100)."""
@@ -208,8 +208,8 @@ class TelemetryConfig(_Strict):
     temperature_limit_c: float = Field(default=80.0, alias="temperatureLimitC", gt=0)
     """GPUs hotter than this (°C) are excluded. Default 80 °C."""
     min_free_memory_ratio: float = Field(default=0.3, alias="minFreeMemoryRatio", ge=0, le=1)
-    """A GPU with less free framebuffer than this share of its total is excluded (the seed's
-    fragmentation threshold). Default 0.3."""
+    """A GPU with less free framebuffer than this share of its total is excluded: too little
+    is left for another job's framebuffer. Default 0.3."""
     exclude_xid_errors: bool = Field(default=True, alias="excludeXidErrors")
     """Exclude GPUs reporting a non-zero XID error. Default true."""
     max_age_seconds: float = Field(default=60.0, alias="maxAgeSeconds", gt=0)
@@ -332,7 +332,7 @@ class PreemptionConfig(_Strict):
 
 
 class SchedulerConfig(_Strict):
-    """Everything the scheduler can be told. Defaults are DESIGN §6's."""
+    """Everything the scheduler can be told; every field's docstring gives its default."""
 
     scheduler_name: str = Field(default="gpusched", alias="schedulerName", min_length=1)
     numa_policy: NumaPolicy = Field(default=NumaPolicy.BEST_EFFORT, alias="numaPolicy")

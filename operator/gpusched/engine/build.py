@@ -161,6 +161,12 @@ def clear_topology_memo() -> None:
     _parsed_topology.cache_clear()
 
 
+def topology_problem(node: Node) -> str | None:
+    """Why ``node``'s GPU topology annotation cannot be used (it does not parse, or describes
+    another number of GPUs than the node advertises); None when it can, or there is none."""
+    return _node_info(node).topology_error
+
+
 def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> NodeInfo:
     """The static facts of ``node``; ``allocatable``: its parsed allocatable resources, when
     the caller has them already (parsing quantities is not free)."""

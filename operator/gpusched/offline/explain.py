@@ -27,6 +27,7 @@ from gpusched.api.crds import Reason
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod
 from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
+from gpusched.engine.preemption import PreemptionPlan
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure
 from gpusched.inputs.objects import ClusterObjects
 from gpusched.offline import hints
@@ -145,6 +146,9 @@ class GroupReport:
     decision: GroupDecision | None
     placed: list[Binding] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
+    preemption: PreemptionPlan | None = None
+    """For a root group left unschedulable: the pods evicting which would make it fit, or
+    why it does not preempt."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,6 +158,7 @@ class GroupReport:
             "decision": self.decision.to_dict() if self.decision is not None else None,
             "bindings": [b.to_dict() for b in self.placed],
             "hints": list(self.hints),
+            "preemption": self.preemption.to_dict() if self.preemption is not None else None,
         }
 
 
@@ -216,6 +221,24 @@ def _render_group(group: GroupReport) -> list[str]:
     if group.hints:
         lines.append("  what would make it fit:")
         lines += [f"  - {hint}" for hint in group.hints]
+    if group.preemption is not None:
+        lines += _render_preemption(group.preemption)
+    return lines
+
+
+VICTIMS_SHOWN = 8
+"""Victims listed one per line; the rest are counted."""
+
+
+def _render_preemption(plan: PreemptionPlan) -> list[str]:
+    lines = [f"  preemption: {plan.outcome.value}: {plan.message}"]
+    for victim in plan.victims[:VICTIMS_SHOWN]:
+        gpus = ",".join(map(str, victim.gpus)) or "-"
+        lines.append(
+            f"  - evict {victim.pod} (priority {victim.priority}) on {victim.node} GPUs {gpus}"
+        )
+    if len(plan.victims) > VICTIMS_SHOWN:
+        lines.append(f"  - … and {len(plan.victims) - VICTIMS_SHOWN} more")
     return lines
 
 
@@ -321,6 +344,7 @@ def _group_report(run: Run, key: str) -> GroupReport:
     report.placed = [run.bindings[p] for p in pending if p in run.bindings]
     if decision is not None and decision.phase is not Phase.SCHEDULED:
         report.hints = group_hints(run, spec, decision)
+    report.preemption = next((p for p in run.preemptions if p.preemptor == key), None)
     return report
 
 

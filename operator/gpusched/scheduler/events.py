@@ -143,7 +143,9 @@ class EventRecorder:
         stamp = _stamp(datetime.now(UTC))
         if series.name is not None and series.sent_count:
             await self.api.patch_event(
-                out.obj.namespace, series.name, {"count": series.count, "lastTimestamp": stamp}
+                _event_namespace(out.obj),
+                series.name,
+                {"count": series.count, "lastTimestamp": stamp},
             )
             series.sent_count = series.count
             return
@@ -155,7 +157,10 @@ class EventRecorder:
         return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{out.obj.name}.", "namespace": out.obj.namespace},
+            "metadata": {
+                "generateName": f"{out.obj.name}.",
+                "namespace": _event_namespace(out.obj),
+            },
             "involvedObject": {
                 "apiVersion": out.obj.api_version,
                 "kind": out.obj.kind,
@@ -177,3 +182,9 @@ class EventRecorder:
 
 def _stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _event_namespace(obj: ObjectRef) -> str:
+    """Where an Event about ``obj`` lives: its namespace, or ``default`` for a cluster-scoped
+    object (a Node), as Kubernetes' own components keep them."""
+    return obj.namespace or "default"

@@ -13,7 +13,7 @@ ATTEMPTS = Counter(
 DECISION_SECONDS = Histogram(
     "gpusched_decision_duration_seconds",
     "Time the engine took for one scheduling cycle (snapshot and placement).",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 BIND_SECONDS = Histogram(
     "gpusched_bind_duration_seconds",
@@ -29,6 +29,11 @@ GANG_SECONDS = Histogram(
 PENDING_GROUPS = Gauge("gpusched_pending_groups", "Root groups with pods waiting for a node.")
 RESERVED_GPUS = Gauge("gpusched_reserved_gpus", "GPUs reserved for pods whose bind is in flight.")
 LEADER = Gauge("gpusched_leader", "1 while this replica holds the scheduler Lease, else 0.")
+NODES_UNUSABLE_TOPOLOGY = Gauge(
+    "gpusched_nodes_with_unusable_topology",
+    "Nodes whose GPU topology annotation does not parse or disagrees with the GPUs they "
+    "advertise (only single-GPU pods are placed there).",
+)
 PREEMPTIONS = Counter(
     "gpusched_preemptions",
     "Preemption plans carried out, by result.",

@@ -7,15 +7,19 @@ slows the loop down."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS
+from gpusched.api.k8s import Node
 from gpusched.api.status import GroupStatus
+from gpusched.engine.build import topology_problem
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.result import GroupDecision, Reason
+from gpusched.scheduler import metrics
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
@@ -36,6 +40,8 @@ from gpusched.scheduler.status import (
     workload_status,
 )
 
+logger = logging.getLogger(__name__)
+
 
 class Reporter:
     def __init__(
@@ -51,6 +57,8 @@ class Reporter:
         self.outbox = outbox
         self.attempts: dict[str, Attempt] = {}
         """Each group's latest attempt, as its status shows it."""
+        self._node_problems: dict[str, str] = {}
+        """Nodes whose GPU topology cannot be used, with why: reported once per change."""
 
     # ----- events from the service -------------------------------------------------------------
 
@@ -67,6 +75,28 @@ class Reporter:
             domains=decision.attempts,
             placement=decision.placement or None,
         )
+
+    def node_seen(self, node: Node) -> None:
+        """A node that lies about its GPUs (its topology annotation describes more or fewer
+        than it advertises, or does not parse) is reported once per change: a log line, a
+        Warning Event on the Node, the ``gpusched_nodes_with_unusable_topology`` gauge. The
+        engine places only single-GPU pods there (no GPU set can be judged without links)."""
+        problem = topology_problem(node)
+        if problem == self._node_problems.get(node.name):
+            return
+        if problem is None:
+            self._node_problems.pop(node.name, None)
+        else:
+            self._node_problems[node.name] = problem
+            logger.warning("node GPU topology unusable: %s", problem)
+            message = f"{problem}; only single-GPU pods are placed on it"
+            ref = ObjectRef("v1", "Node", "", node.name, node.metadata.uid or "")
+            self.recorder.record(ref, "Warning", "GPUTopologyMismatch", message)
+        metrics.NODES_UNUSABLE_TOPOLOGY.set(len(self._node_problems))
+
+    def node_gone(self, name: str) -> None:
+        if self._node_problems.pop(name, None) is not None:
+            metrics.NODES_UNUSABLE_TOPOLOGY.set(len(self._node_problems))
 
     def pod_gone(self, uid: str) -> None:
         self.recorder.forget(uid)

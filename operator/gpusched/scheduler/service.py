@@ -27,6 +27,7 @@ from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop
 from gpusched.scheduler.ports import ApiError, ClusterApi
+from gpusched.scheduler.records import name_of
 from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
 from gpusched.scheduler.state import ClusterState
@@ -133,10 +134,14 @@ class Scheduler:
 
     def node_changed(self, body: Mapping[str, Any]) -> None:
         self.state.upsert_node(body)
+        node = self.state.nodes.get(name_of(body))
+        if node is not None:
+            self.reporter.node_seen(node)
         self.wake()
 
     def node_deleted(self, name: str) -> None:
         self.state.delete_node(name)
+        self.reporter.node_gone(name)
         self.wake()
 
     def pod_changed(self, body: Mapping[str, Any], *, listed: bool = False) -> None:

@@ -1,0 +1,246 @@
+"""The engine's fast paths decide exactly as the slow ones.
+
+`schedule` works on the caller's snapshot in place and rolls back, and keeps its caches (tie-break
+ranks, FGD's weight-free rows, the task counts of the target workload) across calls and copies;
+`build_snapshot` loads bound pods in one pass. Each story replays the same work twice — warm (the
+caches as the operator keeps them) and cold (`Snapshot.copy(cold=True)` per call: a copy with no
+cache, which recomputes everything as a newly built snapshot does) — and compares whole results.
+A cache that misses a change (a node whose stamp did not move, a workload weighed with the wrong
+columns, a count not taken back on rollback) makes a later decision differ, and the story names
+the first pod where it does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpusched.api.k8s import Node
+from gpusched.engine.build import SnapshotCache, build_snapshot
+from gpusched.engine.fit import feasible_nodes
+from gpusched.engine.groups import GroupSpec
+from gpusched.engine.pick import pick_node
+from gpusched.engine.request import PodRequest
+from gpusched.engine.result import ScheduleResult
+from gpusched.engine.schedule import schedule
+from gpusched.engine.scores import fragmentation_score
+from gpusched.engine.scoring import Scoring, cycle_workload
+from gpusched.engine.snapshot import Snapshot
+from gpusched.engine.workload import target_workload
+from gpusched.offline.openb import load_nodes, load_pods
+from tests.support.engine import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
+
+OPENB = Path(__file__).resolve().parents[3] / "bench" / "data" / "openb"
+REPLAYED = 400
+"""openb pods replayed one schedule() call each: past the point where the target workload's
+task types settle, and where shares, whole GPUs and 8-GPU pods have all come by."""
+
+
+def _state(snapshot: Snapshot) -> tuple[object, ...]:
+    """Everything a decision reads from a snapshot's usage."""
+    arrays = (
+        snapshot.used,
+        snapshot.gpu_free,
+        snapshot.gpu_pods,
+        snapshot.free_whole,
+        snapshot.numa_free,
+        snapshot.max_numa_free,
+        snapshot.max_share,
+        snapshot.gpu_allocated,
+    )
+    holdings = [
+        (k, h.node, h.gpus, h.milli_per_gpu, h.vector) for k, h in snapshot.holdings.items()
+    ]
+    return (
+        tuple(a.tobytes() for a in arrays),
+        tuple(snapshot.free_mask),
+        tuple(sorted((g, tuple(sorted(a.items()))) for g, a in snapshot.gpu_apps.items())),
+        tuple(holdings),
+        tuple(sorted((n, tuple(notes)) for n, notes in snapshot.node_notes.items())),
+    )
+
+
+def _first_difference(warm: list[ScheduleResult], cold: list[ScheduleResult]) -> str:
+    for step, (a, b) in enumerate(zip(warm, cold, strict=True)):
+        if a != b:
+            warm_side, cold_side = a.bindings or a.unschedulable, b.bindings or b.unschedulable
+            return f"call {step}: warm {warm_side} != cold {cold_side}"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def openb() -> tuple[list[Node], list[PodRequest]]:
+    nodes = load_nodes(OPENB / "openb_node_list_gpu_node.csv")
+    pods = load_pods(OPENB / "openb_pod_list_default.csv")[:REPLAYED]
+    return nodes, pods
+
+
+def test_openb_one_pod_per_call_decides_as_a_cold_snapshot(
+    openb: tuple[list[Node], list[PodRequest]],
+) -> None:
+    """The operator's loop: one pending pod a cycle, its binding applied to the kept snapshot.
+    Warm, the snapshot keeps its caches across calls; cold, every call gets a copy with none.
+    Every binding, failure and message is the same, and schedule() leaves the snapshot as it
+    found it."""
+    nodes, pods = openb
+    warm_snapshot, cold_snapshot = build_snapshot(nodes), build_snapshot(nodes)
+    warm, cold = [], []
+    for request in pods:
+        before = _state(warm_snapshot)
+        warm.append(schedule(warm_snapshot, [request]))
+        assert _state(warm_snapshot) == before, f"schedule({request.key}) changed the snapshot"
+        cold.append(schedule(cold_snapshot.copy(cold=True), [request]))
+        for snapshot, result in ((warm_snapshot, warm[-1]), (cold_snapshot, cold[-1])):
+            for binding in result.bindings:
+                snapshot.assume(request, snapshot.index[binding.node], binding.gpus)
+    assert warm == cold, _first_difference(warm, cold)
+    assert sum(len(r.bindings) for r in warm) == REPLAYED, "every pod should fit at this load"
+
+
+def test_the_cycle_workload_is_the_target_workload_of_pending_and_held_pods(
+    openb: tuple[list[Node], list[PodRequest]],
+) -> None:
+    """Task counts kept through assume, forget and rollback give the workload that counting
+    every pod again gives, weights included."""
+    nodes, pods = openb
+    snapshot = build_snapshot(nodes)
+    snapshot.task_counts()  # counted now, kept up to date from here on
+    for i, request in enumerate(pods[:200]):
+        snapshot.assume(request, i % len(nodes), ())
+    mark = snapshot.checkpoint()
+    for request in pods[200:300]:
+        snapshot.assume(request, 0, ())
+    for request in pods[:50]:
+        snapshot.forget(request.key)
+    snapshot.rollback(mark)
+    pending = pods[300:310]
+    want = target_workload([*pending, *(h.pod for h in snapshot.holdings.values())])
+    assert cycle_workload(snapshot, pending) == want
+
+
+#        z1                          z2
+#    r1      r2      r3          r4      r5
+#   4 x a100x8 each, half of r1 and r4 busy
+def _gang_cluster() -> Snapshot:
+    zones = {
+        "z1": {"r1": ["a100x8"] * 4, "r2": ["a100x8"] * 4, "r3": ["a100x8"] * 4},
+        "z2": {"r4": ["a100x8"] * 4, "r5": ["a100x8"] * 4},
+    }
+    busy = [
+        bound(pod(f"busy-{n}", gpus=4), name, range(4))
+        for n, name in enumerate(["node-a", "node-b", "node-m", "node-n"])
+    ]
+    busy.append(bound(pod("share", milli=300, app="x"), "node-e", [7]))
+    return cluster(zones, bound=busy)
+
+
+def _two_level(name: str) -> tuple[list[PodRequest], list[GroupSpec]]:
+    groups = [composite(name, 2, topology=ZONE)]
+    pods = []
+    for child in ("a", "b"):
+        groups.append(gang(f"{name}-{child}", 3, topology=RACK, parent=name))
+        pods += members(f"{name}-{child}", 3, gpus=8, cpu=8000, group=f"{name}-{child}")
+    return pods, groups
+
+
+def test_gangs_decide_as_on_a_cold_snapshot_call_after_call() -> None:
+    """A two-level gang, scheduled three times on the kept snapshot (its caches hold the
+    rolled-back trial of the call before), then applied, then a second gang beside it and a
+    single pod: each decision equals the one a cold copy makes."""
+    snapshot = _gang_cluster()
+    first_pods, first_groups = _two_level("llm")
+    results = [schedule(snapshot, first_pods, first_groups) for _ in range(3)]
+    want = schedule(snapshot.copy(cold=True), first_pods, first_groups)
+    assert results == [want] * 3
+    assert len(want.bindings) == 6, f"the first gang should be placed: {want.groups}"
+    by_key = {p.key: p for p in first_pods}
+    for binding in want.bindings:
+        snapshot.assume(by_key[binding.pod], snapshot.index[binding.node], binding.gpus)
+    second_pods, second_groups = _two_level("next")
+    loose = [pod("one", gpus=1), pod("slice", milli=250, app="x")]
+    for pods, groups in ((second_pods, second_groups), (loose, [])):
+        got = schedule(snapshot, pods, groups)
+        assert got == schedule(snapshot.copy(cold=True), pods, groups)
+
+
+def test_loading_bound_pods_at_once_matches_adding_them_one_by_one() -> None:
+    """`build_snapshot` loads every bound pod in one pass; the snapshot cache adds later pods
+    one by one. Both reach the same usage, holdings and notes, including pods without a
+    gpusched.io/gpus annotation (given the highest free GPUs), shares, a pod on an unknown
+    node and a pod listed twice."""
+    nodes = [node(f"n{i}", "a100x8") for i in range(6)]
+    pods = [bound(pod(f"w{i}", gpus=1 + i % 3), f"n{i % 6}", None) for i in range(10)]
+    pods += [bound(pod(f"s{i}", milli=400, app="a"), f"n{i % 4}") for i in range(6)]
+    pods += [bound(pod("pinned", gpus=2), "n5", [0, 3]), bound(pod("gone", gpus=1), "nowhere")]
+    pods += [bound(pod("cpu", cpu=8000), "n2"), pods[0]]
+    at_once = build_snapshot(nodes, pods)
+    cache = SnapshotCache()
+    build_snapshot(nodes, pods[:3], cache=cache)
+    one_by_one = build_snapshot(nodes, pods, cache=cache)
+    assert _state(one_by_one) == _state(at_once)
+    assert np.array_equal(at_once.stamp > 0, at_once.used.any(axis=1)), "loaded nodes get stamps"
+
+
+def test_the_fragmentation_score_is_the_same_with_and_without_cached_rows() -> None:
+    """FGD's default score on a kept snapshot whose workload changes every call (a pod more
+    each time) equals the score on a cold copy, for every feasible node."""
+    snapshot = build_snapshot(load_nodes(OPENB / "openb_node_list_gpu_node.csv")[:300])
+    for step, request in enumerate(load_pods(OPENB / "openb_pod_list_default.csv")[:300]):
+        scoring = Scoring(snapshot.config.scoring, cycle_workload(snapshot, [request]))
+        nodes = feasible_nodes(snapshot, request)
+        warm = fragmentation_score(snapshot, request, nodes, scoring)
+        cold = fragmentation_score(snapshot.copy(cold=True), request, nodes, scoring)
+        assert np.array_equal(warm, cold), f"step {step}, {request.key}"
+        choice = pick_node(snapshot, request, scoring)
+        if choice is not None:
+            snapshot.assume(request, choice.node, choice.gpus)
+
+
+def _running_pod(**status: object) -> dict[str, object]:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "default",
+            "uid": "u1",
+            "resourceVersion": str(status.pop("version", "1")),
+            "labels": dict(status.pop("labels", {})),  # type: ignore[call-overload]
+        },
+        "spec": {
+            "schedulerName": "gpusched",
+            "nodeName": "n1",
+            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"phase": status.pop("phase", "Running"), **status},
+    }
+
+
+def test_a_pod_event_that_changes_nothing_read_costs_no_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubelet's status heartbeats (conditions, container states, a new resourceVersion)
+    reach the scheduler as MODIFIED events: they are recognised without a pydantic parse and
+    change nothing. A new label or phase is parsed, as before."""
+    from gpusched.scheduler import state as state_module
+
+    parsed: list[str] = []
+    real = state_module.parse_pod
+
+    def counting(body: Any) -> Any:
+        parsed.append(body["metadata"]["resourceVersion"])
+        return real(body)
+
+    monkeypatch.setattr(state_module, "parse_pod", counting)
+    state = state_module.ClusterState()
+    state.upsert_pod(_running_pod())
+    generation = state.generation
+    state.upsert_pod(_running_pod(version=2, conditions=[{"type": "Ready", "status": "True"}]))
+    state.upsert_pod(_running_pod(version=3, containerStatuses=[{"name": "c", "ready": True}]))
+    assert (parsed, state.generation) == (["1"], generation)
+    state.upsert_pod(_running_pod(version=4, labels={"team": "a"}))
+    state.upsert_pod(_running_pod(version=5, labels={"team": "a"}, phase="Succeeded"))
+    assert parsed == ["1", "4", "5"]
+    assert list(state.bound()) == [], "the finished pod holds nothing"

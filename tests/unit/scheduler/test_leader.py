@@ -1,0 +1,168 @@
+"""Leader election on a Lease: one holder, takeover after expiry, fencing before expiry.
+
+Two electors share an in-memory Lease store with the API server's optimistic concurrency
+(409 on a stale resourceVersion); each has its own fake monotonic clock, since expiry is
+judged on the observer's own clock."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from gpusched.api.config import LeaderElectionConfig
+from gpusched.scheduler.leader import LeaderElector
+from gpusched.scheduler.ports import ApiError
+from tests.support.clock import Clock
+
+CONFIG = LeaderElectionConfig(
+    leaseDurationSeconds=15, renewDeadlineSeconds=10, retryPeriodSeconds=2
+)
+
+
+class LeaseStore:
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise ApiError(0, "connection refused")
+
+    async def get_lease(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self._check()
+        return copy.deepcopy(self.lease)
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._check()
+        if self.lease is not None:
+            raise ApiError(409, "already exists")
+        self._store(body)
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        self._check()
+        assert self.lease is not None
+        if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
+            raise ApiError(409, "the object has been modified")
+        self._store(body)
+
+    def _store(self, body: Mapping[str, Any]) -> None:
+        self.version += 1
+        self.lease = copy.deepcopy(dict(body))
+        self.lease["metadata"]["resourceVersion"] = str(self.version)
+
+    @property
+    def holder(self) -> str | None:
+        return None if self.lease is None else self.lease["spec"]["holderIdentity"]
+
+
+def elector(store: LeaseStore, identity: str, clock: Clock, log: list[str]) -> LeaderElector:
+    return LeaderElector(
+        store, CONFIG, "default", identity, lambda on: log.append(f"{identity} {on}"), clock
+    )
+
+
+@pytest.mark.asyncio
+async def test_one_replica_leads_and_the_other_waits_while_it_renews() -> None:
+    store, log = LeaseStore(), []
+    clock_a, clock_b = Clock(), Clock()
+    a, b = elector(store, "a", clock_a, log), elector(store, "b", clock_b, log)
+    assert await a.attempt()
+    for _ in range(20):  # 40 s of renewals: b never gets it
+        clock_a.now += 2
+        clock_b.now += 2
+        assert await a.attempt()
+        assert not await b.attempt()
+    assert (store.holder, log) == ("a", ["a True"])
+
+
+@pytest.mark.asyncio
+async def test_a_silent_leader_is_replaced_once_the_lease_expires_on_the_observers_clock() -> None:
+    store, log = LeaseStore(), []
+    clock_a, clock_b = Clock(), Clock()
+    a, b = elector(store, "a", clock_a, log), elector(store, "b", clock_b, log)
+    assert await a.attempt()
+    assert not await b.attempt()  # b first sees a's record now
+    clock_b.now += 14.9
+    assert not await b.attempt()
+    clock_b.now += 0.2  # 15.1 s without a change to the record: expired
+    assert await b.attempt()
+    assert store.holder == "b"
+    assert store.lease is not None
+    assert store.lease["spec"]["leaseTransitions"] == 1
+    # a comes back (a long GC pause): it may not act and must not take the Lease back.
+    clock_a.now += 15.1
+    assert not a.leading
+    assert not await a.attempt()
+    assert log == ["a True", "b True", "a False"]
+
+
+@pytest.mark.asyncio
+async def test_a_leader_that_cannot_renew_stops_before_anyone_could_take_over() -> None:
+    store, log = LeaseStore(), []
+    clock = Clock()
+    a = elector(store, "a", clock, log)
+    assert await a.attempt()
+    store.down = True
+    clock.now += 9.0
+    assert await a.attempt()  # unreachable, but inside the renew deadline (10 s)
+    clock.now += 1.1  # 10.1 s since the last renewal: fenced, 4.9 s before the lease expires
+    assert not await a.attempt()
+    assert not a.leading
+    assert log == ["a True", "a False"]
+
+
+@pytest.mark.asyncio
+async def test_a_lost_race_is_not_leading() -> None:
+    store, log = LeaseStore(), []
+    clock = Clock()
+    a = elector(store, "a", clock, log)
+    original = store.replace_lease
+
+    async def racing(namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        store.version += 1  # another writer updated the Lease in between
+        assert store.lease is not None
+        store.lease["metadata"]["resourceVersion"] = str(store.version)
+        await original(namespace, name, body)
+
+    await store.create_lease("default", {"metadata": {"name": "gpusched"}, "spec": {}})
+    store.replace_lease = racing  # type: ignore[method-assign]
+    assert not await a.attempt()
+    assert log == []
+
+
+@pytest.mark.asyncio
+async def test_a_released_lease_is_taken_at_once() -> None:
+    store, log = LeaseStore(), []
+    clock_a, clock_b = Clock(), Clock()
+    a, b = elector(store, "a", clock_a, log), elector(store, "b", clock_b, log)
+    assert await a.attempt()
+    assert not await b.attempt()
+    await a.release()
+    assert await b.attempt()
+    assert store.holder == "b"
+
+
+def test_settings_that_could_let_two_replicas_act_are_refused() -> None:
+    with pytest.raises(ValueError, match="renewDeadlineSeconds must be shorter"):
+        LeaderElectionConfig(leaseDurationSeconds=10, renewDeadlineSeconds=10)
+
+
+@pytest.mark.parametrize(
+    ("story", "lease", "renew"),
+    [
+        ("8/5 s leaves 3 s, shorter than a 4 s bind", 8, 5),
+        ("a gap exactly the bind timeout cannot fence either", 14, 10),
+    ],
+)
+def test_timing_whose_gap_is_not_longer_than_a_bind_is_refused_naming_the_keys(
+    story: str, lease: float, renew: float
+) -> None:
+    with pytest.raises(ValueError, match=r"leaseDurationSeconds .* renewDeadlineSeconds") as error:
+        LeaderElectionConfig(
+            leaseDurationSeconds=lease, renewDeadlineSeconds=renew, retryPeriodSeconds=2
+        )
+    assert "bind timeout (4 s)" in str(error.value), story
