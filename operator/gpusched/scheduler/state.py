@@ -67,6 +67,10 @@ class ClusterState(GroupBook):
     nodes: dict[str, Node] = field(default_factory=dict)
     node_errors: dict[str, str] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
+    """Written only through `_store`, which keeps `_holders` in step."""
+    _holders: dict[str, set[str]] = field(default_factory=dict)
+    """Node → keys of the pods whose record holds resources there: what is on one node is
+    read without a walk over every pod (the last check before each bind)."""
     reservations: dict[str, Reservation] = field(default_factory=dict)
     budgets: Budgets = field(default_factory=Budgets)
     """PodDisruptionBudgets, for the preemption planner."""
@@ -136,7 +140,7 @@ class ClusterState(GroupBook):
             # version moves, so that a resync does not parse it either.
             version = str(metadata_of(body).get("resourceVersion") or "")
             if version != before.version:
-                self.pods[key] = replace(before, version=version)
+                self._store(key, replace(before, version=version))
             return
         record = _pod_record(key, body, self.scheduler_name)
         if record is None:
@@ -155,7 +159,7 @@ class ClusterState(GroupBook):
             return
         if before is not None and before.uid and before.uid != record.uid:
             self._bury(before.uid)  # a name holds one pod at a time: the old one is gone
-        self.pods[key] = record
+        self._store(key, record)
         annotations = record.pod.metadata.annotations
         mark = annotations.get(PREEMPTION_ANNOTATION) if holds(record) else None
         if mark is not None:
@@ -178,11 +182,25 @@ class ClusterState(GroupBook):
             current = self.pods.get(key)
             if current is not None and current.uid != uid:
                 return
-        before = self.pods.pop(key, None)
+        before = self._store(key, None)
         reserved = self.reservations.pop(key, None)
         self.marked.pop(key, None)
         if before is not None or reserved is not None:
             self._changed(capacity=True)
+
+    def _store(self, key: str, record: PodRecord | None) -> PodRecord | None:
+        """Puts (or, with None, drops) the record of ``key``; returns the one it replaces."""
+        before = self.pods.pop(key, None)
+        if before is not None and before.holding is not None:
+            keys = self._holders[before.holding.node]
+            keys.discard(key)
+            if not keys:
+                del self._holders[before.holding.node]
+        if record is not None:
+            self.pods[key] = record
+            if record.holding is not None:
+                self._holders.setdefault(record.holding.node, set()).add(key)
+        return before
 
     def _bury(self, uid: str) -> None:
         self.gone[uid] = None
@@ -236,9 +254,11 @@ class ClusterState(GroupBook):
     def taken_by_others(self, key: str, reservation: Reservation) -> bool:
         """Whether another pod now holds (or is assumed to hold) GPUs of ``reservation``, or
         the node's GPUs are all held without it."""
-        mine = set(reservation.gpus)
-        for seen in self._others_on(key, reservation.node):
-            if mine & set(seen.gpus or ()):
+        mine, pinned = set(reservation.gpus), self._pinned()
+        for other in self._holders.get(reservation.node, ()):
+            record = self.pods[other]
+            seen = pinned.get(record.uid, record.holding)
+            if other != key and seen is not None and mine & set(seen.gpus or ()):
                 return True
         return self.overcommits(key, reservation)
 
@@ -250,15 +270,25 @@ class ClusterState(GroupBook):
         come from ResourceSlices advertises none, and its devices are held only through
         claims, which the claim ledger accounts for."""
         count = self._gpu_count(reservation.node)
-        held = sum(seen.pod.gpus for seen in self._others_on(key, reservation.node))
-        return bool(reservation.gpus) and count > 0 and held + len(reservation.gpus) > count
+        if not reservation.gpus or count <= 0:
+            return False
+        held = sum(h.pod.gpus for h in self._held_on(reservation.node) if h.pod.key != key)
+        return held + len(reservation.gpus) > count
 
-    def _others_on(self, key: str, node: str) -> Iterator[BoundPod]:
-        pinned = self._pinned()
-        for record in self.pods.values():
-            seen = pinned.get(record.uid, record.holding)
-            if seen is not None and seen.node == node and record.key != key:
-                yield seen
+    def _held_on(self, node: str) -> Iterator[BoundPod]:
+        """What `bound` yields on ``node`` — bound pods, reservations, nominations — from the
+        index (GPUs assumed for pods that do not name theirs aside: they move GPUs, not
+        counts)."""
+        promised = self._promised()
+        for key in self._holders.get(node, ()):
+            record = self.pods[key]
+            if record.holding is not None and promised.get(key) != record.uid:
+                yield record.holding
+        for reservation in self.reservations.values():
+            if reservation.node == node:
+                yield reservation.holding
+        for nomination in self.nominations.values():
+            yield from (h for h in nomination.holdings if h.node == node)
 
     # ----- the ledger ------------------------------------------------------------------------
 
@@ -292,14 +322,16 @@ class ClusterState(GroupBook):
         record = self.pods.get(key)
         if record is None or record.uid != reservation.uid:
             return
-        self.pods[key] = PodRecord(
-            record.pod.model_copy(
-                update={"spec": record.pod.spec.model_copy(update={"node_name": reservation.node})}
+        bound = record.pod.spec.model_copy(update={"node_name": reservation.node})
+        self._store(
+            key,
+            PodRecord(
+                record.pod.model_copy(update={"spec": bound}),
+                record.uid,
+                record.request,
+                reservation.gpus,
+                holding=reservation.holding,
             ),
-            record.uid,
-            record.request,
-            reservation.gpus,
-            holding=reservation.holding,
         )
         self.reservations.pop(key, None)
 
