@@ -159,6 +159,18 @@ class GroupTree:
             stack.extend(reversed(self.children(current.key)))
         return found
 
+    def chain(self, key: str) -> list[GroupSpec]:
+        """The group ``key`` and its ancestors, innermost first; a missing parent or a cycle
+        ends it (empty for an unknown group)."""
+        found: list[GroupSpec] = []
+        seen: set[str] = set()
+        group = self.groups.get(key)
+        while group is not None and group.key not in seen:
+            found.append(group)
+            seen.add(group.key)
+            group = self.groups.get(group.parent) if group.parent is not None else None
+        return found
+
     def root_of(self, key: str) -> str:
         """The key of the root above ``key``: ``key`` itself for a root or an unknown group;
         where a parent is missing, that parent's key (the root it would be)."""

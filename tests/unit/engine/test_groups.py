@@ -32,6 +32,8 @@ class WalkCase:
     start: str
     want_descendants: list[str]
     want_root: str
+    want_chain: list[str]
+    """The start and its ancestors, innermost first."""
 
 
 WALK_CASES = [
@@ -41,6 +43,7 @@ WALK_CASES = [
         "default/job",
         ["default/job", "default/ps", "default/trainers", "default/t-a", "default/t-b"],
         "default/job",
+        ["default/job"],
     ),
     WalkCase(
         "a leaf two levels down walks up to the root",
@@ -48,6 +51,7 @@ WALK_CASES = [
         "default/t-b",
         ["default/t-b"],
         "default/job",
+        ["default/t-b", "default/trainers", "default/job"],
     ),
     WalkCase(
         "a group without a parent or children is its own tree",
@@ -55,6 +59,7 @@ WALK_CASES = [
         "default/alone",
         ["default/alone"],
         "default/alone",
+        ["default/alone"],
     ),
     WalkCase(
         "a parent that is missing ends the walk up at the missing parent's key",
@@ -62,6 +67,7 @@ WALK_CASES = [
         "default/orphan",
         ["default/orphan"],
         "default/gone",
+        ["default/orphan"],
     ),
     WalkCase(
         "a cycle of parents is walked once, never forever",
@@ -69,6 +75,7 @@ WALK_CASES = [
         "default/a",
         ["default/a", "default/b"],
         "default/b",
+        ["default/a", "default/b"],
     ),
 ]
 
@@ -79,6 +86,7 @@ def test_walks(case: WalkCase) -> None:
     start = tree.groups[case.start]
     assert [g.key for g in tree.descendants(start)] == case.want_descendants
     assert tree.root_of(case.start) == case.want_root
+    assert [g.key for g in tree.chain(case.start)] == case.want_chain
 
 
 def test_roots_keep_the_given_order_and_children_come_in_key_order() -> None:

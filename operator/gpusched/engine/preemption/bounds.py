@@ -92,8 +92,7 @@ class DomainBounds:
             return lowest
         (key,) = keys
         demands = [
-            sum(p.gpu_demand_milli for p in self.pods if f"{p.namespace}/{p.group}" == c.key)
-            for c in children
+            sum(p.gpu_demand_milli for p in self.pods if p.group_key == c.key) for c in children
         ]
         smallest = min((d for d in demands if d > 0), default=0)
         if key is None or smallest == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpusched.engine.groups import GroupSpec
+from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.preemption.result import PreemptionPlan
 from gpusched.engine.preemption.search import plan_preemption
 from gpusched.engine.preemption.victims import DisruptionBudget
@@ -53,31 +53,17 @@ def _waiting_roots(
         if d.phase is Phase.UNSCHEDULABLE and d.reason is Reason.UNSCHEDULABLE
     }
     roots = [g for g in groups if g.parent is None and g.key in failed]
-    tops: dict[str, int] = {}
+    tree = GroupTree(groups)
+    tops: dict[str, int] = {}  # root key → the highest priority of its pending pods
     for pod in pods:
-        key = f"{pod.namespace}/{pod.group}"
-        tops[key] = max(tops.get(key, pod.priority), pod.priority)
+        if pod.group_key is not None:
+            root = tree.root_of(pod.group_key)
+            tops[root] = max(tops.get(root, pod.priority), pod.priority)
 
     def priority(root: GroupSpec) -> int:
-        if root.priority is not None:
-            return root.priority
-        return max((v for k, v in tops.items() if _under(groups, k, root.key)), default=0)
+        return root.priority if root.priority is not None else tops.get(root.key, 0)
 
     return sorted(roots, key=lambda r: (-priority(r), r.created, r.key))
-
-
-def _under(groups: Sequence[GroupSpec], key: str, root: str) -> bool:
-    by_key = {g.key: g for g in groups}
-    seen: set[str] = set()
-    while key not in seen:
-        if key == root:
-            return True
-        seen.add(key)
-        group = by_key.get(key)
-        if group is None or group.parent is None:
-            return False
-        key = group.parent
-    return False
 
 
 def _carry_out(work: Snapshot, plan: PreemptionPlan, pods: Sequence[PodRequest]) -> None:

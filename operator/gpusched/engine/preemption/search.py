@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.topology import LinkTier
 from gpusched.engine.domains import Domain, root_domain, subdomains
-from gpusched.engine.groups import GroupSpec
+from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.preemption.bounds import Candidate, DomainBounds, bound_key, gpus_text
 from gpusched.engine.preemption.reprieve import cost, reprieve
 from gpusched.engine.preemption.result import (
@@ -98,9 +98,9 @@ class _Search:
             raise ValueError(f"{unit} is not a root group of the groups given")
         self.work = work
         self.root = root
-        self.tree = _tree(root, groups)
+        self.tree = GroupTree(groups).descendants(root)
         keys = {g.key for g in self.tree}
-        self.pods = [p for p in pods if f"{p.namespace}/{p.group}" in keys]
+        self.pods = [p for p in pods if p.group_key in keys]
         self.groups = groups
         self.budgets = budgets
         self.foreign = foreign
@@ -168,11 +168,7 @@ class _Search:
 
     def _bound_nodes(self) -> list[int]:
         keys = {g.key for g in self.tree}
-        return [
-            h.node
-            for h in self.work.holdings.values()
-            if h.pod.group is not None and f"{h.pod.namespace}/{h.pod.group}" in keys
-        ]
+        return [h.node for h in self.work.holdings.values() if h.pod.group_key in keys]
 
     def _try(self, candidate: Candidate, found: list[_Found]) -> DomainOption | None:
         """Trials in one domain, level by level; a plan found goes to ``found``, and the
@@ -356,19 +352,6 @@ def _early(tree: Sequence[GroupSpec], root: GroupSpec, budget: int) -> tuple[Out
     if budget == 0:
         return Outcome.DISABLED, "preemption.budget is 0"
     return None
-
-
-def _tree(root: GroupSpec, groups: Sequence[GroupSpec]) -> list[GroupSpec]:
-    children: dict[str, list[GroupSpec]] = {}
-    for group in groups:
-        if group.parent is not None:
-            children.setdefault(group.parent, []).append(group)
-    found, stack = [], [root]
-    while stack:
-        group = stack.pop()
-        found.append(group)
-        stack.extend(children.get(group.key, []))
-    return found
 
 
 MAX_NARROW_PIECES = 32

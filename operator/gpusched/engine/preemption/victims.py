@@ -11,11 +11,11 @@ by another scheduler.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from gpusched.api.crds import DisruptionMode
-from gpusched.engine.groups import GroupSpec
+from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.snapshot import Holding, Snapshot
 
 
@@ -59,28 +59,6 @@ class EvictionUnit:
         return {h.node for h in self.holdings}
 
 
-@dataclass(slots=True)
-class _Tree:
-    """The group tree, as the victims' side reads it."""
-
-    groups: Mapping[str, GroupSpec]
-    chains: dict[str, tuple[GroupSpec, ...]] = field(default_factory=dict)
-
-    def chain(self, key: str) -> tuple[GroupSpec, ...]:
-        """The group and its ancestors, innermost first (a broken parent link ends it)."""
-        found = self.chains.get(key)
-        if found is None:
-            chain: list[GroupSpec] = []
-            seen: set[str] = set()
-            current = self.groups.get(key)
-            while current is not None and current.key not in seen:
-                chain.append(current)
-                seen.add(current.key)
-                current = self.groups.get(current.parent) if current.parent else None
-            found = self.chains[key] = tuple(chain)
-        return found
-
-
 @dataclass(frozen=True, slots=True)
 class _GroupFacts:
     """What every pod of one group shares, worked out once per group."""
@@ -103,16 +81,16 @@ def eviction_units(
     """Every held pod, cut into the pieces that go together, in key order. ``exclude``: root
     groups never cut (the preemptor's own); ``foreign``: keys of pods another scheduler bound,
     protected unless ``evict_foreign``."""
-    tree = _Tree({g.key: g for g in groups})
+    tree = GroupTree(groups)
     facts: dict[str | None, _GroupFacts | None] = {None: None}
     skip = set(exclude)
     pieces: dict[str, list[tuple[Holding, _GroupFacts | None]]] = defaultdict(list)
     for key in sorted(snapshot.holdings):
         holding = snapshot.holdings[key]
         pod = holding.pod
-        group = f"{pod.namespace}/{pod.group}" if pod.group is not None else None
+        group = pod.group_key
         if group not in facts:
-            facts[group] = _facts(tree.chain(group)) if group is not None else None
+            facts[group] = _facts(tuple(tree.chain(group))) if group is not None else None
         fact = facts[group]
         if fact is not None and fact.root in skip:
             continue
