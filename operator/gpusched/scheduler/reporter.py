@@ -80,7 +80,8 @@ class Reporter:
         """A node that lies about its GPUs (its topology annotation describes more or fewer
         than it advertises, or does not parse) is reported once per change: a log line, a
         Warning Event on the Node, the ``gpusched_nodes_with_unusable_topology`` gauge. The
-        engine places only single-GPU pods there (no GPU set can be judged without links)."""
+        engine places only single-GPU pods there (no GPU set can be judged without links), on
+        the smaller of the two counts."""
         problem = topology_problem(node)
         if problem == self._node_problems.get(node.name):
             return
@@ -89,7 +90,7 @@ class Reporter:
         else:
             self._node_problems[node.name] = problem
             logger.warning("node GPU topology unusable: %s", problem)
-            message = f"{problem}; only single-GPU pods are placed on it"
+            message = f"{problem}; only single-GPU pods are placed on it, on the smaller count"
             ref = ObjectRef("v1", "Node", "", node.name, node.metadata.uid or "")
             self.recorder.record(ref, "Warning", "GPUTopologyMismatch", message)
         metrics.NODES_UNUSABLE_TOPOLOGY.set(len(self._node_problems))
