@@ -460,11 +460,10 @@ async def test_a_unit_marked_before_keeps_the_size_it_had_when_marked_again() ->
     assert sizes == {3}
 
 
-@pytest.mark.asyncio
-async def test_a_preemptor_asking_gpus_through_a_claim_holds_its_room_and_gets_the_claim() -> None:
-    # n1 publishes its 8 GPUs through DRA. The plan: ml/w0 (a claim for 8 GPUs) takes n1 once
-    # ml/old goes. While it waits, another 8-GPU claim pod may not be placed there; once old
-    # is gone, w0's claim is allocated before w0 is bound, as in any bind.
+def claim_world() -> tuple[Scheduler, LoggingApi, FakeClaims, dict[str, Any]]:
+    """n1 publishes its 8 GPUs through DRA; room on it is nominated for ml/w0 (a claim for
+    8 GPUs) once ml/old goes, and old's eviction is sent. Also returns ml/w1's body, another
+    8-GPU claim pod, not yet seen."""
     api = LoggingApi()
     claims = FakeClaims(api.log)
     config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
@@ -473,12 +472,12 @@ async def test_a_preemptor_asking_gpus_through_a_claim_holds_its_room_and_gets_t
     scheduler.claims.book.upsert_slice(dra.resource_slice("n1"))
     scheduler.claims.book.upsert_class(dra.device_class())
     scheduler.state.upsert_pod(pod("old", 0, namespace="ml", node="n1"))
+    bodies = {}
     for name in ("w0", "w1"):
         scheduler.claims.book.upsert_claim(claims.add(dra.claim(f"{name}-gpus", "ml", 8)))
-        body = dra.pod(name, "ml", claim_name=f"{name}-gpus")
-        body["metadata"]["uid"] = f"uid-{name}"
-        if name == "w0":
-            scheduler.state.upsert_pod(body)
+        bodies[name] = dra.pod(name, "ml", claim_name=f"{name}-gpus")
+        bodies[name]["metadata"]["uid"] = f"uid-{name}"
+    scheduler.state.upsert_pod(bodies["w0"])
     plan = PreemptionPlan(
         "ml/w0",
         Outcome.PLANNED,
@@ -488,10 +487,18 @@ async def test_a_preemptor_asking_gpus_through_a_claim_holds_its_room_and_gets_t
         bindings=(Binding("ml/w0", "n1", tuple(range(8))),),
     )
     scheduler.loop.preemptor.preempt([plan], scheduler.leadership.term)
+    return scheduler, api, claims, bodies["w1"]
+
+
+@pytest.mark.asyncio
+async def test_a_preemptor_asking_gpus_through_a_claim_holds_its_room_and_gets_the_claim() -> None:
+    # While w0 waits, another 8-GPU claim pod may not be placed on n1; once old is gone,
+    # w0's claim is allocated before w0 is bound, as in any bind.
+    scheduler, api, claims, w1 = claim_world()
     await scheduler.settle()
     assert api.evictions == ["ml/old"]
 
-    scheduler.pod_changed(body)  # w1
+    scheduler.pod_changed(w1)
     await run_cycle(scheduler)
     assert api.binds == []  # n1's GPUs are held for w0
 
@@ -506,6 +513,21 @@ async def test_a_preemptor_asking_gpus_through_a_claim_holds_its_room_and_gets_t
     ]
     allocation = claims.claims["ml/w0-gpus"]["status"]["allocation"]
     assert len(allocation["devices"]["results"]) == 8
+
+
+@pytest.mark.asyncio
+async def test_a_preemptor_whose_claim_cannot_be_allocated_is_not_bound_into_its_room() -> None:
+    scheduler, api, claims, _ = claim_world()
+    await scheduler.settle()
+    deleting = claims.claims["ml/w0-gpus"]
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    scheduler.claims.book.upsert_claim(claims.add(deleting))
+    scheduler.pod_deleted("ml/old", "uid-old")
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert api.log == []  # no claim written either
+    assert scheduler.state.nominations == {}
+    assert ("ml/w0", {"nominatedNodeName": None}) in api.pod_statuses
 
 
 @pytest.mark.asyncio
