@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpusched.api.config import GPU_RESOURCE
-from gpusched.api.dra import ResourceSlice
+from gpusched.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node, NodeStatus, Pod
 from gpusched.api.selectors import NodeSelectorRequirement, NodeSelectorTerm
@@ -16,7 +16,9 @@ from gpusched.engine.devices import (
     Check,
     ClaimError,
     NodeDevices,
+    RequestDemand,
     claim_demand,
+    class_checks,
     device_passes,
     node_devices,
 )
@@ -24,6 +26,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.assignments import ActualAssignments
 from gpusched.scheduler.dra.book import ClaimBook
+from gpusched.scheduler.dra.extended import extended_claim
 from gpusched.scheduler.dra.holdings import ClaimHoldings
 from gpusched.scheduler.dra.view import (
     ClaimPlan,
@@ -32,6 +35,7 @@ from gpusched.scheduler.dra.view import (
     PodSource,
     View,
     claim_keys,
+    extended_key,
 )
 
 DRA_NODE_LABEL = "dra.gpusched.io/gpus"
@@ -91,28 +95,35 @@ class DraView:
         stale: list[tuple[str, str, str]] = []
         group_of: dict[str, str] = {}
         waiting: set[str] = set()
+        serving = self._extended_class() if inventory else None
+        extended = {
+            uid: claim
+            for claim in self.book.claims.values()
+            for uid in _controlling_pods(claim)
+            if claim.extended_for_pod(uid)
+        }
         for request in ready:
             record = pods.get(request.key)
-            if record is None or not record.pod.spec.resource_claims:
+            if record is None:
+                continue
+            by_template = bool(record.pod.spec.resource_claims)
+            if not by_template and not (serving is not None and _whole_gpus(request)):
                 continue
             if request.group is not None:
                 group_of[request.key] = f"{request.namespace}/{request.group}"
             try:
-                plan = self._plan(record.pod, record.uid, busy, stale)
+                if by_template:
+                    plan = self._plan(record.pod, record.uid, busy, stale)
+                else:
+                    assert serving is not None
+                    found = extended.get(record.uid)
+                    plan = self._extended_plan(record, request, serving, found, busy, stale)
             except ClaimError as why:
                 failures[request.key] = str(why)
                 if isinstance(why, ClaimWaitingError):
                     waiting.add(request.key)
                 continue
             plans[request.key] = plan
-        extended = self._extended_note()
-        noted: dict[str, str] = {}
-        if extended and inventory:
-            for request in ready:
-                if request.key not in plans and request.key not in failures and request.wants_gpu:
-                    noted[request.key] = extended
-                    if request.group is not None:
-                        group_of[request.key] = f"{request.namespace}/{request.group}"
         signatures = {p.checks for p in plans.values()}
         view_nodes = [self._node(n, inventory.get(n.name), signatures) for n in all_nodes]
         view_ready = [
@@ -134,22 +145,20 @@ class DraView:
             group_of,
             mismatches,
             waiting,
-            noted,
         )
 
-    def _extended_note(self) -> str:
-        classes = sorted(
-            name
-            for name, c in self.book.classes.items()
-            if c.spec.extended_resource_name == self.gpu_resource
+    def _extended_class(self) -> DeviceClass | None:
+        """The DeviceClass serving the GPU resource through DRA (the first by name, should
+        several claim it)."""
+        serving = sorted(
+            (
+                c
+                for c in self.book.classes.values()
+                if c.spec.extended_resource_name == self.gpu_resource
+            ),
+            key=lambda c: c.metadata.name,
         )
-        if not classes:
-            return ""
-        return (
-            f"DRA nodes serve {self.gpu_resource} through DeviceClass {', '.join(classes)} "
-            "(extended resources backed by DRA), which gpusched does not allocate yet: on DRA "
-            "nodes ask for GPUs with a ResourceClaimTemplate"
-        )
+        return serving[0] if serving else None
 
     # ----- pods ---------------------------------------------------------------------------------
 
@@ -185,6 +194,42 @@ class DraView:
             claims.append(ClaimPlan(key, claim_demand(claim, self.book.classes)))
         return PodPlan(pod.key, uid, tuple(claims))
 
+    def _extended_plan(
+        self,
+        record: PodSource,
+        request: PodRequest,
+        device_class: DeviceClass,
+        found: ResourceClaim | None,
+        busy: Mapping[str, tuple[str, tuple[str, ...]]],
+        stale: list[tuple[str, str, str]],
+    ) -> PodPlan:
+        """The claim to create should the pod land on a DRA node. A claim made for it by an
+        attempt that never bound it is deleted first, as kube-scheduler does: its devices
+        may not be the ones this decision picks."""
+        if found is not None:
+            if found.key in busy:
+                raise ClaimWaitingError(f"ResourceClaim {found.key} is being allocated")
+            if found.metadata.deletion_timestamp is None:
+                stale.append((found.key, record.uid, found.metadata.resource_version))
+            raise ClaimWaitingError(
+                f"ResourceClaim {found.key} was made for this pod's {self.gpu_resource} by an "
+                "attempt that never bound it; deleting it"
+            )
+        name = device_class.metadata.name
+        claim = extended_claim(record.pod, record.uid, self.gpu_resource, name)
+        if claim.count != request.gpus:
+            raise ClaimError(
+                f"the containers' {self.gpu_resource} requests come to {claim.count} devices "
+                f"for a pod that needs {request.gpus}; gpusched does not guess which to allocate"
+            )
+        checks = tuple(sorted(set(class_checks(device_class))))
+        key = extended_key(record.pod)
+        demands = tuple(
+            RequestDemand(key, request_name, count, checks, name)
+            for request_name, count in claim.requests
+        )
+        return PodPlan(record.pod.key, record.uid, (ClaimPlan(key, demands),), claim)
+
     def _request(self, request: PodRequest, plan: PodPlan | None, dra_nodes: bool) -> PodRequest:
         if plan is None and not (dra_nodes and request.wants_gpu):
             return request
@@ -194,6 +239,8 @@ class DraView:
             return hit[2]
         if plan is None:
             changed = _avoid_dra_nodes(request)
+        elif plan.extended is not None:
+            changed = _dra_or_plugin(request, _match_label(plan.checks))
         else:
             selector = {
                 *request.node_selector,
@@ -254,6 +301,28 @@ def _topology(node: Node) -> tuple[GpuTopology | None, str | None]:
 def _match_label(checks: tuple[Check, ...]) -> str:
     digest = hashlib.sha256(repr(checks).encode()).hexdigest()[:16]
     return f"{MATCH_LABEL_PREFIX}{digest}"
+
+
+def _whole_gpus(request: PodRequest) -> bool:
+    return request.gpus > 0 and request.gpu_milli == 0
+
+
+def _controlling_pods(claim: ResourceClaim) -> list[str]:
+    return [o.uid for o in claim.metadata.owner_references if o.kind == "Pod" and o.controller]
+
+
+def _dra_or_plugin(request: PodRequest, match_label: str) -> PodRequest:
+    """An extended-resource pod fits a device-plugin node as before, or a DRA node whose
+    GPUs its DeviceClass selects (every term of its own, twice: once each way)."""
+    plugin = NodeSelectorRequirement(key=DRA_NODE_LABEL, operator="DoesNotExist")
+    dra = NodeSelectorRequirement(key=match_label, operator="In", values=["true"])
+    terms = request.required_terms or (NodeSelectorTerm(),)
+    combined = tuple(
+        term.model_copy(update={"match_expressions": [*term.match_expressions, extra]})
+        for term in terms
+        for extra in (plugin, dra)
+    )
+    return dataclasses.replace(request, required_terms=combined)
 
 
 def _avoid_dra_nodes(request: PodRequest) -> PodRequest:
