@@ -164,9 +164,10 @@ def fill(
     scheduler.state.upsert_node(dra.node("n1"))
     scheduler.claims.book.upsert_slice(dra.resource_slice("n1"))
     scheduler.claims.book.upsert_class(dra.device_class())
-    group = dra.pod_group("train", NS, gang)
-    group["metadata"].update(uid="uid-train", generation=1)
-    scheduler.state.upsert_group(GroupKind.POD_GROUP, group)
+    if gang:
+        group = dra.pod_group("train", NS, gang)
+        group["metadata"].update(uid="uid-train", generation=1)
+        scheduler.state.upsert_group(GroupKind.POD_GROUP, group)
     for i in range(gang):
         if add_claims:
             scheduler.claims.book.upsert_claim(claims.add(dra.claim(f"w{i}-gpus", NS, gpus)))
@@ -454,3 +455,99 @@ async def test_a_fence_that_turns_false_between_claim_writes_stops_every_later_w
 
 async def _noop_list() -> list[dict[str, Any]]:
     return []
+
+
+# ----- shared claims ----------------------------------------------------------------------------
+#
+#   n1 and n2: 8 DRA GPUs each. "shared" is one ResourceClaim (not from a template) that
+#   several pods name in spec.resourceClaims.
+
+
+def _shared_world(count: int = 2) -> tuple[Scheduler, LoggingApi, FakeClaims]:
+    scheduler, api, claims = _world(gang=0)
+    scheduler.state.upsert_node(dra.node("n2"))
+    scheduler.claims.book.upsert_slice(dra.resource_slice("n2"))
+    scheduler.claims.book.upsert_claim(claims.add(dra.claim("shared", NS, count)))
+    return scheduler, api, claims
+
+
+def _sharing_pod(
+    scheduler: Scheduler,
+    claims: FakeClaims,
+    name: str,
+    own: int = 0,
+    group: str | None = None,
+) -> None:
+    """A pod on claim "shared", and (``own``) a claim of its own of that many GPUs."""
+    body = dra.pod(name, NS, claim_name="shared", group=group)
+    body["metadata"].update(uid=f"uid-{name}", creationTimestamp="2026-12-01T10:00:00Z")
+    if own:
+        scheduler.claims.book.upsert_claim(claims.add(dra.claim(f"{name}-own", NS, own)))
+        body["spec"]["resourceClaims"].append({"name": "own", "resourceClaimName": f"{name}-own"})
+    scheduler.state.upsert_pod(body)
+
+
+def _allocated_node(claim: Mapping[str, Any]) -> str:
+    terms = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+    (node,) = terms[0]["matchFields"][0]["values"]
+    return str(node)
+
+
+@pytest.mark.asyncio
+async def test_a_second_pod_on_an_allocated_shared_claim_is_only_added_to_its_reserved_for() -> (
+    None
+):
+    scheduler, api, claims = _shared_world()
+    _sharing_pod(scheduler, claims, "first")
+    _sharing_pod(scheduler, claims, "second")
+    await run_cycle(scheduler)
+    # One pod allocates the claim; the other waits to join it, without a backoff.
+    assert [key for key, _, _ in api.binds] == [f"{NS}/first"]
+    shared = claims.claims[f"{NS}/shared"]
+    devices = shared["status"]["allocation"]["devices"]["results"]
+    api.log.clear()
+    await run_cycle(scheduler)
+    shared = claims.claims[f"{NS}/shared"]
+    assert [e[0] for e in api.log] == ["status", "bind"], api.log
+    assert shared["status"]["allocation"]["devices"]["results"] == devices
+    assert [r["name"] for r in shared["status"]["reservedFor"]] == ["first", "second"]
+    nodes = {key: node for key, node, _ in api.binds}
+    assert nodes[f"{NS}/second"] == nodes[f"{NS}/first"] == _allocated_node(shared)
+
+
+@pytest.mark.asyncio
+async def test_a_pod_joining_a_shared_claim_goes_only_to_its_node_or_nowhere() -> None:
+    scheduler, api, claims = _shared_world(count=2)
+    _sharing_pod(scheduler, claims, "first")
+    await run_cycle(scheduler)
+    node = _allocated_node(claims.claims[f"{NS}/shared"])
+    # 6 GPUs are left on the claim's node and 8 on the other: 8 of its own fit only there.
+    _sharing_pod(scheduler, claims, "big", own=8)
+    _sharing_pod(scheduler, claims, "small", own=2)
+    api.log.clear()
+    await run_cycle(scheduler)
+    nodes = {key: n for key, n, _ in api.binds}
+    assert f"{NS}/big" not in nodes
+    assert nodes[f"{NS}/small"] == node
+    own = claims.claims[f"{NS}/small-own"]["status"]["allocation"]["devices"]["results"]
+    shared = claims.claims[f"{NS}/shared"]["status"]["allocation"]["devices"]["results"]
+    assert not {r["device"] for r in own} & {r["device"] for r in shared}
+    assert "allocation" not in claims.claims[f"{NS}/big-own"].get("status", {})
+    other = "n2" if node == "n1" else "n1"
+    messages = [e["message"] for e in api.events if e["involvedObject"]["name"] == "big"]
+    assert any(f"required node affinity does not match: {other}" in m for m in messages), messages
+
+
+@pytest.mark.asyncio
+async def test_pods_of_one_gang_on_one_unallocated_shared_claim_get_a_reason() -> None:
+    scheduler, api, claims = _shared_world()
+    group = dra.pod_group("pair", NS, 2)
+    group["metadata"].update(uid="uid-pair", generation=1)
+    scheduler.state.upsert_group(GroupKind.POD_GROUP, group)
+    _sharing_pod(scheduler, claims, "a", group="pair")
+    _sharing_pod(scheduler, claims, "b", group="pair")
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert "allocation" not in claims.claims[f"{NS}/shared"].get("status", {})
+    messages = [e["message"] for e in api.events if e["reason"] == "FailedScheduling"]
+    assert any("is shared with ml/a of the same gang" in m for m in messages), messages

@@ -39,6 +39,8 @@ class ClaimWrite:
     extended: ExtendedClaim | None = None
     """The claim to create first, for the pod's extended resources (``key`` stands for it
     until the API server names it)."""
+    joins: bool = False
+    """A shared claim allocated already: the pod is only added to its reservedFor."""
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -129,6 +131,9 @@ class ClaimAllocator:
         writes: list[ClaimWrite] = []
         queue = [d for d in chosen if d is not None]
         for claim in plan.claims:
+            if claim.joins:
+                writes.append(ClaimWrite(claim.key, pod, plan.uid, node, "", (), (), joins=True))
+                continue
             results: list[tuple[str, str]] = []
             for demand in claim.demands:
                 for _ in range(demand.count):
@@ -136,7 +141,7 @@ class ClaimAllocator:
                     if (gpu.pool, gpu.device) in taken:
                         return f"device {gpu.device} of {node} is held by another claim"
                     results.append((demand.request, gpu.device))
-            pool = chosen[0].pool if chosen[0] is not None else node
+            pool = chosen[0].pool if chosen and chosen[0] is not None else node
             writes.append(
                 ClaimWrite(
                     claim.key,
@@ -150,7 +155,8 @@ class ClaimAllocator:
                 )
             )
         for write in writes:
-            self.writes[write.key] = write
+            if not write.joins:  # a joined claim's devices are held by the claim already
+                self.writes[write.key] = write
         return writes
 
     def _taken(self) -> set[tuple[str, str]]:
@@ -249,6 +255,9 @@ class ClaimAllocator:
         claim = parse_resource_claim(body)
         if claim.metadata.deletion_timestamp is not None:
             raise RefusedError(f"ResourceClaim {step.key} is being deleted")
+        if write.joins:
+            await self._join(step, body, claim, fence)
+            return
         if claim.status.allocation is not None:
             raise RefusedError(f"ResourceClaim {step.key} got allocated elsewhere meanwhile")
         current = dict(body)
@@ -261,14 +270,31 @@ class ClaimAllocator:
             self.book.upsert_claim(current)
         status = dict(current.get("status") or {})
         status["allocation"] = self._allocation(write, claim)
-        status["reservedFor"] = [
-            *(status.get("reservedFor") or []),
-            {"resource": "pods", "name": write.pod.split("/", 1)[1], "uid": write.uid},
-        ]
+        status["reservedFor"] = [*(status.get("reservedFor") or []), self._consumer(write)]
         _check(fence, f"the allocation of ResourceClaim {step.key}")
         updated = await self.api.update_claim_status({**current, "status": status}, fence)
         step.allocated = True
         self.book.upsert_claim(updated)
+
+    async def _join(
+        self, step: _Done, body: Mapping[str, Any], claim: ResourceClaim, fence: Fence
+    ) -> None:
+        """Adds the pod to a shared claim's reservedFor, as kube-scheduler does for a claim
+        allocated already: its allocation stays as it is."""
+        assert self.api is not None
+        write = step.write
+        if claim.status.allocation is None:
+            raise RefusedError(f"ResourceClaim {step.key} was deallocated meanwhile")
+        status = dict(body.get("status") or {})
+        status["reservedFor"] = [*(status.get("reservedFor") or []), self._consumer(write)]
+        _check(fence, f"the reservedFor of ResourceClaim {step.key}")
+        updated = await self.api.update_claim_status({**body, "status": status}, fence)
+        step.allocated = True
+        self.book.upsert_claim(updated)
+
+    @staticmethod
+    def _consumer(write: ClaimWrite) -> dict[str, str]:
+        return {"resource": "pods", "name": write.pod.split("/", 1)[1], "uid": write.uid}
 
     def _allocation(self, write: ClaimWrite, claim: ResourceClaim) -> dict[str, Any]:
         results = [

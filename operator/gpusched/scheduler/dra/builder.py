@@ -6,10 +6,12 @@ import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 
+from pydantic import ValidationError
+
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpusched.api.errors import InvalidObjectError
-from gpusched.api.k8s import Node, NodeStatus, Pod
+from gpusched.api.k8s import Node, NodeStatus
 from gpusched.api.selectors import NodeSelectorRequirement, NodeSelectorTerm
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuTopology, parse_topology_annotation
 from gpusched.engine.devices import (
@@ -95,6 +97,7 @@ class DraView:
         stale: list[tuple[str, str, str]] = []
         group_of: dict[str, str] = {}
         waiting: set[str] = set()
+        allocating: dict[str, PodRequest] = {}
         serving = self._extended_class() if inventory else None
         extended = {
             uid: claim
@@ -113,7 +116,7 @@ class DraView:
                 group_of[request.key] = f"{request.namespace}/{request.group}"
             try:
                 if by_template:
-                    plan = self._plan(record.pod, record.uid, busy, stale)
+                    plan = self._plan(request, record, busy, stale, allocating)
                 else:
                     assert serving is not None
                     found = extended.get(record.uid)
@@ -164,12 +167,18 @@ class DraView:
 
     def _plan(
         self,
-        pod: Pod,
-        uid: str,
+        request: PodRequest,
+        record: PodSource,
         busy: Mapping[str, tuple[str, tuple[str, ...]]],
         stale: list[tuple[str, str, str]],
+        allocating: dict[str, PodRequest],
     ) -> PodPlan:
+        """The pod's claims: to allocate, or (a shared claim allocated already) to join, on
+        its allocation's node. ``allocating``: claims planned for allocation this cycle, by
+        the pod that allocates them (one pod per claim; the others join it later)."""
+        pod, uid = record.pod, record.uid
         claims: list[ClaimPlan] = []
+        terms: tuple[NodeSelectorTerm, ...] | None = None
         for key in claim_keys(pod):
             claim = self.book.claims.get(key)
             if claim is None:
@@ -178,21 +187,23 @@ class DraView:
                 raise ClaimError(f"ResourceClaim {key} is being deleted")
             if key in self.book.releasing:
                 raise ClaimWaitingError(f"ResourceClaim {key} is being released")
-            if claim.status.allocation is not None:
-                if claim.reserved_for_pod(uid) and key not in busy:
-                    stale.append((key, uid, claim.metadata.resource_version))
-                    raise ClaimWaitingError(
-                        f"ResourceClaim {key} holds an allocation made for this pod by a "
-                        "scheduler that never bound it; releasing it"
-                    )
-                if key in busy:
-                    raise ClaimWaitingError(f"ResourceClaim {key} is being allocated")
-                raise ClaimError(
-                    f"ResourceClaim {key} is already allocated (shared with another pod); "
-                    "gpusched does not place pods onto an existing allocation yet"
+            if claim.reserved_for_pod(uid) and key not in busy:
+                stale.append((key, uid, claim.metadata.resource_version))
+                raise ClaimWaitingError(
+                    f"ResourceClaim {key} is reserved for this pod by a scheduler that never "
+                    "bound it; releasing it"
                 )
+            if key in busy:
+                raise ClaimWaitingError(f"ResourceClaim {key} is being allocated")
+            if claim.status.allocation is not None:
+                claims.append(ClaimPlan(key, (), joins=True))
+                terms = _and_terms(terms, _allocation_terms(claim))
+                continue
+            first = allocating.setdefault(key, request)
+            if first is not request:
+                raise _shared_wait(key, request, first)
             claims.append(ClaimPlan(key, claim_demand(claim, self.book.classes)))
-        return PodPlan(pod.key, uid, tuple(claims))
+        return PodPlan(pod.key, uid, tuple(claims), node_terms=terms)
 
     def _extended_plan(
         self,
@@ -253,6 +264,10 @@ class DraView:
                 gpu_milli=0,
                 node_selector=tuple(sorted(selector)),
             )
+            if plan.node_terms is not None:
+                own = request.required_terms
+                joined = plan.node_terms if own is None else _and_terms(own, plan.node_terms)
+                changed = dataclasses.replace(changed, required_terms=joined)
         self._requests[request.key] = (request, inputs, changed)
         return changed
 
@@ -301,6 +316,63 @@ def _topology(node: Node) -> tuple[GpuTopology | None, str | None]:
 def _match_label(checks: tuple[Check, ...]) -> str:
     digest = hashlib.sha256(repr(checks).encode()).hexdigest()[:16]
     return f"{MATCH_LABEL_PREFIX}{digest}"
+
+
+def _shared_wait(key: str, request: PodRequest, first: PodRequest) -> ClaimError:
+    """Why a second pod on a claim not allocated yet is not placed in this cycle: it joins
+    the claim on the node chosen for the first. Within one gang that would never happen (the
+    gang waits for all its pods at once), so it is a reason, not a wait."""
+    if request.group is not None and request.group_key == first.group_key:
+        return ClaimError(
+            f"ResourceClaim {key} is shared with {first.key} of the same gang and is not "
+            "allocated yet; gpusched places pods on a shared claim once it is allocated, so "
+            "let one pod outside the gang (or one gang member alone) allocate it first"
+        )
+    return ClaimWaitingError(
+        f"waiting for ResourceClaim {key} (shared) to be allocated for {first.key}, whose node "
+        "this pod then joins"
+    )
+
+
+def _allocation_terms(claim: ResourceClaim) -> tuple[NodeSelectorTerm, ...] | None:
+    """The nodes an allocated claim can be used on (None: any node)."""
+    allocation = claim.status.allocation
+    selector = allocation.node_selector if allocation is not None else None
+    if selector is None:
+        return None
+    try:
+        return tuple(
+            NodeSelectorTerm.model_validate(term)
+            for term in selector.get("nodeSelectorTerms") or []
+        )
+    except ValidationError as error:
+        raise ClaimError(
+            f"ResourceClaim {claim.key}: status.allocation.nodeSelector cannot be read: {error}"
+        ) from None
+
+
+def _and_terms(
+    left: tuple[NodeSelectorTerm, ...] | None, right: tuple[NodeSelectorTerm, ...] | None
+) -> tuple[NodeSelectorTerm, ...] | None:
+    """Nodes both selectors allow: each term of one ANDed with each term of the other."""
+    if left is None or right is None:
+        return right if left is None else left
+    return tuple(
+        NodeSelectorTerm.model_validate(
+            {
+                "matchExpressions": [
+                    *(e.model_dump(by_alias=True) for e in a.match_expressions),
+                    *(e.model_dump(by_alias=True) for e in b.match_expressions),
+                ],
+                "matchFields": [
+                    *(f.model_dump(by_alias=True) for f in a.match_fields),
+                    *(f.model_dump(by_alias=True) for f in b.match_fields),
+                ],
+            }
+        )
+        for a in left
+        for b in right
+    )
 
 
 def _whole_gpus(request: PodRequest) -> bool:

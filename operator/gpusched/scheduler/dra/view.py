@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpusched.api.k8s import Node, Pod
+from gpusched.api.selectors import NodeSelectorTerm
 from gpusched.engine.devices import Check, ClaimError, RequestDemand
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, PodFailure, Reason, ScheduleResult
@@ -18,10 +19,12 @@ from gpusched.scheduler.dra.extended import ExtendedClaim
 
 @dataclass(frozen=True, slots=True)
 class ClaimPlan:
-    """A claim to allocate for a pod: its requests in order."""
+    """A claim to allocate for a pod (its requests in order), or, ``joins``, a shared claim
+    allocated already that the pod is only added to (its devices are held already)."""
 
     key: str
     demands: tuple[RequestDemand, ...]
+    joins: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,8 @@ class PodPlan:
     """For a pod asking ``nvidia.com/gpu`` served by a DeviceClass: the claim to create when
     it lands on a DRA node (its one `ClaimPlan` is keyed by `extended_key`). On a
     device-plugin node nothing is written."""
+    node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    """Where the shared claims it joins were allocated (None: anywhere)."""
 
     @property
     def gpus(self) -> int:
