@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gpusched.api.config import load_config
 from gpusched.api.k8s import parse_node
@@ -551,3 +552,15 @@ async def test_pods_of_one_gang_on_one_unallocated_shared_claim_get_a_reason() -
     assert "allocation" not in claims.claims[f"{NS}/shared"].get("status", {})
     messages = [e["message"] for e in api.events if e["reason"] == "FailedScheduling"]
     assert any("is shared with ml/a of the same gang" in m for m in messages), messages
+
+
+@pytest.mark.asyncio
+async def test_the_quality_gauges_count_dra_gpus_and_what_claims_hold() -> None:
+    # n1's 8 GPUs exist only as devices; a claim holds 4 of them.
+    scheduler, api, _ = _world(gang=1, gpus=4)
+    await run_cycle(scheduler)
+    assert len(api.binds) == 1
+    scheduler.loop.decider.measure_quality(now=1e9)
+    cluster_labels = {"level": "cluster", "domain": "cluster"}
+    assert REGISTRY.get_sample_value("gpusched_domain_gpus", cluster_labels) == 8
+    assert REGISTRY.get_sample_value("gpusched_domain_free_gpus", cluster_labels) == 4

@@ -61,6 +61,8 @@ class DraView:
         self._requests: dict[str, tuple[PodRequest, tuple[object, ...], PodRequest]] = {}
         self._by_node: tuple[int, dict[str, list[ResourceSlice]]] = (-1, {})
         self.actual = ActualAssignments()
+        self._signatures: set[tuple[Check, ...]] = set()
+        """The device checks of the last `build`'s plans (`cluster` labels nodes alike)."""
 
     def devices(self, node: Node) -> NodeDevices | None:
         generation = self.book.slices_generation
@@ -127,19 +129,17 @@ class DraView:
                     waiting.add(request.key)
                 continue
             plans[request.key] = plan
-        signatures = {p.checks for p in plans.values()}
-        view_nodes = [self._node(n, inventory.get(n.name), signatures) for n in all_nodes]
+        self._signatures = {p.checks for p in plans.values()}
+        view_nodes, held = self._engine_side(all_nodes, inventory, busy)
         view_ready = [
             self._request(r, plans.get(r.key), bool(inventory))
             for r in ready
             if r.key not in failures
         ]
-        held = self.holdings.claims(inventory, busy)
-        unusable = [self.holdings.unusable(d) for d in inventory.values() if d.unusable]
         problems = {name: d.problems for name, d in inventory.items() if d.problems}
         return View(
             view_nodes,
-            [*bound, *held, *unusable],
+            [*bound, *held],
             view_ready,
             plans,
             failures,
@@ -149,6 +149,35 @@ class DraView:
             mismatches,
             waiting,
         )
+
+    def cluster(
+        self,
+        nodes: Iterable[Node],
+        bound: Iterable[BoundPod],
+        busy: Mapping[str, tuple[str, tuple[str, ...]]],
+    ) -> tuple[list[Node], list[BoundPod]]:
+        """The cluster as `build` shows it to the engine, without pods to place (for the
+        placement-quality gauges): DRA nodes with their devices' GPUs, and what the claims
+        hold. Node objects are the last build's where unchanged, so that the snapshot cache
+        keeps them; mismatches are left for `build` to report."""
+        all_nodes = list(nodes)
+        bound, _ = self.actual.apply({n.name: n for n in all_nodes}, bound, report=False)
+        inventory = {n.name: d for n in all_nodes if (d := self.devices(n)) is not None}
+        view_nodes, held = self._engine_side(all_nodes, inventory, busy)
+        return view_nodes, [*bound, *held]
+
+    def _engine_side(
+        self,
+        nodes: Sequence[Node],
+        inventory: Mapping[str, NodeDevices],
+        busy: Mapping[str, tuple[str, tuple[str, ...]]],
+    ) -> tuple[list[Node], list[BoundPod]]:
+        """The nodes as the engine sees them (DRA nodes labelled for the last plans' checks),
+        and what the claims, and the GPUs a DRA node does not publish, hold."""
+        view_nodes = [self._node(n, inventory.get(n.name), self._signatures) for n in nodes]
+        held = self.holdings.claims(inventory, busy)
+        unusable = [self.holdings.unusable(d) for d in inventory.values() if d.unusable]
+        return view_nodes, [*held, *unusable]
 
     def _extended_class(self) -> DeviceClass | None:
         """The DeviceClass serving the GPU resource through DRA (the first by name, should
