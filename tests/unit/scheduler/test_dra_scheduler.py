@@ -22,6 +22,7 @@ from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from tests.support import dra
+from tests.support.clock import Clock
 from tests.support.engine import cluster
 from tests.support.engine import pod as gpu_request
 from tests.support.fakes import FakeApi
@@ -148,11 +149,13 @@ class LoggingApi(FakeApi):
         self.log.append(("bind", pod.key, node))
 
 
-def _world(gang: int = 2, gpus: int = 2) -> tuple[Scheduler, LoggingApi, FakeClaims]:
+def _world(
+    gang: int = 2, gpus: int = 2, clock: Clock | None = None
+) -> tuple[Scheduler, LoggingApi, FakeClaims]:
     api = LoggingApi()
     claims = FakeClaims(api.log)
     config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
-    scheduler = build_scheduler(config, ClusterState(), api, claims=claims)
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims, clock=clock or Clock())
     fill(scheduler, claims, gang, gpus)
     return scheduler, api, claims
 
@@ -464,8 +467,10 @@ async def _noop_list() -> list[dict[str, Any]]:
 #   several pods name in spec.resourceClaims.
 
 
-def _shared_world(count: int = 2) -> tuple[Scheduler, LoggingApi, FakeClaims]:
-    scheduler, api, claims = _world(gang=0)
+def _shared_world(
+    count: int = 2, clock: Clock | None = None
+) -> tuple[Scheduler, LoggingApi, FakeClaims]:
+    scheduler, api, claims = _world(gang=0, clock=clock)
     scheduler.state.upsert_node(dra.node("n2"))
     scheduler.claims.book.upsert_slice(dra.resource_slice("n2"))
     scheduler.claims.book.upsert_claim(claims.add(dra.claim("shared", NS, count)))
@@ -498,15 +503,22 @@ def _allocated_node(claim: Mapping[str, Any]) -> str:
 async def test_a_second_pod_on_an_allocated_shared_claim_is_only_added_to_its_reserved_for() -> (
     None
 ):
-    scheduler, api, claims = _shared_world()
+    clock = Clock()
+    scheduler, api, claims = _shared_world(clock=clock)
     _sharing_pod(scheduler, claims, "first")
     _sharing_pod(scheduler, claims, "second")
     await run_cycle(scheduler)
-    # One pod allocates the claim; the other waits to join it, without a backoff.
+    # Both were placed; the first bind's claim write goes out first, and the second is
+    # refused (as kube-scheduler's in-flight allocations refuse it) to join next time.
     assert [key for key, _, _ in api.binds] == [f"{NS}/first"]
+    messages = [e["message"] for e in api.events if e["involvedObject"]["name"] == "second"]
+    assert any(
+        "ResourceClaim ml/shared (shared) is being allocated for ml/first" in m for m in messages
+    ), messages
     shared = claims.claims[f"{NS}/shared"]
     devices = shared["status"]["allocation"]["devices"]["results"]
     api.log.clear()
+    clock.now += 1.0  # the shortest backoff
     await run_cycle(scheduler)
     shared = claims.claims[f"{NS}/shared"]
     assert [e[0] for e in api.log] == ["status", "bind"], api.log
@@ -564,3 +576,17 @@ async def test_the_quality_gauges_count_dra_gpus_and_what_claims_hold() -> None:
     cluster_labels = {"level": "cluster", "domain": "cluster"}
     assert REGISTRY.get_sample_value("gpusched_domain_gpus", cluster_labels) == 8
     assert REGISTRY.get_sample_value("gpusched_domain_free_gpus", cluster_labels) == 4
+
+
+@pytest.mark.asyncio
+async def test_a_pod_asking_nvidia_gpu_besides_claims_gets_a_reason_not_a_guess() -> None:
+    scheduler, api, claims = _world(gang=0)
+    scheduler.claims.book.upsert_claim(claims.add(dra.claim("both-gpus", NS, 2)))
+    body = dra.pod("both", NS, claim_name="both-gpus", gpus=1)
+    body["metadata"]["uid"] = "uid-both"
+    scheduler.state.upsert_pod(body)
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert "allocation" not in claims.claims[f"{NS}/both-gpus"].get("status", {})
+    messages = [e["message"] for e in api.events if e["reason"] == "FailedScheduling"]
+    assert any("asks for nvidia.com/gpu besides ResourceClaims" in m for m in messages), messages

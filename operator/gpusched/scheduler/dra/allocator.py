@@ -134,6 +134,12 @@ class ClaimAllocator:
             if claim.joins:
                 writes.append(ClaimWrite(claim.key, pod, plan.uid, node, "", (), (), joins=True))
                 continue
+            other = self.writes.get(claim.key)
+            if other is not None:
+                return (
+                    f"ResourceClaim {claim.key} (shared) is being allocated for {other.pod}; "
+                    "this pod joins it once that is done"
+                )
             results: list[tuple[str, str]] = []
             for demand in claim.demands:
                 for _ in range(demand.count):

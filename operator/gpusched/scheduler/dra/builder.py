@@ -117,6 +117,12 @@ class DraView:
             if request.group is not None:
                 group_of[request.key] = f"{request.namespace}/{request.group}"
             try:
+                if by_template and request.wants_gpu:
+                    raise ClaimError(
+                        f"the pod asks for {self.gpu_resource} besides ResourceClaims; "
+                        "gpusched places GPUs of one kind per pod: ask for them all through "
+                        "its claims"
+                    )
                 if by_template:
                     plan = self._plan(request, record, busy, stale, allocating)
                 else:
@@ -203,8 +209,11 @@ class DraView:
         allocating: dict[str, PodRequest],
     ) -> PodPlan:
         """The pod's claims: to allocate, or (a shared claim allocated already) to join, on
-        its allocation's node. ``allocating``: claims planned for allocation this cycle, by
-        the pod that allocates them (one pod per claim; the others join it later)."""
+        its allocation's node. Pods of different gangs may all plan to allocate one shared
+        claim; the first whose bind goes out does, and the others are refused by
+        `ClaimAllocator.plan` and join it next time, as kube-scheduler's in-flight
+        allocations work. ``allocating``: the first pod planning each unallocated claim
+        this cycle, to tell pods of one gang sharing one."""
         pod, uid = record.pod, record.uid
         claims: list[ClaimPlan] = []
         terms: tuple[NodeSelectorTerm, ...] | None = None
@@ -229,8 +238,9 @@ class DraView:
                 terms = _and_terms(terms, _allocation_terms(claim))
                 continue
             first = allocating.setdefault(key, request)
-            if first is not request:
-                raise _shared_wait(key, request, first)
+            same_gang = request.group is not None and request.group_key == first.group_key
+            if first is not request and same_gang:
+                raise _one_gang(key, first)
             claims.append(ClaimPlan(key, claim_demand(claim, self.book.classes)))
         return PodPlan(pod.key, uid, tuple(claims), node_terms=terms)
 
@@ -347,19 +357,13 @@ def _match_label(checks: tuple[Check, ...]) -> str:
     return f"{MATCH_LABEL_PREFIX}{digest}"
 
 
-def _shared_wait(key: str, request: PodRequest, first: PodRequest) -> ClaimError:
-    """Why a second pod on a claim not allocated yet is not placed in this cycle: it joins
-    the claim on the node chosen for the first. Within one gang that would never happen (the
-    gang waits for all its pods at once), so it is a reason, not a wait."""
-    if request.group is not None and request.group_key == first.group_key:
-        return ClaimError(
-            f"ResourceClaim {key} is shared with {first.key} of the same gang and is not "
-            "allocated yet; gpusched places pods on a shared claim once it is allocated, so "
-            "let one pod outside the gang (or one gang member alone) allocate it first"
-        )
-    return ClaimWaitingError(
-        f"waiting for ResourceClaim {key} (shared) to be allocated for {first.key}, whose node "
-        "this pod then joins"
+def _one_gang(key: str, first: PodRequest) -> ClaimError:
+    """Pods of one gang on one claim not allocated yet: the gang is placed at once, and a pod
+    joins a shared claim only once it is allocated."""
+    return ClaimError(
+        f"ResourceClaim {key} is shared with {first.key} of the same gang and is not "
+        "allocated yet; gpusched places pods on a shared claim once it is allocated, so "
+        "let one pod outside the gang (or one gang member alone) allocate it first"
     )
 
 
