@@ -34,7 +34,7 @@ class ClaimWrite:
     node: str
     pool: str
     results: tuple[tuple[str, str], ...]
-    """(request, device) pairs, in request order."""
+    """(request, device) pairs, in request order (joining: as the claim was seen allocated)."""
     demands: tuple[RequestDemand, ...]
     extended: ExtendedClaim | None = None
     """The claim to create first, for the pod's extended resources (``key`` stands for it
@@ -132,7 +132,7 @@ class ClaimAllocator:
         queue = [d for d in chosen if d is not None]
         for claim in plan.claims:
             if claim.joins:
-                writes.append(ClaimWrite(claim.key, pod, plan.uid, node, "", (), (), joins=True))
+                writes.append(self._join_write(claim.key, pod, plan.uid, node))
                 continue
             other = self.writes.get(claim.key)
             if other is not None:
@@ -164,6 +164,15 @@ class ClaimAllocator:
             if not write.joins:  # a joined claim's devices are held by the claim already
                 self.writes[write.key] = write
         return writes
+
+    def _join_write(self, key: str, pod: str, uid: str, node: str) -> ClaimWrite:
+        """Joining a shared claim as allocated now (its results, to check at the write)."""
+        claim = self.book.claims.get(key)
+        allocation = claim.status.allocation if claim is not None else None
+        results = tuple(
+            (r.request, r.device) for r in (allocation.devices.results if allocation else ())
+        )
+        return ClaimWrite(key, pod, uid, node, "", results, (), joins=True)
 
     def _taken(self) -> set[tuple[str, str]]:
         taken = {(w.pool, d) for w in self.writes.values() for d in w.devices}
@@ -289,8 +298,10 @@ class ClaimAllocator:
         allocated already: its allocation stays as it is."""
         assert self.api is not None
         write = step.write
-        if claim.status.allocation is None:
-            raise RefusedError(f"ResourceClaim {step.key} was deallocated meanwhile")
+        allocation = claim.status.allocation
+        now = tuple((r.request, r.device) for r in allocation.devices.results) if allocation else ()
+        if allocation is None or now != write.results:
+            raise RefusedError(f"ResourceClaim {step.key} was allocated afresh meanwhile")
         status = dict(body.get("status") or {})
         status["reservedFor"] = [*(status.get("reservedFor") or []), self._consumer(write)]
         _check(fence, f"the reservedFor of ResourceClaim {step.key}")

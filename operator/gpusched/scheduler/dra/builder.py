@@ -391,16 +391,10 @@ def _and_terms(
     if left is None or right is None:
         return right if left is None else left
     return tuple(
-        NodeSelectorTerm.model_validate(
-            {
-                "matchExpressions": [
-                    *(e.model_dump(by_alias=True) for e in a.match_expressions),
-                    *(e.model_dump(by_alias=True) for e in b.match_expressions),
-                ],
-                "matchFields": [
-                    *(f.model_dump(by_alias=True) for f in a.match_fields),
-                    *(f.model_dump(by_alias=True) for f in b.match_fields),
-                ],
+        a.model_copy(
+            update={
+                "match_expressions": [*a.match_expressions, *b.match_expressions],
+                "match_fields": [*a.match_fields, *b.match_fields],
             }
         )
         for a in left
