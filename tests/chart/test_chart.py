@@ -314,10 +314,11 @@ OPERATOR_GRANTS = {
     (GROUP, "workloads/status"): {"patch"},
     # ownerReferences with blockOwnerDeletion on what a Workload creates.
     (GROUP, "workloads/finalizers"): {"update"},
-    # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched.
+    # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched, created
+    # for extended resources and deleted when that attempt fails.
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
-    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update", "delete"},
     ("resource.k8s.io", "resourceclaims/status"): {"update"},
     # Checked by the API server before a status update may change allocation or reservedFor.
     ("resource.k8s.io", "resourceclaims/binding"): {"update"},

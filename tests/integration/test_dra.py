@@ -314,3 +314,33 @@ def test_claims_gpusched_cannot_allocate_get_a_reason_and_the_rest_is_scheduled(
             ),
             message=lambda: reason("eight-on-dra-3"),
         )
+
+
+def test_pods_sharing_one_claim_are_placed_on_its_one_allocation(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    # One claim by name (not from a template), two pods on it: the first allocates it, the
+    # second is only added to reservedFor and goes to the allocation's node.
+    api.create(dra.claim("shared", NS, 2))
+    with running_operator(kubeconfig) as runtime:
+        members = ["share-a", "share-b"]
+        for member in members:
+            api.create(dra.pod(member, NS, claim_name="shared"))
+        bound = wait_for(
+            lambda: _all_bound(api, members),
+            timeout=90,
+            message=lambda: f"both bound: {_why(api, runtime, members)}",
+        )
+        claim = api.get("resourceclaims", "shared", NS, group=RESOURCE)
+        assert FINALIZER in claim["metadata"]["finalizers"]
+        reserved = claim["status"]["reservedFor"]
+        assert sorted(r["name"] for r in reserved) == members
+        assert {r["uid"] for r in reserved} == {
+            bound[f"{NS}/{m}"]["metadata"]["uid"] for m in members
+        }
+        held = _devices(claim)
+        assert held is not None
+        assert {bound[f"{NS}/{m}"]["spec"]["nodeName"] for m in members} == {held[0]}
+        assert len(held[1]) == 2
+        _assert_no_device_twice(api)
+        wait_for(lambda: runtime.scheduler.idle, message="no reservation left")

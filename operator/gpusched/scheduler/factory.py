@@ -54,7 +54,7 @@ def build_scheduler(
     )
     book = ClaimBook()
     releaser = ClaimReleaser(book, claims)
-    allocator = ClaimAllocator(book, DraView(book), releaser, claims, leadership.leading)
+    allocator = ClaimAllocator(book, DraView(book), releaser, claims)
     backoff = Backoff(settings, lambda: state.capacity_generation)
     unknown = UnknownBinds(state, api, backoff, clock)
     binder = Binder(
