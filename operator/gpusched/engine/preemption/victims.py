@@ -126,22 +126,24 @@ def _unit(
     foreign: frozenset[str],
     evict_foreign: bool,
 ) -> EvictionUnit:
-    priority = max(
-        max(
-            h.pod.priority,
-            f.priority if f is not None and f.priority is not None else h.pod.priority,
-        )
-        for h, f in members
-    )
-    roots = frozenset(f.root if f is not None else h.pod.key for h, f in members)
-    created = min(h.pod.created for h, _ in members)
-    protected = next((f.protected for _, f in members if f is not None and f.protected), None)
+    # One pass over the members: there are thousands of pieces on a large cluster.
+    priorities: list[int] = []
+    roots: set[str] = set()
+    protected: str | None = None
+    for holding, fact in members:
+        pod = holding.pod
+        group = fact.priority if fact is not None else None
+        priorities.append(pod.priority if group is None else max(pod.priority, group))
+        roots.add(fact.root if fact is not None else pod.key)
+        if protected is None and fact is not None and fact.protected:
+            protected = fact.protected
     if protected is None and not evict_foreign:
         other = next((h.pod.key for h, _ in members if h.pod.key in foreign), None)
         if other is not None:
             protected = f"{other} was bound by another scheduler (evictOtherSchedulersPods off)"
     holdings = tuple(h for h, _ in members)
-    return EvictionUnit(key, holdings, priority, roots, created, protected)
+    created = min(h.pod.created for h in holdings)
+    return EvictionUnit(key, holdings, max(priorities), frozenset(roots), created, protected)
 
 
 def budget_overrun(budgets: Sequence[DisruptionBudget], evicted: Iterable[str]) -> int:
