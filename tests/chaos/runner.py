@@ -757,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         totals = Totals()
         for seed in range(args.first, args.first + args.runs):
-            totals.add(run_one(seed, args.steps, args.mode))
+            totals.add(run_one(seed, args.steps, mode=args.mode))
     print(totals.report())
     print(f"  took {time.monotonic() - started:.1f} s")
     return 1 if totals.violations else 0

@@ -239,11 +239,22 @@ def test_probes_hit_kopfs_liveness_endpoint() -> None:
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}, probe
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "DaemonSet"])
-def test_pods_run_non_root_read_only_without_capabilities(kind: str) -> None:
-    docs = render(*EVERYTHING_ON)
+@pytest.mark.parametrize(
+    ("kind", "more", "root"),
+    [
+        ("Deployment", (), False),
+        # The kubelet's PodResources socket is root's alone: the agent reading it runs as root.
+        ("DaemonSet", (), True),
+        ("DaemonSet", ("agent.podResourcesSocket=",), False),
+    ],
+)
+def test_pods_run_read_only_without_capabilities_and_root_only_for_the_kubelet_socket(
+    kind: str, more: tuple[str, ...], root: bool
+) -> None:
+    docs = render(*EVERYTHING_ON, *more)
     pod = find(docs, kind)["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is not root
+    assert (pod["securityContext"]["runAsUser"] == 0) is root
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     container = _container(docs, kind)
     assert container["securityContext"] == {

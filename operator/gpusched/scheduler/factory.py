@@ -61,7 +61,18 @@ def build_scheduler(
         settings, state, api, allocator, recorder, backoff, leadership, unknown, clock, background
     )
     resync = Resync(state, api, allocator, clock, background, resync_seconds)
-    preemptor = Preemptor(state, api, binder, recorder, leadership, backoff, clock, background)
+    preemptor = Preemptor(
+        config.preemption,
+        state,
+        api,
+        binder,
+        allocator,
+        recorder,
+        leadership,
+        backoff,
+        clock,
+        background,
+    )
     loop = SchedulingLoop(
         settings,
         state,
