@@ -106,7 +106,6 @@ class _Search:
         self.foreign = foreign
         self.settings = work.config.preemption
         self.trials = 0
-        self.bounds = DomainBounds(work, root, self.tree, self.pods)
 
     # ----- phase 1 ---------------------------------------------------------------------------
 
@@ -143,12 +142,13 @@ class _Search:
         domains = self._domains()
         if isinstance(domains, str):
             return self._plan(Outcome.NO_ROOM, domains, priority)
-        candidates = [self.bounds.candidate(d, evictable) for d in domains]
+        bounds = DomainBounds(self.work, self.root, self.tree, self.pods, evictable)
+        candidates = [bounds.candidate(d) for d in domains]
         options: list[DomainOption] = []
         found: list[_Found] = []
         ordered = sorted(candidates, key=lambda c: (c.bound is None, bound_key(c), c.domain.name))
         for candidate in ordered:
-            option = self._try(candidate, found)
+            option = self._try(bounds, candidate, found)
             if option is not None:
                 options.append(option)
         return self._choose(priority, found, options)
@@ -170,9 +170,13 @@ class _Search:
         keys = {g.key for g in self.tree}
         return [h.node for h in self.work.holdings.values() if h.pod.group_key in keys]
 
-    def _try(self, candidate: Candidate, found: list[_Found]) -> DomainOption | None:
+    def _try(
+        self, bounds: DomainBounds, candidate: Candidate, found: list[_Found]
+    ) -> DomainOption | None:
         """Trials in one domain, level by level; a plan found goes to ``found``, and the
-        domain's option is written once the winner is known (None returned)."""
+        domain's option is written once the winner is known (None returned). The pieces are
+        set aside on a scratch copy of the working snapshot, dropped afterwards: a copy costs
+        far less than putting hundreds of pods back one by one."""
         name = candidate.domain.name
         if candidate.bound is None:
             return DomainOption(name, Verdict.NO_ROOM, candidate.short)
@@ -180,46 +184,45 @@ class _Search:
         lowest = candidate.bound.top_priority
         levels = sorted({u.priority for u in candidate.units if u.priority >= lowest})
         failure = ""
-        base = self.work.checkpoint()
-        aside: list[EvictionUnit] = []
+        scratch = self.work.copy()
         added: set[str] = set()
-        try:
-            for level in levels:
-                floor = Bound(level, candidate.bound.gpu_milli)
-                if best is not None and floor.key() > best[:3]:
-                    detail = (
-                        f"not tried: at best {_describe_bound(floor)}, dearer than the plan found"
-                    )
-                    return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
-                if self.trials >= self.settings.budget:
-                    detail = "not tried: the preemption budget was spent"
-                    return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
-                # Each level adds to what is already set aside (nothing twice): its own pieces,
-                # and lower ones where a sub-domain has only now become able to hold a child.
-                mask = candidate.useful.get(level)
-                more = [
-                    u
-                    for u in candidate.units
-                    if u.priority <= level
-                    and u.key not in added
-                    and (mask is None or any(bool(mask[h.node]) for h in u.holdings))
-                ]
-                self._set_aside(more)
-                added.update(u.key for u in more)
-                aside = [u for u in candidate.units if u.key in added]  # cheapest first
-                plan = self._trial(aside)
-                if isinstance(plan, _Found):
-                    self.work.rollback(base)
-                    found.append(self._narrow(candidate, candidate.bound.gpu_milli, aside, plan))
-                    return None
-                failure = plan
-        finally:
-            self.work.rollback(base)
+        for level in levels:
+            floor = Bound(level, candidate.bound.gpu_milli)
+            if best is not None and floor.key() > best[:3]:
+                detail = f"not tried: at best {_describe_bound(floor)}, dearer than the plan found"
+                return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
+            if self.trials >= self.settings.budget:
+                detail = "not tried: the preemption budget was spent"
+                return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
+            # Each level adds to what is already set aside (nothing twice): its own pieces,
+            # and lower ones where a sub-domain has only now become able to hold a child.
+            mask = candidate.useful.get(level)
+            more = [
+                u
+                for u in candidate.units
+                if u.priority <= level
+                and u.key not in added
+                and (mask is None or any(bool(mask[h.node]) for h in u.holdings))
+            ]
+            _set_aside(scratch, more)
+            added.update(u.key for u in more)
+            aside = [u for u in candidate.units if u.key in added]  # cheapest first
+            plan = self._trial(scratch, aside)
+            if isinstance(plan, _Found):
+                need = candidate.bound.gpu_milli
+                found.append(self._narrow(bounds, candidate, need, aside, plan))
+                return None
+            failure = plan
         detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
         return DomainOption(name, Verdict.NO_ROOM, detail, bound=candidate.bound)
 
     def _narrow(
-        self, candidate: Candidate, need: int, upto: list[EvictionUnit], wide: _Found
+        self,
+        bounds: DomainBounds,
+        candidate: Candidate,
+        need: int,
+        upto: list[EvictionUnit],
+        wide: _Found,
     ) -> _Found:
         """With everything up to a level set aside the unit fits (``wide``); the trial's
         placement ignores what each piece costs, so the cheapest pieces that cover the demand
@@ -230,51 +233,41 @@ class _Search:
         for piece in upto:
             if freed >= need and count:
                 break
-            freed += self.bounds.usable_held(piece, candidate.domain)
+            freed += bounds.usable_held(piece, candidate.domain)
             count += 1
         while count <= MAX_NARROW_PIECES and count < len(upto):
             if self.trials >= self.settings.budget:
                 break
-            start = self.work.checkpoint()
-            self._set_aside(upto[:count])
-            narrow = self._trial(upto[:count], _tiers(wide.bindings))
-            self.work.rollback(start)
+            scratch = self.work.copy()
+            _set_aside(scratch, upto[:count])
+            narrow = self._trial(scratch, upto[:count], _tiers(wide.bindings))
             if isinstance(narrow, _Found):
                 return narrow if narrow.cost.key() < wide.cost.key() else wide
             count *= 2
         return wide
 
-    def _set_aside(self, pieces: Sequence[EvictionUnit]) -> None:
-        for piece in pieces:
-            for holding in piece.holdings:
-                self.work.forget(holding.pod.key)
-
     def _trial(
-        self, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
+        self, scratch: Snapshot, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
     ) -> _Found | str:
-        """Places the unit now that ``aside`` is set aside; on success, the plan after
-        reprieve. ``tiers``: the link tiers the placement must match or beat (`_tiers`)."""
+        """Places the unit on ``scratch``, where ``aside`` is set aside (and left so); on
+        success, the plan after reprieve. ``tiers``: the link tiers the placement must match
+        or beat (`_tiers`)."""
         self.trials += 1
-        work = self.work
-        start = work.checkpoint()
-        try:
-            result = schedule(work, self.pods, self.tree)
-            decision = next((d for d in result.groups if d.name == self.root.key), None)
-            if decision is None or decision.phase is not Phase.SCHEDULED:
-                return decision.message if decision is not None else "not attempted"
-            if tiers is not None and not _as_good(_tiers(result.bindings), tiers):
-                return "fits only on worse GPU links"
-            victims = reprieve(work, self.pods, self.budgets, aside, result.bindings)
-            placement = dict(decision.placement)
-            return _Found(
-                "/".join(placement.values()) or "cluster",
-                placement,
-                victims,
-                tuple(result.bindings),
-                cost(self.budgets, victims),
-            )
-        finally:
-            work.rollback(start)
+        result = schedule(scratch, self.pods, self.tree)
+        decision = next((d for d in result.groups if d.name == self.root.key), None)
+        if decision is None or decision.phase is not Phase.SCHEDULED:
+            return decision.message if decision is not None else "not attempted"
+        if tiers is not None and not _as_good(_tiers(result.bindings), tiers):
+            return "fits only on worse GPU links"
+        victims = reprieve(scratch, self.pods, self.budgets, aside, result.bindings)
+        placement = dict(decision.placement)
+        return _Found(
+            "/".join(placement.values()) or "cluster",
+            placement,
+            victims,
+            tuple(result.bindings),
+            cost(self.budgets, victims),
+        )
 
     # ----- phase 4 ---------------------------------------------------------------------------
 
@@ -358,6 +351,12 @@ MAX_NARROW_PIECES = 32
 """Narrower sets of victims are tried only up to this many pieces: past it the cheapest
 pieces of a domain lie scattered over it, where a gang large enough to need them cannot use
 them, and each such trial would cost as much as a successful one."""
+
+
+def _set_aside(scratch: Snapshot, pieces: Sequence[EvictionUnit]) -> None:
+    for piece in pieces:
+        for holding in piece.holdings:
+            scratch.forget(holding.pod.key)
 
 
 def _tiers(bindings: Sequence[Binding]) -> tuple[int, ...]:

@@ -10,7 +10,6 @@ by another scheduler.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -84,19 +83,27 @@ def eviction_units(
     tree = GroupTree(groups)
     facts: dict[str | None, _GroupFacts | None] = {None: None}
     skip = set(exclude)
-    pieces: dict[str, list[tuple[Holding, _GroupFacts | None]]] = defaultdict(list)
+    # Most pieces are one pod: built at once. An All group's pods are gathered first; its
+    # piece takes the place of its first pod, so the list stays in key order.
+    units: list[EvictionUnit | str] = []
+    wholes: dict[str, list[tuple[Holding, _GroupFacts | None]]] = {}
     for key in sorted(snapshot.holdings):
         holding = snapshot.holdings[key]
-        pod = holding.pod
-        group = pod.group_key
+        group = holding.pod.group_key
         if group not in facts:
             facts[group] = _facts(tuple(tree.chain(group))) if group is not None else None
         fact = facts[group]
         if fact is not None and fact.root in skip:
             continue
         whole = fact.whole if fact is not None else None
-        pieces[whole or key].append((holding, fact))
-    return [_unit(key, members, foreign, evict_foreign) for key, members in pieces.items()]
+        if whole is None:
+            units.append(_unit(key, [(holding, fact)], foreign, evict_foreign))
+        elif whole in wholes:
+            wholes[whole].append((holding, fact))
+        else:
+            wholes[whole] = [(holding, fact)]
+            units.append(whole)
+    return [_unit(u, wholes[u], foreign, evict_foreign) if isinstance(u, str) else u for u in units]
 
 
 def _facts(chain: tuple[GroupSpec, ...]) -> _GroupFacts | None:
@@ -126,22 +133,43 @@ def _unit(
     foreign: frozenset[str],
     evict_foreign: bool,
 ) -> EvictionUnit:
-    priority = max(
-        max(
-            h.pod.priority,
-            f.priority if f is not None and f.priority is not None else h.pod.priority,
-        )
-        for h, f in members
-    )
-    roots = frozenset(f.root if f is not None else h.pod.key for h, f in members)
-    created = min(h.pod.created for h, _ in members)
-    protected = next((f.protected for _, f in members if f is not None and f.protected), None)
-    if protected is None and not evict_foreign:
-        other = next((h.pod.key for h, _ in members if h.pod.key in foreign), None)
-        if other is not None:
-            protected = f"{other} was bound by another scheduler (evictOtherSchedulersPods off)"
+    if len(members) == 1:  # most pieces: no loops
+        holding, fact = members[0]
+        pod = holding.pod
+        group = fact.priority if fact is not None else None
+        priority = pod.priority if group is None else max(pod.priority, group)
+        roots = frozenset((fact.root if fact is not None else pod.key,))
+        protected = fact.protected if fact is not None and fact.protected else None
+        protected = protected or _foreign(members, foreign, evict_foreign)
+        return EvictionUnit(key, (holding,), priority, roots, pod.created, protected)
+    priorities: list[int] = []
+    root_keys: set[str] = set()
+    protected = None
+    for holding, fact in members:
+        pod = holding.pod
+        group = fact.priority if fact is not None else None
+        priorities.append(pod.priority if group is None else max(pod.priority, group))
+        root_keys.add(fact.root if fact is not None else pod.key)
+        if protected is None and fact is not None and fact.protected:
+            protected = fact.protected
+    protected = protected or _foreign(members, foreign, evict_foreign)
     holdings = tuple(h for h, _ in members)
-    return EvictionUnit(key, holdings, priority, roots, created, protected)
+    created = min(h.pod.created for h in holdings)
+    return EvictionUnit(key, holdings, max(priorities), frozenset(root_keys), created, protected)
+
+
+def _foreign(
+    members: list[tuple[Holding, _GroupFacts | None]],
+    foreign: frozenset[str],
+    evict_foreign: bool,
+) -> str | None:
+    """Why the piece is protected as another scheduler's, if it is."""
+    if evict_foreign:
+        return None
+    other = next((h.pod.key for h, _ in members if h.pod.key in foreign), None)
+    if other is None:
+        return None
+    return f"{other} was bound by another scheduler (evictOtherSchedulersPods off)"
 
 
 def budget_overrun(budgets: Sequence[DisruptionBudget], evicted: Iterable[str]) -> int:
