@@ -293,7 +293,7 @@ class _Search:
         if not best.victims:
             message = f"fits in {best.domain} without evicting anything"
             return self._plan(Outcome.NOT_NEEDED, message, priority, weighed, best)
-        pods = sum(len(u.holdings) for u in best.victims)
+        pods = sum(len(u.pods) for u in best.victims)
         message = (
             f"evict {pods} pods ({len(best.victims)} pieces) in {best.domain}: "
             f"{best.cost.describe()}"
@@ -313,9 +313,16 @@ class _Search:
         victims: tuple[Victim, ...] = ()
         if found is not None:
             victims = tuple(
-                Victim(h.pod.key, self.work.nodes[h.node].name, h.gpus, u.priority, u.key)
+                Victim(
+                    h.pod.key,
+                    self.work.nodes[h.node].name,
+                    tuple(sorted({*h.gpus, *(g for c in claims for g in c.gpus)})),
+                    u.priority,
+                    u.key,
+                    tuple(c.pod.key for c in claims),
+                )
                 for u in found.victims
-                for h in u.holdings
+                for h, claims in u.credited()
             )
         return PreemptionPlan(
             preemptor=self.root.key,
