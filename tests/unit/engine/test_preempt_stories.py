@@ -389,3 +389,29 @@ def test_a_plan_is_data_for_simulate_and_explain() -> None:
         "evict 2 pods (2 pieces) in z1/r2: no PDB violated, highest victim priority 1, "
         "16 GPUs, 1 victim groups; 1 other domains weighed"
     )
+
+
+def test_room_an_evicted_all_gang_leaves_unused_spares_a_single_pod() -> None:
+    #          r1
+    #   a    b    c    d          s0, s1: single pods; wide: an All gang on c and d
+    #   s0   s1   wide wide       (all priority 1, 8 GPUs each)
+    # The rack gang needs three nodes. A trial that takes a, b and c evicts all four (wide
+    # goes whole, d is left idle): sparing s0 for d evicts 24 GPUs, not 32.
+    wide = prioritized(gang("wide", 2), 1, DisruptionMode.ALL)
+    high = prioritized(gang("high", 3, topology=RACK), 10)
+    held = [
+        bound(pod("s0", gpus=8, priority=1), "node-a", ALL8),
+        bound(pod("s1", gpus=8, priority=1), "node-b", ALL8),
+        *holders("wide", ["node-c", "node-d"], priority=1),
+    ]
+    snapshot = cluster({"z1": {"r1": ["a100x8"] * 4}}, bound=held)
+    pods = members("high", 3, gpus=8, group="high", priority=10)
+    plan = plan_preemption(snapshot, "default/high", pods, [high, wide])
+    assert sorted(v.pod for v in plan.victims) == [
+        "default/s1",
+        "default/wide-0",
+        "default/wide-1",
+    ]
+    assert plan.cost is not None
+    assert plan.cost.gpu_milli == 24_000
+    assert sorted(b.node for b in plan.bindings) == ["node-b", "node-c", "node-d"]

@@ -12,18 +12,22 @@ A unit is a root group with everything under it. Phases:
    level are set aside on a scratch copy of the snapshot and the unit is placed with the
    engine's own `schedule` (every filter, pin and topology rule, top-down); the levels rise
    until it fits. Each trial costs one unit of ``preemption.budget``. A domain whose bound
-   cannot beat the best plan so far is not tried.
+   cannot beat the best plan so far is not tried, nor one whose bound at best ties it on PDB
+   violations, victim priority and GPUs (the fewer victim groups and younger victims it might
+   give are not worth a placement per domain on a large cluster).
 4. Reprieve: with the unit's placement from the successful trial held, every piece set aside
    is put back, most important first, wherever it still fits beside it: the victims are only
    the pieces the placement really needs gone, and the placement itself stays what the trial
    chose (the same GPUs, the same link tier) (`gpusched.engine.preemption.reprieve`).
+   Then narrower trials: the cheapest pieces alone (`_Search._narrow`), and sparing single
+   pods where the placement left room freed by an evicted gang unused (`_Search._refit`).
 5. The plan with the lowest `Cost` wins; the others are reported with their costs.
 Pure: the caller's snapshot is never changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.crds import PreemptionPolicy
@@ -188,8 +192,10 @@ class _Search:
         added: set[str] = set()
         for level in levels:
             floor = Bound(level, candidate.bound.gpu_milli)
-            if best is not None and floor.key() > best[:3]:
-                detail = f"not tried: at best {_describe_bound(floor)}, dearer than the plan found"
+            if best is not None and floor.key() >= best[:3]:
+                detail = (
+                    f"not tried: at best {_describe_bound(floor)}, no cheaper than the plan found"
+                )
                 return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
             if self.trials >= self.settings.budget:
                 detail = "not tried: the preemption budget was spent"
@@ -210,7 +216,8 @@ class _Search:
             plan = self._trial(scratch, aside)
             if isinstance(plan, _Found):
                 need = candidate.bound.gpu_milli
-                found.append(self._narrow(bounds, candidate, need, aside, plan))
+                narrowed = self._narrow(bounds, candidate, need, aside, plan)
+                found.append(self._refit(narrowed))
                 return None
             failure = plan
         detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
@@ -245,6 +252,65 @@ class _Search:
                 return narrow if narrow.cost.key() < wide.cost.key() else wide
             count *= 2
         return wide
+
+    def _refit(self, plan: _Found) -> _Found:
+        """The trial placed the unit ignoring what each freed GPU costs: where it left part of
+        an evicted piece unused (an ``All`` gang it needs only some nodes of goes whole),
+        pieces of one pod it did use there could be spared, the unit taking the unused room
+        instead. Those pieces, dearest first, as many as the unused room of their sub-domain
+        (`_slack`) could replace, are spared and the unit placed once more, on links as good;
+        the result is kept only when it costs less."""
+        if self.trials >= self.settings.budget:
+            return plan
+        slack, code_of = self._slack(plan)
+        single = [u for u in plan.victims if len(u.holdings) == 1]
+        spared: set[str] = set()
+        for piece in sorted(single, key=lambda u: (-u.priority, u.created, u.key)):
+            code = code_of(piece.holdings[0].node)
+            if slack.get(code, 0) >= piece.gpu_milli > 0:
+                slack[code] -= piece.gpu_milli
+                spared.add(piece.key)
+        if not spared:
+            return plan
+        aside = [u for u in plan.victims if u.key not in spared]
+        scratch = self.work.copy()
+        _set_aside(scratch, aside)
+        refit = self._trial(scratch, aside, _tiers(plan.bindings))
+        if isinstance(refit, _Found) and refit.cost.key() < plan.cost.key():
+            return refit
+        return plan
+
+    def _slack(self, plan: _Found) -> tuple[dict[int, int], Callable[[int], int]]:
+        """GPU milli the plan frees or finds free but does not use, per sub-domain where the
+        unit's child groups are placed (its root's own domain when they have no common
+        topology key), and the sub-domain of a node."""
+        keys = {g.topology_key for g in self.tree if g.parent == self.root.key}
+        key = next(iter(keys)) if len(keys) == 1 else None
+        codes = self.work.domain_codes(key)[0] if key is not None else None
+
+        def code_of(node: int) -> int:
+            return int(codes[node]) if codes is not None else 0
+
+        offset = self.work.gpu_offset
+        room: dict[int, int] = {}
+        for piece in plan.victims:
+            for holding in piece.holdings:
+                room[holding.node] = room.get(holding.node, 0) + len(holding.gpus) * (
+                    holding.milli_per_gpu
+                )
+        for node in list(room):
+            free = self.work.gpu_free[int(offset[node]) : int(offset[node + 1])]
+            room[node] += int(free.sum())
+        by_key = {p.key: p for p in self.pods}
+        for binding in plan.bindings:
+            node = self.work.index[binding.node]
+            if node in room:
+                room[node] -= len(binding.gpus) * (by_key[binding.pod].gpu_milli or 1000)
+        slack: dict[int, int] = {}
+        for node, left in room.items():
+            if left > 0:
+                slack[code_of(node)] = slack.get(code_of(node), 0) + left
+        return slack, code_of
 
     def _trial(
         self, scratch: Snapshot, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
