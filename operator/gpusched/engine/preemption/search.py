@@ -50,7 +50,7 @@ from gpusched.engine.preemption.victims import (
     EvictionUnit,
     eviction_units,
 )
-from gpusched.engine.request import PodRequest
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding, Phase
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
@@ -263,7 +263,9 @@ class _Search:
         if self.trials >= self.settings.budget:
             return plan
         slack, code_of = self._slack(plan)
-        single = [u for u in plan.victims if len(u.holdings) == 1]
+        # Pieces on one node (a pod, with its claims): a gang's across nodes is what leaves
+        # room unused, and sparing it would need room in several places at once.
+        single = [u for u in plan.victims if len(u.nodes()) == 1]
         spared: set[str] = set()
         for piece in sorted(single, key=lambda u: (-u.priority, u.created, u.key)):
             code = code_of(piece.holdings[0].node)
@@ -295,9 +297,8 @@ class _Search:
         room: dict[int, int] = {}
         for piece in plan.victims:
             for holding in piece.holdings:
-                room[holding.node] = room.get(holding.node, 0) + len(holding.gpus) * (
-                    holding.milli_per_gpu
-                )
+                freed = len(holding.gpus) * holding.milli_per_gpu
+                room[holding.node] = room.get(holding.node, 0) + freed
         for node in list(room):
             free = self.work.gpu_free[int(offset[node]) : int(offset[node + 1])]
             room[node] += int(free.sum())
@@ -305,7 +306,7 @@ class _Search:
         for binding in plan.bindings:
             node = self.work.index[binding.node]
             if node in room:
-                room[node] -= len(binding.gpus) * (by_key[binding.pod].gpu_milli or 1000)
+                room[node] -= len(binding.gpus) * (by_key[binding.pod].gpu_milli or WHOLE_GPU_MILLI)
         slack: dict[int, int] = {}
         for node, left in room.items():
             if left > 0:
