@@ -13,15 +13,17 @@ A unit is a root group with everything under it. Phases:
    engine's own `schedule` (every filter, pin and topology rule, top-down); the levels rise
    until it fits. Each trial costs one unit of ``preemption.budget``. A domain whose bound
    cannot beat the best plan so far is not tried, nor one whose bound at best ties it on PDB
-   violations, victim priority and GPUs (the fewer victim groups and younger victims it might
-   give are not worth a placement per domain on a large cluster).
+   violations, victim priority and GPUs and cannot need fewer victim groups
+   (`DomainBounds.fewest_groups`); only the victims' age, the last tie-break, is not weighed
+   for a domain not tried.
 4. Reprieve: with the unit's placement from the successful trial held, every piece set aside
    is put back, most important first, wherever it still fits beside it: the victims are only
    the pieces the placement really needs gone, and the placement itself stays what the trial
    chose (the same GPUs, the same link tier) (`gpusched.engine.preemption.reprieve`).
-   Then narrower trials: the cheapest pieces alone (`_Search._narrow`), and sparing single
-   pods where the placement left room freed by an evicted gang unused (`_Search._refit`).
-5. The plan with the lowest `Cost` wins; the others are reported with their costs.
+   Then narrower trials: the cheapest pieces alone (`_Search._narrow`).
+5. The plan with the lowest `Cost` wins; the others are reported with their costs. The winner
+   is tried once more sparing single pods where its placement left room freed by an evicted
+   gang unused (`_Search._refit`), and that plan is kept when it costs less.
 Pure: the caller's snapshot is never changed.
 """
 
@@ -174,6 +176,22 @@ class _Search:
         keys = {g.key for g in self.tree}
         return [h.node for h in self.work.holdings.values() if h.pod.group_key in keys]
 
+    @staticmethod
+    def _no_better(
+        bounds: DomainBounds,
+        candidate: Candidate,
+        floor: Bound,
+        level: int,
+        best: tuple[int, int, int, int, float],
+    ) -> bool:
+        """Whether no plan in the domain at ``level`` can beat ``best`` (a cost key) by the
+        issue's order, up to the number of victim groups: its bound is dearer on PDB
+        violations, victim priority or GPUs, or ties them and needs at least as many groups.
+        Only the victims' age, the last tie-break, is not weighed for a domain not tried."""
+        if floor.key() != best[:3]:
+            return floor.key() > best[:3]
+        return bounds.fewest_groups(candidate, level, floor.gpu_milli) >= best[3]
+
     def _try(
         self, bounds: DomainBounds, candidate: Candidate, found: list[_Found]
     ) -> DomainOption | None:
@@ -192,7 +210,7 @@ class _Search:
         added: set[str] = set()
         for level in levels:
             floor = Bound(level, candidate.bound.gpu_milli)
-            if best is not None and floor.key() >= best[:3]:
+            if best is not None and self._no_better(bounds, candidate, floor, level, best):
                 detail = (
                     f"not tried: at best {_describe_bound(floor)}, no cheaper than the plan found"
                 )
@@ -217,7 +235,7 @@ class _Search:
             if isinstance(plan, _Found):
                 need = candidate.bound.gpu_milli
                 narrowed = self._narrow(bounds, candidate, need, aside, plan)
-                found.append(self._refit(narrowed))
+                found.append(narrowed)
                 return None
             failure = plan
         detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
@@ -351,7 +369,9 @@ class _Search:
                 outcome, f"{why}: " + "; ".join(_line(o) for o in options), priority, options
             )
         ranked = sorted(found, key=lambda f: (f.cost.key(), f.domain))
-        best = ranked[0]
+        # Domains are weighed by their trial plans; only the winner is refit (one more trial
+        # rather than one per domain), so the refit can only make the chosen plan cheaper.
+        best = self._refit(ranked[0])
         weighed = [DomainOption(best.domain, Verdict.CHOSEN, best.cost.describe(), best.cost)]
         weighed += [
             DomainOption(f.domain, Verdict.COSTLIER, f.cost.describe(), f.cost) for f in ranked[1:]
