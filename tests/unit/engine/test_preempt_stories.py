@@ -415,3 +415,24 @@ def test_room_an_evicted_all_gang_leaves_unused_spares_a_single_pod() -> None:
     assert plan.cost is not None
     assert plan.cost.gpu_milli == 24_000
     assert sorted(b.node for b in plan.bindings) == ["node-b", "node-c", "node-d"]
+
+
+def test_a_domain_tying_on_gpus_is_still_tried_when_it_may_need_fewer_victim_groups() -> None:
+    #   r1: a, b held by two one-pod gangs; r2: c, d by one two-pod gang; the same priority
+    #   and GPUs either way. Fewer victim groups (the (d)) decides: r2, though r1 is
+    #   weighed first and a bound on priority and GPUs alone cannot tell them apart.
+    held = (
+        holders("x", ["node-a"], priority=1)
+        + holders("y", ["node-b"], priority=1)
+        + holders("w", ["node-c", "node-d"], priority=1)
+    )
+    groups = [
+        BIG,
+        prioritized(gang("x", 1), 1),
+        prioritized(gang("y", 1), 1),
+        prioritized(gang("w", 2), 1),
+    ]
+    plan = plan_preemption(cluster(TWO_RACKS, bound=held), "default/big", BIG_PODS, groups)
+    assert summary(plan, False)["domain"] == "z1/r2", plan.message
+    assert summary(plan, False)["victims"] == ("w-0", "w-1"), plan.message
+    assert plan.message.endswith("1 victim groups; 1 other domains weighed"), plan.message
