@@ -41,6 +41,7 @@ from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
+from gpusched.scheduler.dra.holdings import claim_of_holding
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.leadership import Leadership
@@ -182,8 +183,7 @@ class Preemptor:
         for victim in plan.victims:
             record = self.state.pods.get(victim.pod)
             if record is None:
-                # Gone since the plan was made (its room may be free now), or a holding that
-                # is no pod (a ResourceClaim's): evicting it frees nothing. Plan afresh.
+                # Gone since the plan was made (its room may be free now): plan afresh.
                 logger.info("%s: victim %s is no pod we know", plan.preemptor, victim.pod)
                 return None
             victims[victim.pod] = record.uid
@@ -207,7 +207,17 @@ class Preemptor:
         return None
 
     def _waiting_for(self, nomination: Nomination) -> bool:
-        return any(self.state.victim_present(k, u) for k, u in nomination.victims.items())
+        """Whether a victim still holds its room: the pod, or a ResourceClaim its eviction
+        frees that kube-controller-manager has not deallocated (or deleted) yet."""
+        if any(self.state.victim_present(k, u) for k, u in nomination.victims.items()):
+            return True
+        plan = self._plans.get(nomination.root)
+        claims = (claim_of_holding(c) for v in plan.victims for c in v.claims) if plan else ()
+        return any(self._allocated(key) for key in claims if key is not None)
+
+    def _allocated(self, key: str) -> bool:
+        claim = self.claims.book.claims.get(key)
+        return claim is not None and claim.status.allocation is not None
 
     def _release(self, nomination: Nomination, why: str, result: str) -> None:
         if self.state.nominations.get(nomination.root) is not nomination:

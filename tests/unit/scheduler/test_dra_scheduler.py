@@ -590,3 +590,21 @@ async def test_a_pod_asking_nvidia_gpu_besides_claims_gets_a_reason_not_a_guess(
     assert "allocation" not in claims.claims[f"{NS}/both-gpus"].get("status", {})
     messages = [e["message"] for e in api.events if e["reason"] == "FailedScheduling"]
     assert any("asks for nvidia.com/gpu besides ResourceClaims" in m for m in messages), messages
+
+
+@pytest.mark.asyncio
+async def test_a_claims_devices_are_held_for_the_pods_it_is_reserved_for() -> None:
+    # What preemption reads: the claim's holding is no pod; evicting both its pods frees it.
+    clock = Clock()
+    scheduler, _, claims = _shared_world(clock=clock)
+    _sharing_pod(scheduler, claims, "first")
+    _sharing_pod(scheduler, claims, "second")
+    await run_cycle(scheduler)
+    clock.now += 1.0  # the shortest backoff: the second joins the claim now
+    await run_cycle(scheduler)
+    scheduler.claims.book.upsert_claim(claims.claims[f"{NS}/shared"])
+    _, held = scheduler.claims.view.cluster(
+        scheduler.state.nodes.values(), scheduler.state.bound(), scheduler.claims.busy
+    )
+    by_key = {h.pod.key: h.pod.reserved_for for h in held}
+    assert by_key[f"ResourceClaim {NS}/shared"] == (f"{NS}/first", f"{NS}/second")

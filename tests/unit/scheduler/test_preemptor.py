@@ -555,3 +555,94 @@ async def test_a_plan_naming_a_victim_that_is_no_pod_nominates_nothing() -> None
     assert scheduler.state.nominations == {}
     assert api.evictions == []
     assert sorted(r.key for r in scheduler.state.pending()) == HIGH
+
+
+# ----- victims holding GPUs through ResourceClaims ------------------------------------------
+
+
+async def dra_world(clock: Clock, size: int = 1) -> tuple[Scheduler, LoggingApi, FakeClaims]:
+    """n1 publishes 8 GPUs through DRA, all of them allocated to ml/old-gpus, the claim of
+    ml/old (priority 0, bound by us); then the gang ml/new (priority 100) of ``size`` pods
+    (new, new-1 …) asks for 8 each through its own claims (new-gpus, new-1-gpus …); with
+    ``size`` > 1, nodes n2 … are there, free."""
+    api = LoggingApi()
+    claims = FakeClaims(api.log)
+    config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims, clock=clock)
+    scheduler.claims.book.upsert_class(dra.device_class())
+    scheduler.state.upsert_node(dra.node("n1"))
+    scheduler.claims.book.upsert_slice(dra.resource_slice("n1"))
+    bodies = {}
+    for gang, priority, names in (("old", 0, ["old"]), ("new", 100, _names("new", size))):
+        group = dra.pod_group(gang, "ml", len(names))
+        group["spec"]["priority"] = priority
+        scheduler.state.upsert_group(GroupKind.POD_GROUP, group)
+        for name in names:
+            scheduler.claims.book.upsert_claim(claims.add(dra.claim(f"{name}-gpus", "ml", 8)))
+            body = dra.pod(name, "ml", claim_name=f"{name}-gpus", group=gang)
+            body = prioritized(body, priority)
+            body["metadata"]["uid"] = f"uid-{name}"
+            bodies[name] = body
+    scheduler.pod_changed(bodies["old"])
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"ml/old": "n1"}
+    bodies["old"]["spec"]["nodeName"] = "n1"  # the watch shows the bind
+    scheduler.pod_changed(bodies["old"])
+    scheduler.claims.book.upsert_claim(claims.claims["ml/old-gpus"])
+    api.binds.clear()
+    for index in range(2, size + 1):
+        scheduler.state.upsert_node(dra.node(f"n{index}"))
+        scheduler.claims.book.upsert_slice(dra.resource_slice(f"n{index}"))
+    for name in _names("new", size):
+        scheduler.pod_changed(bodies[name])
+    return scheduler, api, claims
+
+
+def _names(prefix: str, size: int) -> list[str]:
+    return [prefix, *(f"{prefix}-{i}" for i in range(1, size))]
+
+
+@pytest.mark.asyncio
+async def test_a_pod_holding_gpus_through_a_claim_is_evicted_and_its_room_waits_for_it() -> None:
+    # The claim's GPUs are old's: the plan names the pod, never the claim, and counts the
+    # claim's 8 GPUs as freed by it. Its room is free only once kube-controller-manager has
+    # deallocated the claim, after the pod is gone.
+    clock = Clock()
+    scheduler, api, claims = await dra_world(clock)
+    await run_cycle(scheduler)
+    assert api.evictions == ["ml/old"]
+    [plan] = scheduler.loop.preemptor._plans.values()
+    [victim] = plan.victims
+    assert (victim.pod, victim.gpus, victim.claims) == (
+        "ml/old",
+        tuple(range(8)),
+        ("ResourceClaim ml/old-gpus",),
+    )
+
+    scheduler.pod_deleted("ml/old", "uid-old")
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert api.binds == []  # its claim still holds the devices
+    assert "ml/new" in scheduler.state.nominations
+
+    freed = claims.claims["ml/old-gpus"]
+    freed["status"] = {}  # kube-controller-manager deallocates it
+    scheduler.claims.book.upsert_claim(claims.add(freed))
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"ml/new": "n1"}
+
+
+@pytest.mark.asyncio
+async def test_a_group_unschedulable_for_a_claim_being_deleted_evicts_nothing() -> None:
+    # Its pod could not be offered to the engine at all: room made for it would not bind.
+    clock = Clock()
+    scheduler, api, claims = await dra_world(clock, size=2)
+    deleting = claims.claims["ml/new-1-gpus"]
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    scheduler.claims.book.upsert_claim(claims.add(deleting))
+    await run_cycle(scheduler)
+    assert api.evictions == []
+    assert scheduler.state.nominations == {}
+    [condition] = api.last_status("ml/new")["conditions"]
+    assert "ResourceClaim ml/new-1-gpus is being deleted" in condition["message"]

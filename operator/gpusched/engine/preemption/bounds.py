@@ -171,6 +171,24 @@ class DomainBounds:
             f"{self.root.minimum} child groups (minGroupCount) in its {key} domains"
         )
 
+    def fewest_groups(self, candidate: Candidate, level: int, need: int) -> int:
+        """The fewest victim groups any plan in ``candidate``'s domain evicts to free
+        ``need`` GPU milli from pieces of priority ``level`` or lower: the groups that could
+        free the most, counted until they cover it (a piece counts for each group it belongs
+        to, so this never exceeds what a plan needs). Past every group: one more than all."""
+        reach: dict[str, int] = {}
+        for piece in candidate.units:
+            if piece.priority <= level:
+                held = self.usable_held(piece, candidate.domain)
+                for group in piece.groups:
+                    reach[group] = reach.get(group, 0) + held
+        covered = 0
+        for count, freed in enumerate(sorted(reach.values(), reverse=True), start=1):
+            covered += freed
+            if covered >= need:
+                return count
+        return len(reach) + 1
+
     def usable_free(self, domain: Domain) -> int:
         per_gpu = np.where(self.work.gpu_usable, self.work.gpu_free, 0)
         return int(per_gpu[domain.mask[self.gpu_nodes]].sum())

@@ -12,18 +12,24 @@ A unit is a root group with everything under it. Phases:
    level are set aside on a scratch copy of the snapshot and the unit is placed with the
    engine's own `schedule` (every filter, pin and topology rule, top-down); the levels rise
    until it fits. Each trial costs one unit of ``preemption.budget``. A domain whose bound
-   cannot beat the best plan so far is not tried.
+   cannot beat the best plan so far is not tried, nor one whose bound at best ties it on PDB
+   violations, victim priority and GPUs and cannot need fewer victim groups
+   (`DomainBounds.fewest_groups`); only the victims' age, the last tie-break, is not weighed
+   for a domain not tried.
 4. Reprieve: with the unit's placement from the successful trial held, every piece set aside
    is put back, most important first, wherever it still fits beside it: the victims are only
    the pieces the placement really needs gone, and the placement itself stays what the trial
    chose (the same GPUs, the same link tier) (`gpusched.engine.preemption.reprieve`).
-5. The plan with the lowest `Cost` wins; the others are reported with their costs.
+   Then narrower trials: the cheapest pieces alone (`_Search._narrow`).
+5. The plan with the lowest `Cost` wins; the others are reported with their costs. The winner
+   is tried once more sparing single pods where its placement left room freed by an evicted
+   gang unused (`_Search._refit`), and that plan is kept when it costs less.
 Pure: the caller's snapshot is never changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.crds import PreemptionPolicy
@@ -46,7 +52,7 @@ from gpusched.engine.preemption.victims import (
     EvictionUnit,
     eviction_units,
 )
-from gpusched.engine.request import PodRequest
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding, Phase
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
@@ -170,6 +176,22 @@ class _Search:
         keys = {g.key for g in self.tree}
         return [h.node for h in self.work.holdings.values() if h.pod.group_key in keys]
 
+    @staticmethod
+    def _no_better(
+        bounds: DomainBounds,
+        candidate: Candidate,
+        floor: Bound,
+        level: int,
+        best: tuple[int, int, int, int, float],
+    ) -> bool:
+        """Whether no plan in the domain at ``level`` can beat ``best`` (a cost key) by the
+        issue's order, up to the number of victim groups: its bound is dearer on PDB
+        violations, victim priority or GPUs, or ties them and needs at least as many groups.
+        Only the victims' age, the last tie-break, is not weighed for a domain not tried."""
+        if floor.key() != best[:3]:
+            return floor.key() > best[:3]
+        return bounds.fewest_groups(candidate, level, floor.gpu_milli) >= best[3]
+
     def _try(
         self, bounds: DomainBounds, candidate: Candidate, found: list[_Found]
     ) -> DomainOption | None:
@@ -188,8 +210,10 @@ class _Search:
         added: set[str] = set()
         for level in levels:
             floor = Bound(level, candidate.bound.gpu_milli)
-            if best is not None and floor.key() > best[:3]:
-                detail = f"not tried: at best {_describe_bound(floor)}, dearer than the plan found"
+            if best is not None and self._no_better(bounds, candidate, floor, level, best):
+                detail = (
+                    f"not tried: at best {_describe_bound(floor)}, no cheaper than the plan found"
+                )
                 return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
             if self.trials >= self.settings.budget:
                 detail = "not tried: the preemption budget was spent"
@@ -210,7 +234,8 @@ class _Search:
             plan = self._trial(scratch, aside)
             if isinstance(plan, _Found):
                 need = candidate.bound.gpu_milli
-                found.append(self._narrow(bounds, candidate, need, aside, plan))
+                narrowed = self._narrow(bounds, candidate, need, aside, plan)
+                found.append(narrowed)
                 return None
             failure = plan
         detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
@@ -245,6 +270,66 @@ class _Search:
                 return narrow if narrow.cost.key() < wide.cost.key() else wide
             count *= 2
         return wide
+
+    def _refit(self, plan: _Found) -> _Found:
+        """The trial placed the unit ignoring what each freed GPU costs: where it left part of
+        an evicted piece unused (an ``All`` gang it needs only some nodes of goes whole),
+        pieces of one pod it did use there could be spared, the unit taking the unused room
+        instead. Those pieces, dearest first, as many as the unused room of their sub-domain
+        (`_slack`) could replace, are spared and the unit placed once more, on links as good;
+        the result is kept only when it costs less."""
+        if self.trials >= self.settings.budget:
+            return plan
+        slack, code_of = self._slack(plan)
+        # Pieces on one node (a pod, with its claims): a gang's across nodes is what leaves
+        # room unused, and sparing it would need room in several places at once.
+        single = [u for u in plan.victims if len(u.nodes()) == 1]
+        spared: set[str] = set()
+        for piece in sorted(single, key=lambda u: (-u.priority, u.created, u.key)):
+            code = code_of(piece.holdings[0].node)
+            if slack.get(code, 0) >= piece.gpu_milli > 0:
+                slack[code] -= piece.gpu_milli
+                spared.add(piece.key)
+        if not spared:
+            return plan
+        aside = [u for u in plan.victims if u.key not in spared]
+        scratch = self.work.copy()
+        _set_aside(scratch, aside)
+        refit = self._trial(scratch, aside, _tiers(plan.bindings))
+        if isinstance(refit, _Found) and refit.cost.key() < plan.cost.key():
+            return refit
+        return plan
+
+    def _slack(self, plan: _Found) -> tuple[dict[int, int], Callable[[int], int]]:
+        """GPU milli the plan frees or finds free but does not use, per sub-domain where the
+        unit's child groups are placed (its root's own domain when they have no common
+        topology key), and the sub-domain of a node."""
+        keys = {g.topology_key for g in self.tree if g.parent == self.root.key}
+        key = next(iter(keys)) if len(keys) == 1 else None
+        codes = self.work.domain_codes(key)[0] if key is not None else None
+
+        def code_of(node: int) -> int:
+            return int(codes[node]) if codes is not None else 0
+
+        offset = self.work.gpu_offset
+        room: dict[int, int] = {}
+        for piece in plan.victims:
+            for holding in piece.holdings:
+                freed = len(holding.gpus) * holding.milli_per_gpu
+                room[holding.node] = room.get(holding.node, 0) + freed
+        for node in list(room):
+            free = self.work.gpu_free[int(offset[node]) : int(offset[node + 1])]
+            room[node] += int(free.sum())
+        by_key = {p.key: p for p in self.pods}
+        for binding in plan.bindings:
+            node = self.work.index[binding.node]
+            if node in room:
+                room[node] -= len(binding.gpus) * (by_key[binding.pod].gpu_milli or WHOLE_GPU_MILLI)
+        slack: dict[int, int] = {}
+        for node, left in room.items():
+            if left > 0:
+                slack[code_of(node)] = slack.get(code_of(node), 0) + left
+        return slack, code_of
 
     def _trial(
         self, scratch: Snapshot, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
@@ -284,7 +369,9 @@ class _Search:
                 outcome, f"{why}: " + "; ".join(_line(o) for o in options), priority, options
             )
         ranked = sorted(found, key=lambda f: (f.cost.key(), f.domain))
-        best = ranked[0]
+        # Domains are weighed by their trial plans; only the winner is refit (one more trial
+        # rather than one per domain), so the refit can only make the chosen plan cheaper.
+        best = self._refit(ranked[0])
         weighed = [DomainOption(best.domain, Verdict.CHOSEN, best.cost.describe(), best.cost)]
         weighed += [
             DomainOption(f.domain, Verdict.COSTLIER, f.cost.describe(), f.cost) for f in ranked[1:]
@@ -293,7 +380,7 @@ class _Search:
         if not best.victims:
             message = f"fits in {best.domain} without evicting anything"
             return self._plan(Outcome.NOT_NEEDED, message, priority, weighed, best)
-        pods = sum(len(u.holdings) for u in best.victims)
+        pods = sum(len(u.pods) for u in best.victims)
         message = (
             f"evict {pods} pods ({len(best.victims)} pieces) in {best.domain}: "
             f"{best.cost.describe()}"
@@ -313,9 +400,16 @@ class _Search:
         victims: tuple[Victim, ...] = ()
         if found is not None:
             victims = tuple(
-                Victim(h.pod.key, self.work.nodes[h.node].name, h.gpus, u.priority, u.key)
+                Victim(
+                    h.pod.key,
+                    self.work.nodes[h.node].name,
+                    tuple(sorted({*h.gpus, *(g for c in claims for g in c.gpus)})),
+                    u.priority,
+                    u.key,
+                    tuple(c.pod.key for c in claims),
+                )
                 for u in found.victims
-                for h in u.holdings
+                for h, claims in u.credited()
             )
         return PreemptionPlan(
             preemptor=self.root.key,
