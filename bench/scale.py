@@ -187,7 +187,7 @@ class Share:
 
 
 def openb_mix(path: Path = OPENB_PODS) -> list[Share]:
-    from gpusched.openb import load_pods
+    from gpusched.offline.openb import load_pods
 
     return [
         Share(p.resources.get("cpu", 0), p.resources.get("memory", 0), p.gpus, p.gpu_milli)
