@@ -102,8 +102,10 @@ CONTROLLER_MANAGER_FLAGS = ("--kube-api-qps=500", "--kube-api-burst=1000")
 20 requests/s, 5,000 Nodes would take four minutes."""
 LOST_LEASE = "standing by: lost the lease"
 """What `gpusched run` logs when it stops leading (gpusched.handlers)."""
-POLL = 0.25
-"""Seconds between two scrapes of the replicas' /metrics and /proc (RSS)."""
+POLL = 1.0
+"""Seconds between two scrapes of the replicas' /metrics and /proc (RSS; the peak is the
+kernel's VmHWM, so a slower poll misses none). At 0.25 s, serving the scrapes took a fifth of
+the leader's CPU in py-spy on 2 shared cores: Prometheus scrapes every 15-30 s."""
 KILL_GUARD = 1.0
 """A bind seen this long after the kill is the new leader's: the killed one's last requests
 land within milliseconds, and no replica can take the Lease before it expires (15 s)."""
