@@ -75,6 +75,8 @@ class ClusterState(GroupBook):
     read without a walk over every pod (the last check before each bind)."""
     _holding: dict[str, PodRecord] = field(default_factory=dict)
     """The records that hold resources (bound, not finished), for `bound`."""
+    _unnamed: dict[str, PodRecord] = field(default_factory=dict)
+    """Those of them holding whole GPUs without saying which (`GpuPins` assumes theirs)."""
     _waiting: dict[str, PodRecord] = field(default_factory=dict)
     """Our unbound pods that are neither finished nor deleting, for `pending`."""
     _members: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -209,6 +211,7 @@ class ClusterState(GroupBook):
         """Puts (or, with None, drops) the record of ``key``; returns the one it replaces."""
         before = self.pods.pop(key, None)
         self._holding.pop(key, None)
+        self._unnamed.pop(key, None)
         self._waiting.pop(key, None)
         if before is not None:
             self._unindex(key, before)
@@ -217,6 +220,8 @@ class ClusterState(GroupBook):
             if record.holding is not None:
                 self._holders.setdefault(record.holding.node, set()).add(key)
                 self._holding[key] = record
+                if _unnamed_gpus(record.holding):
+                    self._unnamed[key] = record
             if self._waits(record):
                 self._waiting[key] = record
             if (group := _group_of(record)) is not None:
@@ -264,16 +269,17 @@ class ClusterState(GroupBook):
         """Every pod holding resources: bound ones of any scheduler, and our reservations."""
         pinned = self._pinned()
         promised = self._promised()
-        for record in self._holding.values():
-            if record.holding is not None and promised.get(record.key) != record.uid:
-                yield pinned.get(record.uid, record.holding)
+        for key, record in self._holding.items():
+            if record.holding is None or (promised and promised.get(key) == record.uid):
+                continue
+            yield pinned.get(record.uid, record.holding) if pinned else record.holding
         for reservation in self.reservations.values():
             yield reservation.holding
         for nomination in self.nominations.values():
             yield from nomination.holdings
 
     def _pinned(self) -> dict[str, BoundPod]:
-        return self.pins.pinned(self._holding, self._explicit(), self._gpu_count)
+        return self.pins.pinned(self._unnamed, self._explicit(), self._gpu_count)
 
     def _explicit(self) -> Iterator[BoundPod]:
         """Holdings that name their GPUs: annotated bound pods and our reservations."""
@@ -437,6 +443,11 @@ class ClusterState(GroupBook):
         self.generation += 1
         if capacity:
             self.capacity_generation += 1
+
+
+def _unnamed_gpus(holding: BoundPod) -> bool:
+    """Whole GPUs held without saying which: the pods `GpuPins.pinned` assumes GPUs for."""
+    return holding.gpus is None and bool(holding.pod.gpus) and not holding.pod.gpu_milli
 
 
 def _group_of(record: PodRecord) -> str | None:
