@@ -286,8 +286,9 @@ class KubeClusterApi:
         path = f"{LEASES}/namespaces/{namespace}/leases/{name}"
         await self._request("PUT", path, dict(body))
 
-    async def list_all(self, path: str) -> list[dict[str, Any]]:
-        """Every object of the collection ``path``, read in pages of `PAGE_SIZE`."""
+    async def _list_all(self, path: str) -> list[dict[str, Any]]:
+        """Every object of the collection ``path``, read in pages of `PAGE_SIZE` (also for
+        `gpusched.k8s.reader`, which runs with its user's credentials)."""
         items: list[dict[str, Any]] = []
         token = ""
         while True:
@@ -300,12 +301,12 @@ class KubeClusterApi:
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         """Every Node of the cluster, for the leader's resync, without managed fields."""
-        return [_unmanage(node) for node in await self.list_all("/api/v1/nodes")]
+        return [_unmanage(node) for node in await self._list_all("/api/v1/nodes")]
 
     async def list_pods(self) -> list[dict[str, Any]]:
         """Every pod of the cluster, for a new leader's resync: what the scheduler reads of
         each (`slim_pod`)."""
-        return [slim_pod(pod) for pod in await self.list_all("/api/v1/pods")]
+        return [slim_pod(pod) for pod in await self._list_all("/api/v1/pods")]
 
 
 def slim_pod(body: dict[str, Any]) -> dict[str, Any]:

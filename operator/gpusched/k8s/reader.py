@@ -30,7 +30,7 @@ async def list_cluster(kubeconfig: str | None = None) -> list[dict[str, Any]]:
         documents: list[dict[str, Any]] = []
         for kind, path in KINDS.items():
             try:
-                documents += [{**item, "kind": kind} for item in await api.list_all(path)]
+                documents += [{**item, "kind": kind} for item in await api._list_all(path)]
             except ApiError as error:
                 if error.status != 404 or kind in ("Node", "Pod"):
                     raise
