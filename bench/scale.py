@@ -6,7 +6,7 @@
 
 On a shared 2-core machine the full run does not finish in 15 minutes: at 5,000 nodes gpusched
 bound 30-110 pods/s, so its 45,000 streamed pods alone take over 20 minutes. `--nodes 5000
---pods 15000 --gangs 50 --backlog 3000 --timeout 300` took 9 minutes there.
+--pods 15000 --gangs 50 --backlog 3000 --timeout 300` took 7-9 minutes there.
 
 One control plane (etcd, kube-apiserver, kube-controller-manager v1.37.2 from tests/cluster, on
 127.0.0.1, with the fake kubelet) and, on it:
