@@ -2,7 +2,8 @@
 
 Two electors share an in-memory Lease store with the API server's optimistic concurrency
 (409 on a stale resourceVersion); each has its own fake monotonic clock, since expiry is
-judged on the observer's own clock."""
+judged on the observer's own clock. The last stories run the elector in its own thread, as
+the operator does, while the test's event loop is kept busy."""
 
 from __future__ import annotations
 
