@@ -6,7 +6,7 @@
 
 On a shared 2-core machine the full run does not finish in 15 minutes: at 5,000 nodes gpusched
 bound 30-110 pods/s, so its 45,000 streamed pods alone take over 20 minutes. `--nodes 5000
---pods 15000 --gangs 50 --backlog 3000 --timeout 300` took 9 minutes there.
+--pods 15000 --gangs 50 --backlog 3000 --timeout 300` took 7-9 minutes there.
 
 One control plane (etcd, kube-apiserver, kube-controller-manager v1.37.2 from tests/cluster, on
 127.0.0.1, with the fake kubelet) and, on it:
@@ -102,8 +102,10 @@ CONTROLLER_MANAGER_FLAGS = ("--kube-api-qps=500", "--kube-api-burst=1000")
 20 requests/s, 5,000 Nodes would take four minutes."""
 LOST_LEASE = "standing by: lost the lease"
 """What `gpusched run` logs when it stops leading (gpusched.handlers)."""
-POLL = 0.25
-"""Seconds between two scrapes of the replicas' /metrics and /proc (RSS)."""
+POLL = 1.0
+"""Seconds between two scrapes of the replicas' /metrics and /proc (RSS; the peak is the
+kernel's VmHWM, so a slower poll misses none). At 0.25 s, serving the scrapes took a fifth of
+the leader's CPU in py-spy on 2 shared cores: Prometheus scrapes every 15-30 s."""
 KILL_GUARD = 1.0
 """A bind seen this long after the kill is the new leader's: the killed one's last requests
 land within milliseconds, and no replica can take the Lease before it expires (15 s)."""
@@ -187,7 +189,7 @@ class Share:
 
 
 def openb_mix(path: Path = OPENB_PODS) -> list[Share]:
-    from gpusched.openb import load_pods
+    from gpusched.offline.openb import load_pods
 
     return [
         Share(p.resources.get("cpu", 0), p.resources.get("memory", 0), p.gpus, p.gpu_milli)

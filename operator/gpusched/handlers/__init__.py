@@ -37,7 +37,7 @@ from gpusched.options import Options as Options
 from gpusched.options import from_environment
 from gpusched.scheduler import metrics
 from gpusched.scheduler.factory import build_scheduler
-from gpusched.scheduler.leader import LeaderElector
+from gpusched.scheduler.leader import LeaderElector, OpenedOnUse
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from gpusched.telemetry.cache import TelemetryCache
@@ -122,7 +122,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     state = ClusterState(scheduler_name=opts.config.scheduler_name)
     telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
     await telemetry.start()  # an unreadable CA file fails here, loudly
-    elector = _elector(opts.config, api)
+    elector = _elector(opts.config, configuration)
     scheduler = build_scheduler(
         opts.config,
         state,
@@ -139,7 +139,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     task = asyncio.create_task(scheduler.run(), name="gpusched-scheduling-loop")
     elector_task = None
     if elector is not None:
-        elector_task = asyncio.create_task(elector.run(), name="gpusched-leader-election")
+        elector_task = asyncio.create_task(elector.run_in_thread(), name="gpusched-leader-election")
     memo.runtime = Runtime(
         scheduler, api, telemetry, task, elector, elector_task, metrics_server=server
     )
@@ -147,13 +147,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     running = memo.runtime
 
 
-def _elector(config: SchedulerConfig, api: KubeClusterApi) -> LeaderElector | None:
-    """The Lease elector (None when leader election is off)."""
+def _elector(config: SchedulerConfig, configuration: client.Configuration) -> LeaderElector | None:
+    """The Lease elector (None when leader election is off), with an API client of its own,
+    made in its own thread (`LeaderElector.run_in_thread`)."""
     election = config.operator.leader_election
     if not election.enabled:
         return None
     namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE", "default")
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    api = OpenedOnUse(lambda: KubeClusterApi(client.ApiClient(configuration)))
     return LeaderElector(api, election, namespace, identity)
 
 
@@ -192,7 +194,10 @@ async def _lead(scheduler: Scheduler) -> None:
         # Everything parsed from the first full list (every node and pod, the snapshot's
         # static part) lives as long as the operator: moved out of the collector's sight, a
         # full collection no longer walks it, which halved the 256-pod gang's p99 (62 ms to
-        # 31 ms) where a collection used to land mid-decision.
+        # 31 ms) where a collection used to land mid-decision. Collected first: garbage in
+        # reference cycles (a standby takes over under load, with plenty) would be frozen
+        # with the rest, and never freed.
+        gc.collect()
         gc.freeze()
         _frozen = True
 
@@ -229,9 +234,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     tasks = [t for t in (runtime.task, runtime.elector_task) if t is not None]
     for task in tasks:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    if runtime.elector is not None:
-        await runtime.elector.release()
+    await asyncio.gather(*tasks, return_exceptions=True)  # the elector gives the Lease up
     await runtime.telemetry.stop()
     await runtime.api.close()
     if runtime.metrics_server is not None:

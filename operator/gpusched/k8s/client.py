@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp.abc import AbstractStreamWriter
@@ -20,6 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpusched.api.config import BIND_TIMEOUT_SECONDS
 from gpusched.api.crds import GROUP, VERSION
+from gpusched.api.k8s import PodStatus
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -33,6 +35,12 @@ LEASES = "/apis/coordination.k8s.io/v1"
 REQUEST_TIMEOUT_SECONDS = 30.0
 """No single API request may take longer; the caller decides whether to retry. A bind gets
 `BIND_TIMEOUT_SECONDS`."""
+POD_STATUS_READ = tuple(field.alias or name for name, field in PodStatus.model_fields.items())
+"""The status fields the Pod model reads: a listed pod keeps these (`slim_pod`)."""
+PAGE_SIZE = 500
+"""Objects per page of a whole-cluster list. Each page is decoded on its own, on the event
+loop: 500 pods take tens of milliseconds, where one document of 15,000 held the loop for
+seconds and its bytes, its objects and the cache all at once."""
 
 
 async def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
@@ -278,17 +286,48 @@ class KubeClusterApi:
         path = f"{LEASES}/namespaces/{namespace}/leases/{name}"
         await self._request("PUT", path, dict(body))
 
+    async def _list_all(self, path: str) -> list[dict[str, Any]]:
+        """Every object of the collection ``path``, read in pages of `PAGE_SIZE` (also for
+        `gpusched.k8s.reader`, which runs with its user's credentials)."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = f"?limit={PAGE_SIZE}" + (f"&continue={quote(token)}" if token else "")
+            page = await self._request("GET", path + query)
+            items += [item for item in page.get("items") or [] if isinstance(item, dict)]
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return items
+
     async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every Node of the cluster, for the leader's periodic resync."""
-        document = await self._request("GET", "/api/v1/nodes")
-        items: list[dict[str, Any]] = document.get("items") or []
-        return items
+        """Every Node of the cluster, for the leader's resync, without managed fields."""
+        return [_unmanage(node) for node in await self._list_all("/api/v1/nodes")]
 
     async def list_pods(self) -> list[dict[str, Any]]:
-        """Every pod of the cluster, for a new leader's resync."""
-        document = await self._request("GET", "/api/v1/pods")
-        items: list[dict[str, Any]] = document.get("items") or []
-        return items
+        """Every pod of the cluster, for a new leader's resync: what the scheduler reads of
+        each (`slim_pod`)."""
+        return [slim_pod(pod) for pod in await self._list_all("/api/v1/pods")]
+
+
+def slim_pod(body: dict[str, Any]) -> dict[str, Any]:
+    """``body``, changed in place, without what the scheduler never reads: managed fields,
+    and the status but for `POD_STATUS_READ` (no conditions, no container states). Its
+    fingerprint and its parse are those of the whole body; a list of 15,000 pods held about
+    a quarter of the memory (50 MB against 201 MB above the cache while a new leader took
+    it in)."""
+    _unmanage(body)
+    status = body.get("status")
+    if isinstance(status, dict):
+        body["status"] = {key: status[key] for key in POD_STATUS_READ if key in status}
+    return body
+
+
+def _unmanage(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without ``metadata.managedFields`` (changed in place)."""
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return body
 
 
 def _preconditions(pod: ObjectRef) -> dict[str, Any]:

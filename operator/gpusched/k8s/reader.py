@@ -6,7 +6,6 @@ Nodes, Pods and our three custom resources, through paginated GETs only: nothing
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
@@ -14,8 +13,6 @@ from gpusched.api.crds import GROUP, VERSION
 from gpusched.k8s.client import PLURALS, KubeClusterApi, load_configuration
 from gpusched.scheduler.ports import ApiError
 
-PAGE_SIZE = 500
-"""Objects per list request; larger clusters are read in pages (``continue`` tokens)."""
 KINDS = {
     "Node": "/api/v1/nodes",
     "Pod": "/api/v1/pods",
@@ -33,7 +30,7 @@ async def list_cluster(kubeconfig: str | None = None) -> list[dict[str, Any]]:
         documents: list[dict[str, Any]] = []
         for kind, path in KINDS.items():
             try:
-                documents += await _list(api, kind, path)
+                documents += [{**item, "kind": kind} for item in await api._list_all(path)]
             except ApiError as error:
                 if error.status != 404 or kind in ("Node", "Pod"):
                     raise
@@ -41,17 +38,3 @@ async def list_cluster(kubeconfig: str | None = None) -> list[dict[str, Any]]:
         return documents
     finally:
         await api.close()
-
-
-async def _list(api: KubeClusterApi, kind: str, path: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    token = ""
-    while True:
-        query = f"?limit={PAGE_SIZE}" + (f"&continue={quote(token)}" if token else "")
-        page = await api._request("GET", path + query)
-        for item in page.get("items") or []:
-            if isinstance(item, dict):
-                items.append({**item, "kind": kind})
-        token = str((page.get("metadata") or {}).get("continue") or "")
-        if not token:
-            return items

@@ -30,6 +30,8 @@ data) by more than this."""
 QUALITY_SECONDS = 5.0
 """The placement-quality gauges are refreshed at most this often, and at least this often
 while this replica leads (one measurement takes about 6 ms at 5,000 nodes)."""
+WARM_SECONDS = 10.0
+"""A standby brings its snapshot up to date this often (`Decider.warm`)."""
 
 
 class Decider:
@@ -54,6 +56,7 @@ class Decider:
         """The last decision's snapshot and pods, for its preemption plans."""
         self._placed: list[Binding] = []
         """Bindings reserved since the last quality measurement (counted by link tier)."""
+        self._warmed_at = float("-inf")
 
     async def decide(self, ready: list[PodRequest]) -> tuple[ScheduleResult, View]:
         """The engine's decision on ``ready`` (DRA reasons put in), and the DRA view it saw."""
@@ -111,6 +114,22 @@ class Decider:
         snapshot = build_snapshot(nodes, bound, self._telemetry(), self.config, self._snapshots)
         quality_metrics.update(snapshot, self.config, self._placed)
         self._placed.clear()
+
+    def warm(self, now: float) -> None:
+        """While standing by: the snapshot of every node and bound pod, brought up to date
+        now and then (`WARM_SECONDS`; tens of milliseconds once built), deciding nothing. A
+        replica that takes the Lease then starts its first cycle with the nodes' static part
+        built; a cold build of 5,000 nodes cost its first decision 0.7 s."""
+        if now - self._warmed_at < WARM_SECONDS:
+            return
+        self._warmed_at = now
+        build_snapshot(
+            self.state.nodes.values(),
+            list(self.state.bound()),
+            self._telemetry(),
+            self.config,
+            self._snapshots,
+        )
 
     def next_measurement(self) -> float:
         return self.quality_at + QUALITY_SECONDS

@@ -9,11 +9,23 @@ As client-go does, expiry is judged on this replica's own monotonic clock: a Lea
 holder and renew time have not changed for ``leaseDurationSeconds`` since we first saw them
 is expired, whatever the other replica's wall clock said. A lost race (409 on the update) is
 simply not leading.
+
+A replica deciding for 5,000 nodes keeps its event loop busy for seconds at a time (decoding
+a list, building a snapshot): a renewal waiting behind that work missed its deadline, and a
+live leader lost the Lease under load. `LeaderElector.run_in_thread` renews from a thread of
+its own, on an event loop of its own, with an HTTP client of its own (`OpenedOnUse`): no
+work on the main loop delays it. Python's interpreter lock still switches between the two
+threads every few milliseconds, so only a single C call longer than the renew deadline
+(none comes near it) could hold a renewal back; a stopped process (SIGSTOP, a paused VM)
+stops both threads, and its term ends as before.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -37,6 +49,44 @@ class LeaseApi(Protocol):
         """PUTs the Lease; ApiError 409 when ``metadata.resourceVersion`` is stale."""
 
 
+class ClosingLeaseApi(LeaseApi, Protocol):
+    async def close(self) -> None:
+        """Closes the HTTP client."""
+
+
+class OpenedOnUse:
+    """A `LeaseApi` whose client is made (``open_api``) on first use, on the event loop of
+    that use: an aiohttp session belongs to the loop it was made on, so the Lease thread's
+    client must be made there, not by whoever builds the elector."""
+
+    def __init__(self, open_api: Callable[[], ClosingLeaseApi]) -> None:
+        self._open = open_api
+        self._api: ClosingLeaseApi | None = None
+
+    def _client(self) -> ClosingLeaseApi:
+        if self._api is None:
+            self._api = self._open()
+        return self._api
+
+    async def get_lease(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return await self._client().get_lease(namespace, name)
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self._client().create_lease(namespace, body)
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        await self._client().replace_lease(namespace, name, body)
+
+    async def close(self) -> None:
+        if self._api is not None:
+            api, self._api = self._api, None
+            await api.close()
+
+
+def _call(callback: Callable[[bool], None], leading: bool) -> None:
+    callback(leading)
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -56,6 +106,8 @@ class LeaderElector:
         self._valid_until = float("-inf")
         self._leading = False
         self._observed: tuple[object, float] | None = None
+        self._deliver: Callable[[Callable[[bool], None], bool], object] = _call
+        """How `on_change` is called: at once, or (`run_in_thread`) on the caller's loop."""
 
     @property
     def leading(self) -> bool:
@@ -67,6 +119,49 @@ class LeaderElector:
         while True:
             await self.attempt()
             await self.clock.sleep(self.config.retry_period_seconds)
+
+    async def run_in_thread(self) -> None:
+        """`run` in a thread of its own, on an event loop of its own, until cancelled; then
+        the Lease is given up (`release`) and ``api`` closed if it can be, from that thread.
+        ``api`` must work from that loop (`OpenedOnUse`). ``on_change`` is called on the
+        caller's loop, in order; `leading` may be read from any thread."""
+        caller = asyncio.get_running_loop()
+        self._deliver = caller.call_soon_threadsafe
+        loop = asyncio.new_event_loop()
+        keeping = loop.create_task(self._keep())
+        ended: asyncio.Future[None] = caller.create_future()
+
+        def main() -> None:
+            failure: BaseException | None = None
+            try:
+                loop.run_until_complete(keeping)
+            except BaseException as error:  # handed to the caller's loop
+                failure = error
+            finally:
+                loop.close()
+            with contextlib.suppress(RuntimeError):  # the caller's loop closed: exiting
+                caller.call_soon_threadsafe(_end, ended, failure)
+
+        thread = threading.Thread(target=main, name="gpusched-lease", daemon=True)
+        thread.start()
+        try:
+            await asyncio.shield(ended)
+        except asyncio.CancelledError:
+            with contextlib.suppress(RuntimeError):  # the thread's loop has ended already
+                loop.call_soon_threadsafe(keeping.cancel)
+            await asyncio.shield(ended)  # released and closed: the thread is done
+            raise
+        finally:
+            self._deliver = _call
+
+    async def _keep(self) -> None:
+        try:
+            await self.run()
+        finally:
+            await self.release()
+            close = getattr(self.api, "close", None)
+            if close is not None:
+                await close()
 
     async def attempt(self) -> bool:
         """One try to acquire or renew; returns whether we lead afterwards."""
@@ -152,7 +247,7 @@ class LeaderElector:
             self.namespace,
             self.config.lease_name,
         )
-        self.on_change(leading)
+        self._deliver(self.on_change, leading)
 
     async def release(self) -> None:
         """Gives the Lease up on a clean shutdown, so that another replica need not wait for
@@ -169,3 +264,12 @@ class LeaderElector:
                 await self.api.replace_lease(self.namespace, self.config.lease_name, body)
         except ApiError as error:
             logger.warning("cannot release the lease: %s", error)
+
+
+def _end(ended: asyncio.Future[None], failure: BaseException | None) -> None:
+    if ended.done():
+        return
+    if failure is None or isinstance(failure, asyncio.CancelledError):
+        ended.set_result(None)
+    else:
+        ended.set_exception(failure)

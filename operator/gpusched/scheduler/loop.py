@@ -46,6 +46,14 @@ from gpusched.scheduler.workloads import Materializer
 
 logger = logging.getLogger(__name__)
 
+CYCLE_PODS = 500
+"""At most this many pending pods are decided in one cycle, taken whole root group by whole
+root group in the engine's order (priority, then age); the next cycle, which follows at once,
+takes the rest. One cycle's cost grows with the pods it decides, and nothing it decides is
+bound before it ends: a new leader that finds 5,000 pods pending binds its first after one
+cycle of 500, and the loop keeps reading watch events between cycles. A root group larger
+than this is decided alone, in one cycle."""
+
 
 class SchedulingLoop:
     def __init__(
@@ -111,6 +119,8 @@ class SchedulingLoop:
 
     async def cycle(self) -> None:
         if not self.leadership.may_write():
+            if not self.leadership.leading():
+                self.decider.warm(self.clock())  # standing by: ready to take over
             return
         self.cycles += 1
         now = self.clock()
@@ -121,6 +131,9 @@ class SchedulingLoop:
         wall = datetime.now(UTC)
         self.materializer.materialize()
         ready, roots = self._queue(now)
+        ready, roots, deferred = self._bounded(ready, roots)
+        if deferred:
+            self.background.wake()  # the next cycle takes them, at once
         groups_changed = self.state.groups_generation != self._groups_seen
         if ready or groups_changed:
             self._groups_seen = self.state.groups_generation
@@ -128,7 +141,7 @@ class SchedulingLoop:
             self._after_view(view)
             if term != self.leadership.term:
                 return  # leadership changed while the engine ran: the decision is stale
-            self._apply(result, roots, now, wall)
+            self._apply(result, roots, deferred, now, wall)
             self.decider.placed(self.binder.place(result.bindings, view, term))
             plans = await self.decider.plan_preemptions(result)
             if term == self.leadership.term:
@@ -169,6 +182,34 @@ class SchedulingLoop:
         quality_metrics.default().pending(created, time.time())
         return ready, roots
 
+    def _bounded(
+        self, ready: list[PodRequest], roots: set[str]
+    ) -> tuple[list[PodRequest], set[str], set[str]]:
+        """``ready`` cut to `CYCLE_PODS` pods (whole root groups, first in the engine's
+        order), the roots kept, and the roots left for the next cycle."""
+        if len(ready) <= CYCLE_PODS:
+            return ready, roots, set()
+        by_root: dict[str, list[PodRequest]] = {}
+        for request in ready:
+            by_root.setdefault(self.state.root_of_request(request), []).append(request)
+
+        def order(root: str) -> tuple[int, float, str]:
+            pods = by_root[root]
+            group = self.state.groups.get(root)
+            created = min(p.created for p in pods)
+            if group is not None:
+                created = min(created, group.spec.created)
+            return (-max(p.priority for p in pods), created, root)
+
+        kept: list[PodRequest] = []
+        taken: set[str] = set()
+        for root in sorted(by_root, key=order):
+            if kept and len(kept) + len(by_root[root]) > CYCLE_PODS:
+                break
+            kept += by_root[root]
+            taken.add(root)
+        return kept, taken, roots - taken
+
     def _started_roots(self) -> set[str]:
         """Roots of gangs with a pod bound or reserved."""
         roots = set()
@@ -194,9 +235,20 @@ class SchedulingLoop:
 
     # ----- acting on a decision ----------------------------------------------------------------
 
-    def _apply(self, result: ScheduleResult, roots: set[str], now: float, wall: datetime) -> None:
+    def _apply(
+        self,
+        result: ScheduleResult,
+        roots: set[str],
+        deferred: set[str],
+        now: float,
+        wall: datetime,
+    ) -> None:
+        """``deferred``: roots whose pods this cycle left out (`_bounded`): the engine saw
+        their groups without their pods, so what it says of them is not reported."""
         for decision in result.groups:
             root = self.state.root_of(decision.name)
+            if root in deferred:
+                continue
             if root in roots or not self.backoff.backing_off(root, now):
                 self.reporter.attempted(decision, wall)
             if decision.name == root and root in roots:

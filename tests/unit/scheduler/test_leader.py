@@ -2,18 +2,22 @@
 
 Two electors share an in-memory Lease store with the API server's optimistic concurrency
 (409 on a stale resourceVersion); each has its own fake monotonic clock, since expiry is
-judged on the observer's own clock."""
+judged on the observer's own clock. The last stories run the elector in its own thread, as
+the operator does, while the test's event loop is kept busy."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from gpusched.api.config import LeaderElectionConfig
-from gpusched.scheduler.leader import LeaderElector
+from gpusched.scheduler.leader import LeaderElector, OpenedOnUse
 from gpusched.scheduler.ports import ApiError
 from tests.support.clock import Clock
 
@@ -166,3 +170,78 @@ def test_timing_whose_gap_is_not_longer_than_a_bind_is_refused_naming_the_keys(
             leaseDurationSeconds=lease, renewDeadlineSeconds=renew, retryPeriodSeconds=2
         )
     assert "bind timeout (4 s)" in str(error.value), story
+
+
+# ----- renewing from a thread of its own ------------------------------------------------------
+
+
+class CountingStore(LeaseStore):
+    """Says when it has stored ``wanted`` versions of the Lease, and which loop served it."""
+
+    def __init__(self, wanted: int) -> None:
+        super().__init__()
+        self.wanted = wanted
+        self.renewed = threading.Event()
+        self.loops: set[asyncio.AbstractEventLoop] = set()
+        self.closed = False
+
+    def _store(self, body: Mapping[str, Any]) -> None:
+        self.loops.add(asyncio.get_running_loop())
+        super()._store(body)
+        if self.version >= self.wanted:
+            self.renewed.set()
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def busy_until(done: threading.Event, limit: float) -> bool:
+    """A long CPU task run on the event loop without awaiting, as decoding a whole-cluster
+    list or building a snapshot is: pure Python until ``done`` is set (False: not within
+    ``limit`` seconds, which only a broken elector reaches)."""
+    deadline = time.monotonic() + limit
+    while not done.is_set():
+        sum(range(1000))
+        if time.monotonic() > deadline:
+            return False
+    return True
+
+
+@pytest.mark.asyncio
+async def test_the_lease_is_renewed_while_the_loop_is_busy_past_the_renew_deadline() -> None:
+    # 10 versions of the Lease at 2 s apart on the elector's clock: 18 s of renewals, longer
+    # than the 10 s renew deadline, all while this loop runs one CPU task that never awaits.
+    store = CountingStore(wanted=10)
+    clock, heard = Clock(), []
+    loop, caller = asyncio.get_running_loop(), threading.get_ident()
+    a = LeaderElector(
+        OpenedOnUse(lambda: store),
+        CONFIG,
+        "default",
+        "a",
+        lambda on: heard.append((on, threading.get_ident())),
+        clock,
+    )
+    task = asyncio.create_task(a.run_in_thread())
+    await asyncio.sleep(0)  # the thread starts
+    assert busy_until(store.renewed, limit=60), "the Lease was not renewed while the loop was busy"
+    assert a.leading
+    assert heard == []  # the change waits for this loop, which was busy
+    await asyncio.sleep(0)
+    assert heard == [(True, caller)]
+    assert loop not in store.loops  # the thread's own loop and client served every renewal
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (store.holder, store.closed, a.leading) == (None, True, False)  # given up, closed
+
+
+@pytest.mark.asyncio
+async def test_a_failing_lease_thread_fails_its_task() -> None:
+    def refuse() -> CountingStore:
+        raise RuntimeError("no credentials")
+
+    a = LeaderElector(OpenedOnUse(refuse), CONFIG, "default", "a", lambda on: None, Clock())
+    with pytest.raises(RuntimeError, match="no credentials"):
+        await a.run_in_thread()
