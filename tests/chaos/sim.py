@@ -32,7 +32,8 @@ from gpusched.scheduler.state import ClusterState
 
 Body = dict[str, Any]
 RESYNC_SECONDS = 5.0
-"""The scheduler's periodic resync of pods and nodes, as often as the operator's default."""
+"""The scheduler's periodic resync of pods and nodes: twice as often as the operator's, so
+that a run's few minutes of fake time see many of them, in every interleaving."""
 KINDS = {"PodGroup": GroupKind.POD_GROUP, "CompositePodGroup": GroupKind.COMPOSITE}
 LATE_COMMIT_SECONDS = 4.0
 """How long after a bind the server may still commit it, the client having given up at

@@ -52,7 +52,7 @@ def test_a_podgroup_watch_answered_404_makes_it_unready_and_the_gang_waits_for_i
             404, method="GET", path=PODGROUP_WATCH, watch=True, times=None
         )
         apiserver.drop_watches()  # every watch reconnects; the PodGroups' is refused
-        status, text = wait_for(
+        _, text = wait_for(
             lambda: (r := _readyz(port))[0] == 503 and r, timeout=30, message="unready"
         )
         assert "podgroups.scheduling.gpusched.io" in text, text
@@ -67,3 +67,27 @@ def test_a_podgroup_watch_answered_404_makes_it_unready_and_the_gang_waits_for_i
         wait_for(lambda: _readyz(port)[0] == 200, timeout=30, message="ready again")
         assert_no_gpu_shared(api)
         assert not runtime.task.done()  # the scheduling loop never stopped
+
+
+SILENCE_SECONDS = 45.0
+"""How long the pods watch stays silent: longer than the test waits for the pod's bind, so
+only the operator's periodic resync can have shown it the pod."""
+
+
+def test_a_pod_created_while_the_pods_watch_is_silent_is_bound_from_the_resyncs_list(
+    apiserver: Server, api: ApiClient, kubeconfig: Path
+) -> None:
+    api.create(gpu_node("n1", "zone-a", "rack-1"))
+    with running_operator(kubeconfig):
+        api.create(gpu_pod("before", 2))
+        wait_for(lambda: placement_of(pods(api)["default/before"]), message="before bound")
+        # The pods watch reconnects into an answer that does not come for a while.
+        apiserver.faults.delay(SILENCE_SECONDS, method="GET", path=r"/pods\?.*watch=", times=1)
+        apiserver.drop_watches()
+        api.create(gpu_pod("unseen", 2))
+        wait_for(
+            lambda: placement_of(pods(api)["default/unseen"]),
+            timeout=SILENCE_SECONDS / 2,
+            message="the pod bound while its watch is silent",
+        )
+        assert_no_gpu_shared(api)

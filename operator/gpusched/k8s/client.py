@@ -7,10 +7,9 @@ imported, which is too early for a process that is told its kubeconfig on the co
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -126,9 +125,8 @@ class KubeClusterApi:
         body: object = None,
         content_type: str = "application/json",
         timeout: float = REQUEST_TIMEOUT_SECONDS,
-        large: bool = False,
     ) -> dict[str, Any]:
-        """An unfenced request (reads and the Lease); ``large``: see `decode_large`."""
+        """An unfenced request (reads and the Lease)."""
         try:
             response = await self.api_client.call_api(
                 path,
@@ -144,7 +142,7 @@ class KubeClusterApi:
                 status = int(response.status)
         except _FAILURES as error:
             raise _error(error) from None
-        return _answer(status, data, decode_large if large else json.loads)
+        return _answer(status, data)
 
     async def _write(
         self,
@@ -287,7 +285,7 @@ class KubeClusterApi:
     async def list_cached(self, plural: str) -> Listing:
         """Every pod or Node from the watch cache (``resourceVersion=0``), page by page."""
         first = f"/api/v1/{plural}?resourceVersion=0&limit={LIST_PAGE}"
-        document = await self._request("GET", first, large=True)
+        document = await self._request("GET", first)
         items: list[dict[str, Any]] = list(document.get("items") or [])
         metadata = document.get("metadata") or {}
         version = str(metadata.get("resourceVersion") or "")
@@ -295,7 +293,7 @@ class KubeClusterApi:
             # Later pages carry the token, never a resourceVersion: they continue the
             # first page's snapshot.
             path = f"/api/v1/{plural}?limit={LIST_PAGE}&continue={quote(str(token))}"
-            document = await self._request("GET", path, large=True)
+            document = await self._request("GET", path)
             items.extend(document.get("items") or [])
             metadata = document.get("metadata") or {}
         return Listing(items, version)
@@ -318,27 +316,10 @@ def _preconditions(pod: ObjectRef) -> dict[str, Any]:
     return {"preconditions": {"uid": pod.uid}} if pod.uid else {}
 
 
-def decode_large(data: bytes) -> Any:
-    """``json.loads`` with the cyclic garbage collector paused: decoding a list of 40,000
-    pods makes millions of dicts and lists, and each few hundred of them start a collection
-    that walks the young objects (and, now and then, the whole heap of the cache) while none
-    of them can be garbage yet. A JSON document holds no cycles, so nothing is left for the
-    collector: 5 to 6 times less CPU for the list."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return json.loads(data)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _answer(
-    status: int, data: bytes, decode: Callable[[bytes], Any] = json.loads
-) -> dict[str, Any]:
+def _answer(status: int, data: bytes) -> dict[str, Any]:
     """The JSON document of a 2xx answer; `ApiError` naming the server's message otherwise."""
     try:
-        document = decode(data) if data else {}
+        document = json.loads(data) if data else {}
     except ValueError:
         document = {}
     if not 200 <= status <= 299:
