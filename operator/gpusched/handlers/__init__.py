@@ -8,6 +8,10 @@ as a task started at startup (`gpusched.scheduler.loop`).
 Options are the flags of ``gpusched run`` (`gpusched.options`): from `configure`
 (``gpusched run``) or, under plain ``kopf run``, from ``$GPUSCHED_RUN_ARGS``.
 
+A watch the API server refuses (a 404 while a CRD is re-installed) never ends the operator:
+it is started over after a backoff, and ``/readyz`` (beside ``/metrics``) answers 503 while
+it is down (`gpusched.handlers.watchers`); Kopf's ``/healthz`` is the liveness probe.
+
 Logging: each decision (group, placement, pods and GPUs, or why not), each bind and each
 leadership change is one INFO line. Kopf's own line per handled event ("Handler 'pod_event'
 succeeded", most of what an operator would otherwise print) is dropped unless ``--verbose``.
