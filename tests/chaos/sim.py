@@ -257,12 +257,16 @@ class Watch:
         is re-installed): what was queued and what happens meanwhile is lost, and it is
         started over with a fresh list. Silent (a connection that stopped carrying events):
         what happens meanwhile arrives only once it resumes."""
+        if self.down_until is not None:
+            # Down already: a failed watch stays failed (it is started over with a list),
+            # whatever befalls it meanwhile.
+            failed = failed or self.failed
         if failed:
             self.lost_node_deletions += sum(
                 1 for _, kind, t, _ in self.queue if kind == "Node" and t == "DELETED"
             )
             self.queue.clear()
-        self.down_until = self.step + steps
+        self.down_until = max(self.down_until or 0, self.step + steps)
         self.failed = failed
 
     def back_if_due(self, everything: bool = False) -> None:
