@@ -241,11 +241,22 @@ def test_liveness_is_kopfs_endpoint_and_readiness_the_watches() -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "DaemonSet"])
-def test_pods_run_non_root_read_only_without_capabilities(kind: str) -> None:
-    docs = render(*EVERYTHING_ON)
+@pytest.mark.parametrize(
+    ("kind", "more", "root"),
+    [
+        ("Deployment", (), False),
+        # The kubelet's PodResources socket is root's alone: the agent reading it runs as root.
+        ("DaemonSet", (), True),
+        ("DaemonSet", ("agent.podResourcesSocket=",), False),
+    ],
+)
+def test_pods_run_read_only_without_capabilities_and_root_only_for_the_kubelet_socket(
+    kind: str, more: tuple[str, ...], root: bool
+) -> None:
+    docs = render(*EVERYTHING_ON, *more)
     pod = find(docs, kind)["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is not root
+    assert (pod["securityContext"]["runAsUser"] == 0) is root
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     container = _container(docs, kind)
     assert container["securityContext"] == {
@@ -305,10 +316,11 @@ OPERATOR_GRANTS = {
     (GROUP, "workloads/status"): {"patch"},
     # ownerReferences with blockOwnerDeletion on what a Workload creates.
     (GROUP, "workloads/finalizers"): {"update"},
-    # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched.
+    # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched, created
+    # for extended resources and deleted when that attempt fails.
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
-    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update", "delete"},
     ("resource.k8s.io", "resourceclaims/status"): {"update"},
     # Checked by the API server before a status update may change allocation or reservedFor.
     ("resource.k8s.io", "resourceclaims/binding"): {"update"},

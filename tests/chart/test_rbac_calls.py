@@ -79,6 +79,8 @@ CLAIM_CALLS: dict[str, list[Callable[[KubeClaimApi], Awaitable[Any]]]] = {
     "update_claim": [lambda api: api.update_claim(CLAIM)],
     "update_claim_status": [lambda api: api.update_claim_status(CLAIM)],
     "create_claim": [lambda api: api.create_claim(CLAIM)],
+    "delete_claim": [lambda api: api.delete_claim("ml", "train-worker-0-gpu-x", "uid-2")],
+    "patch_pod_status": [lambda api: api.patch_pod_status("ml", "train-worker-0", {})],
 }
 """Each public request method of `KubeClaimApi` (ResourceClaims, through the same client)."""
 

@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -18,6 +19,7 @@ from gpusched.engine.schedule import schedule
 from tests.cluster.cluster import RealCluster
 from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
 from tests.integration.harness import dump, ensure_namespace, events_for, pods, running_operator
+from tests.integration.test_preemption import priority_classes  # noqa: F401  (a fixture)
 from tests.support import dra
 from tests.support.engine import cluster
 from tests.support.engine import pod as gpu_request
@@ -69,12 +71,20 @@ def _clean(api: ApiClient) -> None:
             api.delete(plural, body["metadata"]["name"], namespace, group=RESOURCE)
 
 
-def _gang(api: ApiClient, name: str, size: int, gpus: int) -> list[str]:
+def _gang(
+    api: ApiClient, name: str, size: int, gpus: int, priority_class: str | None = None
+) -> list[str]:
     api.create(dra.claim_template(f"{name}-gpus", NS, gpus))
-    api.create(dra.pod_group(name, NS, size))
+    group = dra.pod_group(name, NS, size)
+    if priority_class is not None:
+        group["spec"].update({"priorityClassName": priority_class, "disruptionMode": "All"})
+    api.create(group)
     members = [f"{name}-{i}" for i in range(size)]
     for member in members:
-        api.create(dra.pod(member, NS, template=f"{name}-gpus", group=name))
+        body = dra.pod(member, NS, template=f"{name}-gpus", group=name)
+        if priority_class is not None:
+            body["spec"]["priorityClassName"] = priority_class
+        api.create(body)
     return members
 
 
@@ -314,3 +324,70 @@ def test_claims_gpusched_cannot_allocate_get_a_reason_and_the_rest_is_scheduled(
             ),
             message=lambda: reason("eight-on-dra-3"),
         )
+
+
+def test_pods_sharing_one_claim_are_placed_on_its_one_allocation(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    # One claim by name (not from a template), two pods on it: the first allocates it, the
+    # second is only added to reservedFor and goes to the allocation's node.
+    api.create(dra.claim("shared", NS, 2))
+    with running_operator(kubeconfig) as runtime:
+        members = ["share-a", "share-b"]
+        for member in members:
+            api.create(dra.pod(member, NS, claim_name="shared"))
+        bound = wait_for(
+            lambda: _all_bound(api, members),
+            timeout=90,
+            message=lambda: f"both bound: {_why(api, runtime, members)}",
+        )
+        claim = api.get("resourceclaims", "shared", NS, group=RESOURCE)
+        assert FINALIZER in claim["metadata"]["finalizers"]
+        reserved = claim["status"]["reservedFor"]
+        assert sorted(r["name"] for r in reserved) == members
+        assert {r["uid"] for r in reserved} == {
+            bound[f"{NS}/{m}"]["metadata"]["uid"] for m in members
+        }
+        held = _devices(claim)
+        assert held is not None
+        assert {bound[f"{NS}/{m}"]["spec"]["nodeName"] for m in members} == {held[0]}
+        assert len(held[1]) == 2
+        _assert_no_device_twice(api)
+        wait_for(lambda: runtime.scheduler.idle, message="no reservation left")
+
+
+def test_a_high_priority_gang_evicts_a_low_one_holding_its_gpus_through_claims(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],
+    priority_classes: None,  # noqa: F811
+) -> None:
+    # Both nodes' GPUs are held by the low gang's claims. Its pods are the victims (evicted
+    # through the Eviction API), kube-controller-manager then frees their claims, and the high
+    # gang's claims get the same devices: none held twice at any point we look.
+    with running_operator(kubeconfig) as runtime:
+        low = _gang(api, "low", 2, 8, priority_class="gpusched-test-low")
+        wait_for(
+            lambda: _all_bound(api, low),
+            timeout=90,
+            message=lambda: f"the low gang bound: {_why(api, runtime, low)}",
+        )
+        high = _gang(api, "high", 2, 8, priority_class="gpusched-test-high")
+        bound = wait_for(
+            lambda: _all_bound(api, high),
+            timeout=120,
+            message=lambda: f"the high gang bound: {_why(api, runtime, high)}",
+        )
+        assert not [k for k in pods(api, NS) if k.startswith(f"{NS}/low-")], "low evicted"
+        evictions = sorted(
+            urlsplit(r.path).path.split("/")[-2]
+            for r in apiserver.requests()
+            if r.method == "POST" and r.path.endswith("/eviction")
+        )
+        assert evictions == ["low-0", "low-1"]
+        _assert_no_device_twice(api)
+        for member in high:
+            claim = _claim_of(api, bound[f"{NS}/{member}"])
+            assert claim is not None
+            assert _devices(claim) == (bound[f"{NS}/{member}"]["spec"]["nodeName"], tuple(range(8)))

@@ -1,7 +1,8 @@
 """Figures for DRA on the real control plane, measured in one run (printed, not asserted:
-they depend on the machine): a 64-pod gang's created→all-bound time with claims allocated by
-gpusched and with device-plugin GPUs, and the share of DRA pods whose allocated devices are
-the set the engine picks for the same pods asking ``nvidia.com/gpu``.
+they depend on the machine): a 64-pod gang's created→all-bound time with device-plugin GPUs,
+with claims from templates allocated by gpusched, and with ``nvidia.com/gpu`` served by a
+DeviceClass (KEP-5004: gpusched creates the claims), and the share of DRA pods whose
+allocated devices are the set the engine picks for the same pods asking ``nvidia.com/gpu``.
 
     python bench/dra.py      (runs this file with GPUSCHED_FIGURES=1; the suite leaves it out)
 """
@@ -32,6 +33,7 @@ from tests.support import dra
 
 pytestmark = [pytest.mark.figures, pytest.mark.usefixtures("real_cluster")]
 DRA_NODES = [f"dra-{i}" for i in range(8)]
+EXTENDED_NODES = [f"dra-ext-{i}" for i in range(8)]
 PLUGIN_NODES = [f"plugin-{i}" for i in range(8)]
 
 
@@ -44,7 +46,7 @@ def test_figures(apiserver: RealCluster, api: ApiClient, kubeconfig: Path) -> No
     ensure_namespace(api, NS)
     _clean(api)
     api.create(dra.device_class())
-    for name in DRA_NODES:
+    for name in [*DRA_NODES, *EXTENDED_NODES]:
         api.create(dra.node(name))
         api.create(dra.resource_slice(name))
     for name in PLUGIN_NODES:
@@ -65,6 +67,17 @@ def test_figures(apiserver: RealCluster, api: ApiClient, kubeconfig: Path) -> No
             claims_made = time.monotonic() - started
             dra_seconds = _bound_after(api, members, started)
             writing = runtime.scheduler.claims.allocation_seconds
+            # nvidia.com/gpu served by a DeviceClass: the device-plugin GPUs are all taken,
+            # so the gang lands on DRA nodes and gpusched creates its 64 claims.
+            api.create(dra.device_class("gpu-extended", extended="nvidia.com/gpu"))
+            api.create(dra.pod_group("extended", NS, 64))
+            started = time.monotonic()
+            extended = [f"extended-{i}" for i in range(64)]
+            for name in extended:
+                api.create(dra.pod(name, NS, gpus=1, group="extended"))
+            extended_seconds = _bound_after(api, extended, started)
+            extended_writing = runtime.scheduler.claims.allocation_seconds - writing
+            assert len(_claims(api)) == 128
             _assert_no_device_twice(api)
         print(
             f"\n64-pod gang, created→all bound: device plugin {plain_seconds:.2f} s, "
@@ -72,7 +85,13 @@ def test_figures(apiserver: RealCluster, api: ApiClient, kubeconfig: Path) -> No
             f"claim controller making the 64 claims {claims_made:.2f} s, gpusched writing them "
             f"(finalizer, then allocation with reservedFor) {writing:.2f} s"
         )
-        for name in plain:
+        print(
+            f"64-pod gang asking nvidia.com/gpu served by a DeviceClass: {extended_seconds:.2f} s "
+            f"(+{extended_seconds - plain_seconds:.2f} s over the device plugin); gpusched "
+            f"creating and writing the 64 claims and the pods' extendedResourceClaimStatus "
+            f"{extended_writing:.2f} s"
+        )
+        for name in [*plain, *extended]:
             with contextlib.suppress(ApiStatusError):
                 api.delete("pods", name, NS)
         _clean(api)

@@ -147,7 +147,10 @@ def test_a_gang_that_cannot_fit_binds_nothing_then_schedules_once_room_is_freed(
         assert_no_gpu_shared(api)
         final = wait_for(lambda: (s := group_status(api, "big")).get("scheduled") == 4 and s)
         assert condition(final)["reason"] == "Scheduled"
-        assert len(_failures(api, "big-0")) == 1
+        # Retries aggregate into the Event of their message. A cycle that runs between the two
+        # deletions sees rack-1 half free and says so: a second message, not a duplicate.
+        said = [e["message"] for e in _failures(api, "big-0")]
+        assert len(said) == len(set(said)), said
 
 
 def _failures(api: ApiClient, pod: str) -> list[dict[str, Any]]:

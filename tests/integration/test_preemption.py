@@ -16,17 +16,19 @@ import pytest
 import yaml
 
 from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
+from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
 from tests.integration.harness import (
     GROUP_LABEL,
     RACK,
     assert_no_gpu_shared,
+    condition,
     domains,
     dump,
     events_for,
     gang,
     gpu_node,
     gpu_pod,
+    group_status,
     pods,
     running_operator,
 )
@@ -250,3 +252,69 @@ def test_a_gang_left_part_evicted_by_a_killed_operator_is_evicted_whole_after_a_
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(20)
+
+
+def unschedulable(api: ApiClient, name: str) -> dict[str, Any]:
+    """The group's PodGroupScheduled condition once its reason is Unschedulable, else {}."""
+    said = condition(group_status(api, name))
+    return said if said.get("reason") == "Unschedulable" else {}
+
+
+def test_a_gang_whose_priority_cannot_be_resolved_evicts_nothing_and_says_why(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, priority_classes: None
+) -> None:
+    # The racks full as above. Two gangs whose own priority cannot be resolved (a
+    # PriorityClass that does not exist; a priority that contradicts its class) say so in
+    # their condition and evict nothing; a gang of the same pods with a sound priority, made
+    # after them, evicts low alone: nothing else was evicted for the first two.
+    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
+        api.create(gpu_node(name, "zone-a", rack))
+    huge = prioritized_gang("huge", 4, "gpusched-test-high")[0]
+    huge["spec"]["priority"] = 2**31
+    with pytest.raises(ApiStatusError) as refused:
+        api.create(huge)  # beyond int32: the CRD's schema refuses it, naming the field
+    assert refused.value.status == 422, refused.value
+    assert "spec.priority" in str(refused.value), refused.value
+    with running_operator(kubeconfig):
+        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
+            for body in prioritized_gang(name, 4, cls):
+                api.create(body)
+            wait_for(lambda name=name: len(bound(api, name)) == 4, timeout=30)  # type: ignore[misc]
+        mid_before = bound(api, "mid")
+        problems = {
+            "missing": "spec.priorityClassName: PriorityClass 'gpusched-test-missing' not found",
+            "conflict": "spec.priority: is 5, but PriorityClass 'gpusched-test-high' "
+            "(spec.priorityClassName) has value 1000",
+        }
+        for name in problems:
+            group, *members = prioritized_gang(name, 4, "gpusched-test-high")
+            if name == "missing":
+                group["spec"]["priorityClassName"] = "gpusched-test-missing"
+            else:
+                group["spec"]["priority"] = 5
+            for body in (group, *members):
+                api.create(body)
+        for name, problem in problems.items():
+            said = wait_for(
+                lambda name=name: unschedulable(api, name),  # type: ignore[misc]
+                timeout=30,
+                message=lambda name=name: dump(group_status(api, name)),  # type: ignore[misc]
+            )
+            assert f"preempts nobody: PodGroup default/{name}: {problem}" in said["message"], said
+
+        for body in prioritized_gang("high", 4, "gpusched-test-high"):
+            api.create(body)
+        wait_for(
+            lambda: len(bound(api, "high")) == 4,
+            timeout=60,
+            message=lambda: f"the sound gang bound: {dump(pods(api, 'default'))}",
+        )
+        evictions = sorted(
+            r.name or ""
+            for r in apiserver.requests()
+            if r.method == "POST" and r.path.endswith("/eviction")
+        )
+        assert evictions == [f"low-{i}" for i in range(4)]
+        assert bound(api, "mid") == mid_before
+        assert not bound(api, "missing")
+        assert not bound(api, "conflict")

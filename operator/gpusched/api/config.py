@@ -329,6 +329,15 @@ class PreemptionConfig(_Strict):
     """Whether pods bound by another scheduler may be victims (only ever lower-priority ones,
     as kube-scheduler would treat them). Default on; off leaves them alone whatever their
     priority."""
+    nomination_timeout_seconds: float = Field(default=600.0, alias="nominationTimeoutSeconds", gt=0)
+    """Room nominated for a preemptor whose victims are not all gone after this many seconds
+    is released and the group planned again. Default 600 s (10 minutes): long enough for a
+    generous termination grace period, short enough that a victim stuck terminating (on a
+    node that stopped reporting) does not hold the room for good. Only the operator uses it."""
+    eviction_retry_seconds: float = Field(default=5.0, alias="evictionRetrySeconds", gt=0)
+    """A victim gang left part-evicted (an eviction failed, or an operator stopped midway) is
+    finished by evicting the rest; when that fails, it is tried again after this many
+    seconds rather than in every cycle. Default 5 s. Only the operator uses it."""
 
 
 class SchedulerConfig(_Strict):

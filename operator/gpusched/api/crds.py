@@ -76,6 +76,9 @@ class Reason(StrEnum):
     DEGRADED = "Degraded"
     """A gang below its minCount has pods bound and the rest waiting to be placed again (their
     room was lost: a refused bind, a node gone, a pod re-created); it is placed first."""
+    PREEMPTING = "Preempting"
+    """A group that did not fit has room nominated for it (its pods' ``nominatedNodeName``)
+    and waits for the lower-priority victims evicted there to go; then it is bound there."""
 
 
 # --- spec building blocks ---------------------------------------------------------------------

@@ -34,6 +34,13 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
 
+class OwnerReference(_Model):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
 class Meta(_Model):
     name: str = ""
     namespace: str = ""
@@ -42,6 +49,7 @@ class Meta(_Model):
     generation: int = 0
     finalizers: tuple[str, ...] = ()
     annotations: dict[str, str] = Field(default_factory=dict)
+    owner_references: tuple[OwnerReference, ...] = Field(default=(), alias="ownerReferences")
     deletion_timestamp: datetime | None = Field(default=None, alias="deletionTimestamp")
 
     @property
@@ -206,6 +214,16 @@ class ResourceClaim(_Model):
 
     def reserved_for_pod(self, uid: str) -> bool:
         return any(r.resource == "pods" and r.uid == uid for r in self.status.reserved_for)
+
+    def extended_for_pod(self, uid: str) -> bool:
+        """Whether this is the claim made for pod ``uid``'s extended-resource requests (the
+        annotation, and the pod as its controlling owner, as kube-scheduler finds it)."""
+        if self.metadata.annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+            return False
+        return any(
+            o.kind == "Pod" and o.uid == uid and o.controller
+            for o in self.metadata.owner_references
+        )
 
 
 def _parse(model: type[_ModelT], kind: str, raw: Mapping[str, Any]) -> _ModelT:

@@ -193,6 +193,10 @@ def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> Node
                     f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
                     f"{described} GPUs but the node advertises {count} {GPU_RESOURCE}"
                 )
+                # One of the two is wrong and we cannot tell which: the node is offered only
+                # as many GPUs as both agree it has, so a stale count never overfills it.
+                count = min(count, described)
+                memory = (None,) * count
             else:
                 shape, known, memory = parsed_shape, True, parsed_memory
     return NodeInfo(
@@ -205,6 +209,7 @@ def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> Node
         topology_known=known,
         topology_error=error,
         gpu_memory_mib=memory,
+        advertised_gpus=resources.get(GPU_RESOURCE, 0),
     )
 
 

@@ -36,10 +36,18 @@ class NodeInfo:
     topology_error: str | None
     """Why the annotation could not be used; such a node takes single-GPU pods only."""
     gpu_memory_mib: tuple[float | None, ...] = ()
+    advertised_gpus: int | None = None
+    """The node's allocatable ``nvidia.com/gpu`` (None: as many as `gpu_count`). It exceeds
+    `gpu_count` on a node whose topology annotation describes fewer GPUs: such a node is
+    offered the smaller count."""
 
     @property
     def gpu_count(self) -> int:
         return self.shape.gpu_count
+
+    @property
+    def advertised(self) -> int:
+        return self.gpu_count if self.advertised_gpus is None else self.advertised_gpus
 
 
 @dataclass(slots=True)
@@ -162,10 +170,12 @@ class NodeFacts:
 
     @property
     def most_gpus(self) -> int:
-        """The most GPUs any node has."""
+        """The most GPUs any node advertises, counting those a node whose topology annotation
+        disagrees with it is not offered: a request above what any node is offered but within
+        this may fit once that node is mended, so it is not impossible."""
         cached: int | None = self._s.derived.get("most gpus")
         if cached is None:
-            cached = int(np.diff(self.gpu_offset).max(initial=0))
+            cached = max((n.advertised for n in self.nodes), default=0)
             self._s.derived["most gpus"] = cached
         return cached
 

@@ -144,13 +144,35 @@ class Planner:
         inside = {n for n in nodes if mask is None or mask[n]}
         return ", ".join(sorted(self.snapshot.nodes[n].name for n in inside))
 
+    def below_minimum(self) -> set[str]:
+        """The gangs with pods bound, but fewer than their minCount."""
+        return {
+            g.key
+            for g in self.groups.values()
+            if g.gang and 0 < len(self.bound.get(g.key, [])) < g.minimum
+        }
+
     def needed(self, group: GroupSpec) -> int:
-        """Pods that must be placed for a PodGroup to count as placed."""
+        """Pods that must be placed for a PodGroup to count as placed.
+
+        A gang already bound below its minCount (a bind failed after others landed, or its
+        room was taken while a leader changed) needs only one more: all or nothing no longer
+        applies, and every pod placed is room the gang keeps. Waiting for all its missing
+        pods to fit at once would hand each GPU freed in its domain to newcomers, and leave
+        it below minCount for good; its place in the queue (by age) gives it that room first."""
         pods = self.pods.get(group.key, [])
         bound = len(self.bound.get(group.key, []))
         if not group.gang:
             return 1 if pods and not bound else 0
-        return max(0, group.minimum - bound)
+        if 0 < bound < group.minimum:
+            return 1 if pods else 0
+        return self.missing(group)
+
+    def missing(self, group: GroupSpec) -> int:
+        """Pods a gang lacks to reach its minCount: what a failed trial reports it needed
+        (more than `needed` for a gang bound below its minCount)."""
+        bound = len(self.bound.get(group.key, []))
+        return max(0, group.minimum - bound) if group.gang else self.needed(group)
 
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         pods = self.pods.get(group.key, [])
@@ -163,7 +185,7 @@ class Planner:
             estimate = room.estimate(domain)
             if estimate < needed and biggest is not None:
                 self.record.explored += 1  # looked at and refused: a domain tried, without a trial
-                lines.append(self._rejected(domain, estimate, needed, biggest))
+                lines.append(self._rejected(domain, estimate, self.missing(group), biggest))
                 continue
             ranked.append((room.tightest_first(domain), domain))
         ranked.sort(key=lambda item: item[0])
@@ -279,7 +301,8 @@ class Planner:
         # Why the first pod that failed did not fit, on the cluster as the trial left it.
         nodes = node_check(snapshot, failed[0], domain.nodes()) if failed else None
         snapshot.rollback(checkpoint)
-        attempt = Attempt(domain.name, placed, needed, nodes=nodes, no_pods=not failed)
+        missing = self.missing(group)
+        attempt = Attempt(domain.name, placed, missing, nodes=nodes, no_pods=not failed)
         return False, Tried(attempt)
 
     def _left_out(self, failed: list[PodRequest], domain: Domain) -> dict[str, str]:

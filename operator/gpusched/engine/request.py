@@ -38,16 +38,21 @@ class PodRequest:
     gates: tuple[str, ...] = ()
     """``spec.schedulingGates`` still on the pod. Kubernetes never schedules a gated pod: it
     waits until every gate is removed, and until then does not count toward its gang."""
+    reserved_for: tuple[str, ...] | None = None
+    """``None`` for a pod. Set on what holds GPUs without being a pod (a ResourceClaim's
+    devices, GPUs a node does not publish): the keys of the pods whose eviction frees it, every
+    one of them needed; empty when no pod's does (it is never a preemption victim)."""
+    group_key: str | None = field(init=False, repr=False, compare=False)
+    """The key of the pod's PodGroup (same namespace), as `GroupSpec.key`; ``None`` without a
+    group. Worked out once: planning reads it for every held pod, many times a cycle."""
+
+    def __post_init__(self) -> None:
+        key = str(GroupKey(self.namespace, self.group)) if self.group is not None else None
+        object.__setattr__(self, "group_key", key)
 
     @property
     def namespace(self) -> str:
         return self.key.split("/", 1)[0]
-
-    @property
-    def group_key(self) -> str | None:
-        """The key of the pod's PodGroup (same namespace), as `GroupSpec.key`; ``None``
-        without a group."""
-        return str(GroupKey(self.namespace, self.group)) if self.group is not None else None
 
     @property
     def gated(self) -> bool:

@@ -1,6 +1,7 @@
 """The engine's entry point: ``schedule(snapshot, pods, groups) -> ScheduleResult``.
 
-Work is taken in one order — priority (highest first), then age (oldest first), then name —
+Work is taken in one order — priority (highest first), then gangs already bound below their
+minCount (they complete before anything new starts), then age (oldest first), then name —
 where a unit is a root group (with everything under it) or a pod without a group. Each unit
 is placed completely or not at all on the snapshot and everything is rolled back at the end
 (checkpoint and rollback on its journal), so the caller's snapshot is never changed and a unit
@@ -10,7 +11,7 @@ that cannot fit holds nothing while later units are placed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
@@ -43,6 +44,8 @@ It must not change the snapshot; ``explain`` copies it to measure hints on."""
 @dataclass(frozen=True, slots=True)
 class _Unit:
     priority: int
+    new: bool
+    """Nothing of it is bound below a gang's minCount (see `_units`)."""
     created: float
     key: str
     group: GroupSpec | None
@@ -79,7 +82,8 @@ def _schedule(
     pods_by_group, loose = _by_group(pods, valid, result)
     # Without groups there is nothing to plan (the planner indexes every holding by group).
     planner = Planner(work, scoring, valid, pods_by_group, gated) if valid else None
-    for unit in _units(valid, pods_by_group, loose):
+    short = planner.below_minimum() if planner is not None else set()
+    for unit in _units(valid, pods_by_group, loose, short):
         result.order.append(unit.key)
         if observe is not None:
             observe(unit.key, work)
@@ -225,16 +229,22 @@ def _units(
     groups: Sequence[GroupSpec],
     pods_by_group: dict[str, list[PodRequest]],
     loose: Sequence[PodRequest],
+    short: Collection[str],
 ) -> list[_Unit]:
+    """The units in the order they are placed. ``short``: the gangs bound below their
+    minCount; a unit holding one goes before every other unit of its priority, so the room
+    freed in its domain is its own rather than a newcomer's."""
     tree = GroupTree(groups)
     units = []
     for group in tree.roots():
-        pods = [p for g in tree.descendants(group) for p in pods_by_group.get(g.key, [])]
+        members = tree.descendants(group)
+        pods = [p for g in members for p in pods_by_group.get(g.key, [])]
         priority = max((p.priority for p in pods), default=0)
         created = min([group.created, *(p.created for p in pods)])
-        units.append(_Unit(priority, created, group.key, group, None))
-    units.extend(_Unit(p.priority, p.created, p.key, None, p) for p in loose)
-    units.sort(key=lambda u: (-u.priority, u.created, u.key))
+        started = any(g.key in short for g in members)
+        units.append(_Unit(priority, not started, created, group.key, group, None))
+    units.extend(_Unit(p.priority, True, p.created, p.key, None, p) for p in loose)
+    units.sort(key=lambda u: (-u.priority, u.new, u.created, u.key))
     return units
 
 

@@ -2,6 +2,8 @@
 
 Claims are written with PUT and their ``resourceVersion``: an allocation must never land on a
 claim that changed since it was read (another scheduler may have allocated it meanwhile).
+Every write is fenced as binds are (`KubeClusterApi._write`): the replica's own fence and the
+decision's are asked as the request body goes out, and a write either refuses is never sent.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpusched.api.dra import DRA_API_VERSION
-from gpusched.k8s.client import KubeClusterApi
-from gpusched.scheduler.ports import ApiError
+from gpusched.k8s.client import STRATEGIC_PATCH, KubeClusterApi
+from gpusched.scheduler.ports import ApiError, Fence
 
 BASE = f"/apis/{DRA_API_VERSION}"
 
@@ -49,14 +51,36 @@ class KubeClaimApi:
                 return None
             raise
 
-    async def update_claim(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        return await self.api._request("PUT", self._path(body), dict(body))
+    async def update_claim(
+        self, body: Mapping[str, Any], fence: Fence | None = None
+    ) -> dict[str, Any]:
+        return await self.api._write("PUT", self._path(body), dict(body), fence=fence)
 
-    async def update_claim_status(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        return await self.api._request("PUT", f"{self._path(body)}/status", dict(body))
+    async def update_claim_status(
+        self, body: Mapping[str, Any], fence: Fence | None = None
+    ) -> dict[str, Any]:
+        path = f"{self._path(body)}/status"
+        return await self.api._write("PUT", path, dict(body), fence=fence)
 
-    async def create_claim(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        namespace = body["metadata"]["namespace"]
-        return await self.api._request(
-            "POST", f"{BASE}/namespaces/{namespace}/resourceclaims", dict(body)
-        )
+    async def create_claim(
+        self, body: Mapping[str, Any], fence: Fence | None = None
+    ) -> dict[str, Any]:
+        path = f"{BASE}/namespaces/{body['metadata']['namespace']}/resourceclaims"
+        return await self.api._write("POST", path, dict(body), fence=fence)
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, fence: Fence | None = None
+    ) -> None:
+        path = f"{BASE}/namespaces/{namespace}/resourceclaims/{name}"
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            await self.api._write("DELETE", path, options, fence=fence)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+
+    async def patch_pod_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], fence: Fence | None = None
+    ) -> None:
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+        await self.api._write("PATCH", path, {"status": dict(status)}, STRATEGIC_PATCH, fence=fence)

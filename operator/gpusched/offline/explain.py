@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.crds import Reason
+from gpusched.api.crds import CONDITION_SCHEDULED, Reason
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod
 from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
@@ -149,6 +149,9 @@ class GroupReport:
     preemption: PreemptionPlan | None = None
     """For a root group left unschedulable: the pods evicting which would make it fit, or
     why it does not preempt."""
+    preempting: str | None = None
+    """What the operator's status says while room is nominated for the group (its
+    ``PodGroupScheduled`` condition, reason ``Preempting``), as read from the cluster."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +162,7 @@ class GroupReport:
             "bindings": [b.to_dict() for b in self.placed],
             "hints": list(self.hints),
             "preemption": self.preemption.to_dict() if self.preemption is not None else None,
+            "preempting": self.preempting,
         }
 
 
@@ -223,6 +227,8 @@ def _render_group(group: GroupReport) -> list[str]:
         lines += [f"  - {hint}" for hint in group.hints]
     if group.preemption is not None:
         lines += _render_preemption(group.preemption)
+    if group.preempting is not None:
+        lines.append(f"  the operator is preempting for it: {group.preempting}")
     return lines
 
 
@@ -345,7 +351,18 @@ def _group_report(run: Run, key: str) -> GroupReport:
     if decision is not None and decision.phase is not Phase.SCHEDULED:
         report.hints = group_hints(run, spec, decision)
     report.preemption = next((p for p in run.preemptions if p.preemptor == key), None)
+    report.preempting = _preempting(run, key)
     return report
+
+
+def _preempting(run: Run, key: str) -> str | None:
+    """The group's live status message while the operator holds room for it."""
+    group = next((g for g in run.objects.groups if g.key == key), None)
+    status = group.status if group is not None else None
+    for condition in status.conditions if status is not None else ():
+        if condition.type == CONDITION_SCHEDULED and condition.reason == Reason.PREEMPTING:
+            return condition.message
+    return None
 
 
 # ----- a pod ---------------------------------------------------------------------------------

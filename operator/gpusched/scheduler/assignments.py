@@ -70,8 +70,10 @@ class ActualAssignments:
         return parsed
 
     def apply(
-        self, nodes: Mapping[str, Node], bound: Iterable[BoundPod]
+        self, nodes: Mapping[str, Node], bound: Iterable[BoundPod], *, report: bool = True
     ) -> tuple[list[BoundPod], list[Mismatch]]:
+        """``bound`` with the GPUs the kubelet actually gave, and the mismatches not reported
+        yet (``report``: counted and remembered as reported; else left for the next call)."""
         out: list[BoundPod] = []
         found: list[Mismatch] = []
         for holding in bound:
@@ -81,7 +83,7 @@ class ActualAssignments:
                 out.append(holding)
                 continue
             out.append(self._replace(holding, actual))
-            if holding.gpus is not None and tuple(sorted(holding.gpus)) != actual:
+            if report and holding.gpus is not None and tuple(sorted(holding.gpus)) != actual:
                 mismatch = Mismatch(holding.pod.key, holding.node, holding.gpus, actual)
                 if self._reported.get(holding.pod.key) != mismatch:
                     self._reported[holding.pod.key] = mismatch

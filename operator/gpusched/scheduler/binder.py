@@ -121,8 +121,9 @@ class Binder:
         """A gang's ResourceClaims are all written before any of its pods is bound; if one
         cannot be, every claim written is released and no pod of the gang is bound."""
         writes = [w for _, _, ws in members if not isinstance(ws, str) for w in ws]
+        fence = self.leadership.fence(term)  # claim writes are fenced as binds are
         refused = [ws for _, _, ws in members if isinstance(ws, str)]
-        why = refused[0] if refused else await self.claims.allocate(writes)
+        why = refused[0] if refused else await self.claims.allocate(writes, fence)
         if why is None:
             await asyncio.gather(
                 *(self._bind(key, reserved_ref(key, r), r, root, term, 1) for key, r, _ in members)

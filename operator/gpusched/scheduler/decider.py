@@ -105,13 +105,10 @@ class Decider:
         if now - self.quality_at < QUALITY_SECONDS:
             return
         self.quality_at = now
-        snapshot = build_snapshot(
-            self.state.nodes.values(),
-            list(self.state.bound()),
-            self._telemetry(),
-            self.config,
-            self._snapshots,
+        nodes, bound = self.claims.view.cluster(
+            self.state.nodes.values(), self.state.bound(), self.claims.busy
         )
+        snapshot = build_snapshot(nodes, bound, self._telemetry(), self.config, self._snapshots)
         quality_metrics.update(snapshot, self.config, self._placed)
         self._placed.clear()
 

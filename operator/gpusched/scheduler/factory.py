@@ -54,14 +54,25 @@ def build_scheduler(
     )
     book = ClaimBook()
     releaser = ClaimReleaser(book, claims)
-    allocator = ClaimAllocator(book, DraView(book), releaser, claims, leadership.leading)
+    allocator = ClaimAllocator(book, DraView(book), releaser, claims)
     backoff = Backoff(settings, lambda: state.capacity_generation)
     unknown = UnknownBinds(state, api, backoff, clock)
     binder = Binder(
         settings, state, api, allocator, recorder, backoff, leadership, unknown, clock, background
     )
     resync = Resync(state, api, allocator, clock, background, resync_seconds)
-    preemptor = Preemptor(state, api, binder, recorder, leadership, backoff, clock, background)
+    preemptor = Preemptor(
+        config.preemption,
+        state,
+        api,
+        binder,
+        allocator,
+        recorder,
+        leadership,
+        backoff,
+        clock,
+        background,
+    )
     loop = SchedulingLoop(
         settings,
         state,

@@ -32,7 +32,7 @@ LEADER = Gauge("gpusched_leader", "1 while this replica holds the scheduler Leas
 NODES_UNUSABLE_TOPOLOGY = Gauge(
     "gpusched_nodes_with_unusable_topology",
     "Nodes whose GPU topology annotation does not parse or disagrees with the GPUs they "
-    "advertise (only single-GPU pods are placed there).",
+    "advertise (only single-GPU pods are placed there, on the smaller count).",
 )
 PREEMPTIONS = Counter(
     "gpusched_preemptions",

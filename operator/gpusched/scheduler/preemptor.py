@@ -11,10 +11,12 @@ For each plan the engine made (`gpusched.engine.preemption.plan_cycle`, outcome 
    once it is gone the rest of the unit goes even if a PDB refuses (a broken gang left
    running is worse than a budget overrun the planner avoided wherever it could).
 3. Once every victim is gone (the watch shows it), the nominated places are reserved and
-   bound by the `Binder`, exactly where the plan put them.
+   bound by the `Binder`, exactly where the plan put them, the pods' ResourceClaims
+   allocated first as in any bind.
 
 A plan goes stale (a victim refused before its unit started, a node or a preemptor pod went,
-the victims outlived `NOMINATION_TIMEOUT_SECONDS`, a higher group's plan takes its room):
+the victims outlived ``preemption.nominationTimeoutSeconds``, a higher group's plan takes
+its room, a preemptor's ResourceClaim cannot be allocated when the victims are gone):
 its room is released and the group is planned again by the next cycle. Every write is fenced
 to the term the plan was made in.
 """
@@ -22,19 +24,25 @@ to the term the plan was made in.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from gpusched.api.config import PreemptionConfig
 from gpusched.engine.preemption import PreemptionPlan, Victim
+from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler import metrics
 from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.clock import Clock
+from gpusched.scheduler.dra.allocator import ClaimAllocator
+from gpusched.scheduler.dra.holdings import claim_of_holding
+from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
@@ -45,13 +53,6 @@ from gpusched.scheduler.tasks import Background
 
 logger = logging.getLogger(__name__)
 
-NOMINATION_TIMEOUT_SECONDS = 600.0
-"""A nomination whose victims are not all gone after this many seconds is released and the
-group planned again: long enough for a generous termination grace period, short enough that
-a victim stuck terminating (a node that stopped reporting) does not hold the room forever."""
-SETTLE_RETRY_SECONDS = 5.0
-"""A marked unit whose finishing failed (the API server refused or did not answer) is tried
-again after this long, not in every cycle."""
 GONE = (404, 409)
 """Answers that say the victim is gone already: not found, or its uid precondition failed (a
 new pod of the same name is not the victim)."""
@@ -70,18 +71,22 @@ class Evicted(Enum):
 class Preemptor:
     def __init__(
         self,
+        settings: PreemptionConfig,
         state: ClusterState,
         api: ClusterApi,
         binder: Binder,
+        claims: ClaimAllocator,
         events: EventRecorder,
         leadership: Leadership,
         backoff: Backoff,
         clock: Clock,
         background: Background,
     ) -> None:
+        self.settings = settings
         self.state = state
         self.api = api
         self.binder = binder
+        self.claims = claims
         self.events = events
         self.leadership = leadership
         self.backoff = backoff
@@ -133,7 +138,11 @@ class Preemptor:
         for root, lower in sorted(displaced.items()):
             earlier = self._plans.get(root)
             if earlier is not None:
-                victims.extend(v for v in earlier.victims if v.pod in lower.victims)
+                victims.extend(
+                    v
+                    for v in earlier.victims
+                    if v.pod in lower.victims and v.pod in self.state.pods  # not gone yet
+                )
             why = f"{plan.preemptor}, of higher priority, takes its room"
             self._release(lower, why, "stale")
         return replace(plan, victims=tuple(victims))
@@ -154,7 +163,7 @@ class Preemptor:
 
     def _nominate(self, plan: PreemptionPlan) -> Nomination | None:
         """The room of ``plan`` held for its preemptor; None when the plan no longer holds
-        (a preemptor pod changed, a node went) and the next cycle plans afresh."""
+        (a preemptor pod changed, a node or a victim went) and the next cycle plans afresh."""
         pods: dict[str, str] = {}
         holdings: list[BoundPod] = []
         for binding in plan.bindings:
@@ -169,12 +178,15 @@ class Preemptor:
             ):
                 return None
             pods[binding.pod] = record.uid
-            holdings.append(BoundPod(record.request, binding.node, binding.gpus))
-        victims = {
-            v.pod: record.uid
-            for v in plan.victims
-            if (record := self.state.pods.get(v.pod)) is not None
-        }
+            holdings.append(BoundPod(_holding(record.request, binding), binding.node, binding.gpus))
+        victims: dict[str, str] = {}
+        for victim in plan.victims:
+            record = self.state.pods.get(victim.pod)
+            if record is None:
+                # Gone since the plan was made (its room may be free now): plan afresh.
+                logger.info("%s: victim %s is no pod we know", plan.preemptor, victim.pod)
+                return None
+            victims[victim.pod] = record.uid
         nomination = Nomination(plan.preemptor, pods, tuple(holdings), victims, self.clock())
         self.state.nominate(nomination)
         return nomination
@@ -189,12 +201,23 @@ class Preemptor:
         for holding in nomination.holdings:
             if holding.node not in self.state.nodes:
                 return f"node {holding.node} is gone"
-        if self.clock() - nomination.since > NOMINATION_TIMEOUT_SECONDS:
-            return f"its victims were not gone after {NOMINATION_TIMEOUT_SECONDS:.0f} s"
+        timeout = self.settings.nomination_timeout_seconds
+        if self.clock() - nomination.since > timeout:
+            return f"its victims were not gone after {timeout:g} s"
         return None
 
     def _waiting_for(self, nomination: Nomination) -> bool:
-        return any(self.state.victim_present(k, u) for k, u in nomination.victims.items())
+        """Whether a victim still holds its room: the pod, or a ResourceClaim its eviction
+        frees that kube-controller-manager has not deallocated (or deleted) yet."""
+        if any(self.state.victim_present(k, u) for k, u in nomination.victims.items()):
+            return True
+        plan = self._plans.get(nomination.root)
+        claims = (claim_of_holding(c) for v in plan.victims for c in v.claims) if plan else ()
+        return any(self._allocated(key) for key in claims if key is not None)
+
+    def _allocated(self, key: str) -> bool:
+        claim = self.claims.book.claims.get(key)
+        return claim is not None and claim.status.allocation is not None
 
     def _release(self, nomination: Nomination, why: str, result: str) -> None:
         if self.state.nominations.get(nomination.root) is not nomination:
@@ -400,7 +423,7 @@ class Preemptor:
                 )
             )
             if Evicted.FAILED in outcomes:
-                self._retry_at[unit] = self.clock() + SETTLE_RETRY_SECONDS
+                self._retry_at[unit] = self.clock() + self.settings.eviction_retry_seconds
             else:
                 self._retry_at.pop(unit, None)
         finally:
@@ -468,14 +491,40 @@ class Preemptor:
     # ----- binding -----------------------------------------------------------------------------
 
     def _bind(self, nomination: Nomination, term: int) -> None:
-        """The victims are gone: the nominated places become reservations and are bound."""
+        """The victims are gone: the nominated places become reservations and are bound,
+        with the ResourceClaims of the pods that ask for some."""
         self.state.release_nomination(nomination.root)
         self._plans.pop(nomination.root, None)
+        view = self._claims_view(nomination)
+        unready = sorted(view.failures.items())
+        if unready:
+            # A claim that cannot be allocated now (being deleted, allocated elsewhere, not
+            # made yet): nothing is bound, and the group is planned again like any other.
+            pod, why = unready[0]
+            logger.info("%s: not bound into its room: %s: %s", nomination.root, pod, why)
+            metrics.PREEMPTIONS.labels("stale").inc()
+            for key in nomination.pods:
+                self.background.spawn(self._nominated_node(key, None))
+            self.background.wake()
+            return
         bindings = [Binding(h.pod.key, h.node, tuple(h.gpus or ())) for h in nomination.holdings]
         logger.info("%s: victims gone, binding into the nominated room", nomination.root)
-        self.binder.place(bindings, None, term)
+        self.binder.place(bindings, view, term)
         self.backoff.clear(nomination.root)
         self._binding[nomination.root] = (nomination.since, tuple(nomination.pods))
+
+    def _claims_view(self, nomination: Nomination) -> View:
+        """The DRA view of the nominated pods alone: their claims' plans, for the `Binder`
+        to allocate them as in a bind the engine decided. No bound pods are passed: where
+        the pods go is decided already, and the loop's own view reports what bound pods show."""
+        requests = [
+            record.request
+            for key in nomination.pods
+            if (record := self.state.pods.get(key)) is not None and record.request is not None
+        ]
+        return self.claims.view.build(
+            self.state.nodes.values(), (), requests, self.state.pods, self.claims.busy
+        )
 
     def _watch_bound(self) -> None:
         for root, (since, pods) in list(self._binding.items()):
@@ -488,6 +537,14 @@ class Preemptor:
             elif all(r is not None and r.node is not None for r in records):
                 metrics.NOMINATION_SECONDS.observe(max(0.0, self.clock() - since))
                 del self._binding[root]
+
+
+def _holding(request: PodRequest, binding: Binding) -> PodRequest:
+    """The request a nominated place holds: a pod whose GPUs come through ResourceClaims
+    asks for none itself, so it holds the GPUs the plan gives it."""
+    if binding.gpus and not request.gpus and not request.gpu_milli:
+        return dataclasses.replace(request, gpus=len(binding.gpus))
+    return request
 
 
 def _units(victims: Iterable[Victim]) -> list[list[Victim]]:

@@ -7,6 +7,7 @@ slows the loop down."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
@@ -41,6 +42,9 @@ from gpusched.scheduler.status import (
 )
 
 logger = logging.getLogger(__name__)
+
+NAMED_NODES = 10
+"""How many nominated nodes a Preempting status names (then an ellipsis)."""
 
 
 class Reporter:
@@ -80,7 +84,8 @@ class Reporter:
         """A node that lies about its GPUs (its topology annotation describes more or fewer
         than it advertises, or does not parse) is reported once per change: a log line, a
         Warning Event on the Node, the ``gpusched_nodes_with_unusable_topology`` gauge. The
-        engine places only single-GPU pods there (no GPU set can be judged without links)."""
+        engine places only single-GPU pods there (no GPU set can be judged without links), on
+        the smaller of the two counts."""
         problem = topology_problem(node)
         if problem == self._node_problems.get(node.name):
             return
@@ -89,7 +94,7 @@ class Reporter:
         else:
             self._node_problems[node.name] = problem
             logger.warning("node GPU topology unusable: %s", problem)
-            message = f"{problem}; only single-GPU pods are placed on it"
+            message = f"{problem}; only single-GPU pods are placed on it, on the smaller count"
             ref = ObjectRef("v1", "Node", "", node.name, node.metadata.uid or "")
             self.recorder.record(ref, "Warning", "GPUTopologyMismatch", message)
         metrics.NODES_UNUSABLE_TOPOLOGY.set(len(self._node_problems))
@@ -185,9 +190,51 @@ class Reporter:
             record.spec.topology_key, self.config.topology_levels, pods, self.state.nodes
         )
         previous = self.outbox.last(group_ref(record)) or record.raw_status
-        attempt = self.attempts.get(key)
+        attempt = self._preempting(key, self._priority_noted(key, self.attempts.get(key)), wall)
         partial = self._partial(record, pods, counts)
         return group_status(record, phase, counts, where, attempt, previous, wall, partial)
+
+    def _priority_noted(self, key: str, attempt: Attempt | None) -> Attempt | None:
+        """A group left unschedulable whose priority (or its tree's) could not be resolved
+        says so: it preempts nobody until the field is fixed."""
+        if attempt is None or attempt.reason != Reason.UNSCHEDULABLE:
+            return attempt
+        tree = self.state.descendants(self.state.root_of(key))
+        problems = sorted(
+            {
+                problem
+                for k in tree
+                if (group := self.state.groups.get(k)) is not None
+                and (problem := group.spec.priority_problem) is not None
+            }
+        )
+        if not problems:
+            return attempt
+        why = "; ".join(problems)
+        return dataclasses.replace(attempt, message=f"{attempt.message}; preempts nobody: {why}")
+
+    def _preempting(self, key: str, attempt: Attempt | None, wall: datetime) -> Attempt | None:
+        """While room is nominated for the group's root, its status says so (which nodes,
+        how many victims are still there) instead of the failure that led to preempting."""
+        nomination = self.state.nominations.get(self.state.root_of(key))
+        if nomination is None:
+            return attempt
+        tree = set(self.state.descendants(key))
+        nodes = sorted({h.node for h in nomination.holdings if h.pod.group_key in tree})
+        named = ", ".join(nodes[:NAMED_NODES]) + (", …" if len(nodes) > NAMED_NODES else "")
+        left = sum(self.state.victim_present(k, uid) for k, uid in nomination.victims.items())
+        victims = "victim" if left == 1 else "victims"
+        waiting = f"waiting for {left} {victims} to go" if left else "victims gone, binding"
+        message = (
+            f"room nominated on {len(nodes)} nodes ({named}) by preempting "
+            f"{len(nomination.victims)} lower-priority pods; {waiting}"
+        )
+        return Attempt(
+            time=attempt.time if attempt is not None else wall,
+            reason=Reason.PREEMPTING,
+            message=message,
+            domains=attempt.domains if attempt is not None else (),
+        )
 
     def _partial(
         self, record: GroupRecord, pods: list[PodRecord], counts: Counts

@@ -625,3 +625,39 @@ def test_pods_bound_by_others(case: ForeignCase) -> None:
         "assumed GPU(s) 6,7"
     )
     assert snapshot.node_notes.get(0, []) == ([note] if case.want_note else [])
+
+
+# ----- a node whose annotation and allocatable disagree: offered the smaller count -------------
+
+
+def test_a_node_whose_annotation_describes_fewer_gpus_is_offered_only_that_many() -> None:
+    """8 advertised, 4 described: four single-GPU pods fit, the fifth waits, saying so."""
+    snapshot = cluster(
+        nodes=[node("node-a", "a100x8", annotations=WRONG_COUNT)], telemetry=healthy("node-a")
+    )
+    result = schedule(snapshot, [pod(f"p{i}", gpus=1) for i in range(5)])
+    assert sorted(b.gpus[0] for b in result.bindings) == [0, 1, 2, 3]
+    assert "p4" in messages(result), messages(result)
+
+
+def test_a_node_whose_annotation_describes_more_gpus_is_offered_what_it_advertises() -> None:
+    """4 advertised, 8 described: only four GPUs are ever offered, whatever the annotation."""
+    annotations = {TOPOLOGY: topology_annotation("a100x8") or ""}
+    snapshot = cluster(
+        nodes=[node("node-a", "h100x4", annotations=annotations)], telemetry=healthy("node-a")
+    )
+    result = schedule(snapshot, [pod(f"p{i}", gpus=1) for i in range(6)])
+    assert sorted(b.gpus[0] for b in result.bindings) == [0, 1, 2, 3]
+    assert set(messages(result)) == {"p4", "p5"}
+
+
+def test_a_request_only_a_lying_node_advertises_waits_rather_than_being_invalid() -> None:
+    """The one 8-GPU node describes 4: an 8-GPU pod is unschedulable there for its annotation
+    (mend it and the pod fits), not impossible for a cluster whose largest node has 4."""
+    snapshot = cluster(
+        nodes=[node("node-a", "a100x8", annotations=WRONG_COUNT)], telemetry=healthy("node-a")
+    )
+    result = schedule(snapshot, [pod("p", gpus=8)])
+    message = messages(result)["p"]
+    assert "largest node" not in message, message
+    assert "describes 4 GPUs but the node advertises 8" in message, message

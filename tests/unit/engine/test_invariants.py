@@ -446,8 +446,11 @@ def gang_problems(outcome: Outcome) -> list[str]:
                 problems.append(f"{group.key} is invalid yet {new} were bound")
             continue
         if group.kind is GroupKind.POD_GROUP and group.gang and new:
-            have = len(new) + len(outcome.bound_in([group]))
-            if have < group.minimum:
+            before = len(outcome.bound_in([group]))
+            have = len(new) + before
+            # A gang already bound below its minCount grows by whatever fits (the planner's
+            # `needed`); one with nothing bound gets its minCount or nothing.
+            if have < group.minimum and not before:
                 problems.append(
                     f"gang {group.key} (minCount {group.minimum}) has {len(new)} new + "
                     f"{have - len(new)} bound pods"
@@ -707,8 +710,9 @@ def test_group_decisions_agree_with_the_bindings(scenario: Scenario) -> None:
                 f"{len(waiting)} pending pods was bound"
             )
         if group.kind is GroupKind.POD_GROUP and group.gang:
-            have = len(outcome.new_in([group])) + len(outcome.bound_in([group]))
-            if have < group.minimum:
+            before = len(outcome.bound_in([group]))
+            have = len(outcome.new_in([group])) + before
+            if have < group.minimum and not before:
                 problems.append(
                     f"{group.key} is Scheduled ({decision.message!r}, placement "
                     f"{decision.placement}) with {have} of minCount {group.minimum} pods"

@@ -193,6 +193,56 @@ def test_bound_members_pin_their_group(story: Story) -> None:
     check(story)
 
 
+# ----- a gang bound below its minCount: it grows by what fits, before anything new ------------
+#
+# rack-1: a holds train-0 (8 GPUs), b is free; rack-2: c and d are full. train needs 3 pods:
+# 2 more, room for 1. An older 8-GPU pod without a group wants b as well.
+
+SHORT_GANG = two_racks(held("train-0", "node-a", "train"), held("x", "node-c"), held("y", "node-d"))
+SHORT_STORIES = [
+    Story(
+        "a gang bound below its minCount places the one pod that fits, before an older pod",
+        SHORT_GANG,
+        [
+            pod("train-1", gpus=8, group="train", created=100.0),
+            pod("train-2", gpus=8, group="train", created=100.0),
+            pod("solo", gpus=8, created=1.0),
+        ],
+        [gang("train", 3, topology=RACK, created=100.0)],
+        want_bindings={"train-1": ("node-b", ALL)},
+        want_groups={"train": g(SCHEDULED, "z1/rack-1")},
+        want_pending={"train-2": "Unschedulable", "solo": "Unschedulable"},
+    ),
+    Story(
+        "a higher priority still goes first: the short gang waits for the next freed room",
+        SHORT_GANG,
+        [
+            pod("train-1", gpus=8, group="train"),
+            pod("train-2", gpus=8, group="train"),
+            pod("urgent", gpus=8, priority=10),
+        ],
+        [gang("train", 3, topology=RACK)],
+        want_bindings={"urgent": ("node-b", ALL)},
+        want_groups={"train": g(UNSCHEDULABLE)},
+        want_pending={"train-1": "Unschedulable", "train-2": "Unschedulable"},
+    ),
+    Story(
+        "a gang not yet bound keeps all or nothing: 1 of 2 fits, nothing is placed",
+        two_racks(held("x", "node-c"), held("y", "node-d"), held("z", "node-a")),
+        [pod("train-0", gpus=8, group="train"), pod("train-1", gpus=8, group="train")],
+        [gang("train", 2, topology=RACK)],
+        want_bindings={},
+        want_groups={"train": g(UNSCHEDULABLE)},
+        want_pending={"train-0": "Unschedulable", "train-1": "Unschedulable"},
+    ),
+]
+
+
+@pytest.mark.parametrize("story", SHORT_STORIES, ids=lambda s: s.id)
+def test_a_gang_bound_below_its_min_count_grows_first(story: Story) -> None:
+    check(story)
+
+
 # ----- item 3: "tightest fit first" for CompositePodGroups counts every resource -------------
 #
 #        z1

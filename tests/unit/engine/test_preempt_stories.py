@@ -389,3 +389,50 @@ def test_a_plan_is_data_for_simulate_and_explain() -> None:
         "evict 2 pods (2 pieces) in z1/r2: no PDB violated, highest victim priority 1, "
         "16 GPUs, 1 victim groups; 1 other domains weighed"
     )
+
+
+def test_room_an_evicted_all_gang_leaves_unused_spares_a_single_pod() -> None:
+    #          r1
+    #   a    b    c    d          s0, s1: single pods; wide: an All gang on c and d
+    #   s0   s1   wide wide       (all priority 1, 8 GPUs each)
+    # The rack gang needs three nodes. A trial that takes a, b and c evicts all four (wide
+    # goes whole, d is left idle): sparing s0 for d evicts 24 GPUs, not 32.
+    wide = prioritized(gang("wide", 2), 1, DisruptionMode.ALL)
+    high = prioritized(gang("high", 3, topology=RACK), 10)
+    held = [
+        bound(pod("s0", gpus=8, priority=1), "node-a", ALL8),
+        bound(pod("s1", gpus=8, priority=1), "node-b", ALL8),
+        *holders("wide", ["node-c", "node-d"], priority=1),
+    ]
+    snapshot = cluster({"z1": {"r1": ["a100x8"] * 4}}, bound=held)
+    pods = members("high", 3, gpus=8, group="high", priority=10)
+    plan = plan_preemption(snapshot, "default/high", pods, [high, wide])
+    assert sorted(v.pod for v in plan.victims) == [
+        "default/s1",
+        "default/wide-0",
+        "default/wide-1",
+    ]
+    assert plan.cost is not None
+    assert plan.cost.gpu_milli == 24_000
+    assert sorted(b.node for b in plan.bindings) == ["node-b", "node-c", "node-d"]
+
+
+def test_a_domain_tying_on_gpus_is_still_tried_when_it_may_need_fewer_victim_groups() -> None:
+    #   r1: a, b held by two one-pod gangs; r2: c, d by one two-pod gang; the same priority
+    #   and GPUs either way. Fewer victim groups (the (d)) decides: r2, though r1 is
+    #   weighed first and a bound on priority and GPUs alone cannot tell them apart.
+    held = (
+        holders("x", ["node-a"], priority=1)
+        + holders("y", ["node-b"], priority=1)
+        + holders("w", ["node-c", "node-d"], priority=1)
+    )
+    groups = [
+        BIG,
+        prioritized(gang("x", 1), 1),
+        prioritized(gang("y", 1), 1),
+        prioritized(gang("w", 2), 1),
+    ]
+    plan = plan_preemption(cluster(TWO_RACKS, bound=held), "default/big", BIG_PODS, groups)
+    assert summary(plan, False)["domain"] == "z1/r2", plan.message
+    assert summary(plan, False)["victims"] == ("w-0", "w-1"), plan.message
+    assert plan.message.endswith("1 victim groups; 1 other domains weighed"), plan.message

@@ -22,13 +22,20 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from gpusched.api.config import load_config
 from gpusched.engine.groups import GroupKind
+from gpusched.engine.preemption import Outcome, PreemptionPlan, Victim
+from gpusched.engine.result import Binding
 from gpusched.scheduler import metrics
+from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
+from gpusched.scheduler.state import ClusterState
+from tests.support import dra
 from tests.support.clock import Clock
 from tests.support.fakes import FakeApi
 from tests.support.manifests import node, pod, pod_group
+from tests.unit.scheduler.test_dra_scheduler import FakeClaims, LoggingApi
 from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
 
 LOW1 = ["default/low1-0", "default/low1-1"]
@@ -46,8 +53,16 @@ def group(name: str, priority: int, mode: str = "All") -> dict[str, Any]:
     return body
 
 
-def full_cluster(api: FakeApi, clock: Clock, low2: int = 5) -> Scheduler:
-    scheduler = service(api, clock)
+def configured(api: FakeApi, clock: Clock, preemption: dict[str, Any]) -> Scheduler:
+    operator = {"batchWindowSeconds": 0, "initialBackoffSeconds": 1, "maxBackoffSeconds": 8}
+    config = load_config({"operator": operator, "preemption": preemption})
+    return build_scheduler(config, ClusterState(), api, clock=clock)
+
+
+def full_cluster(
+    api: FakeApi, clock: Clock, low2: int = 5, preemption: dict[str, Any] | None = None
+) -> Scheduler:
+    scheduler = service(api, clock) if preemption is None else configured(api, clock, preemption)
     state = scheduler.state
     for name, rack in (("a", "rack-1"), ("b", "rack-1"), ("c", "rack-2"), ("d", "rack-2")):
         state.upsert_node(node(name, rack=rack))
@@ -109,6 +124,35 @@ async def test_the_victims_room_is_held_for_the_preemptor_and_it_is_bound_there(
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/high-0": "a", "default/high-1": "b"}
     assert scheduler.state.nominations == {}
+
+
+@pytest.mark.asyncio
+async def test_while_its_room_is_nominated_the_group_status_says_preempting_not_unschedulable() -> (
+    None
+):
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    await run_cycle(scheduler)
+    [condition] = api.last_status("default/high")["conditions"]
+    assert (condition["status"], condition["reason"]) == ("False", "Preempting")
+    assert condition["message"] == (
+        "room nominated on 2 nodes (a, b) by preempting 2 lower-priority pods; "
+        "waiting for 2 victims to go"
+    )
+
+    scheduler.pod_deleted("default/low1-0", "uid-low1-0")
+    await run_cycle(scheduler)
+    [condition] = api.last_status("default/high")["conditions"]
+    assert condition["message"].endswith("waiting for 1 victim to go")
+
+    scheduler.pod_deleted("default/low1-1", "uid-low1-1")
+    clock.now += 1
+    await run_cycle(scheduler)  # bound into the room
+    for i in range(2):
+        scheduler.pod_changed(prioritized(pod(f"high-{i}", 8, group="high", node="ab"[i]), 100))
+    await run_cycle(scheduler)
+    [condition] = api.last_status("default/high")["conditions"]
+    assert (condition["status"], condition["reason"]) == ("True", "Scheduled")
 
 
 @pytest.mark.asyncio
@@ -206,12 +250,37 @@ async def test_a_gang_naming_a_priority_class_preempts_once_the_class_is_known()
     await run_cycle(scheduler)
     assert api.evictions == []  # PriorityClass "production" not found: nothing is evicted
     assert scheduler.state.groups["default/high"].spec.priority is None
+    [condition] = api.last_status("default/high")["conditions"]
+    assert condition["reason"] == "Unschedulable"
+    assert condition["message"].endswith(
+        "; preempts nobody: PodGroup default/high: spec.priorityClassName: "
+        "PriorityClass 'production' not found"
+    )
 
     scheduler.priority_class_changed(priority_class("production", 100))
     assert scheduler.state.groups["default/high"].spec.priority == 100
     clock.now += 10
     await run_cycle(scheduler)
     assert sorted(api.evictions) == LOW1
+
+
+@pytest.mark.asyncio
+async def test_a_priority_that_contradicts_its_class_evicts_nothing_and_says_why() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    scheduler.priority_class_changed(priority_class("production", 50))
+    named = group("high", 100)
+    named["spec"]["priorityClassName"] = "production"
+    named["metadata"]["generation"] = 2
+    scheduler.group_changed(GroupKind.POD_GROUP, named)
+    await run_cycle(scheduler)
+    assert api.evictions == []
+    assert scheduler.state.nominations == {}
+    [condition] = api.last_status("default/high")["conditions"]
+    assert condition["message"].endswith(
+        "; preempts nobody: PodGroup default/high: spec.priority: is 100, but PriorityClass "
+        "'production' (spec.priorityClassName) has value 50; give one or make them agree"
+    )
 
 
 @pytest.mark.asyncio
@@ -304,10 +373,27 @@ async def test_a_higher_gang_takes_over_a_nominated_room_and_the_victims_it_wait
     assert bound_to(api) == {"default/top-0": "a", "default/top-1": "b"}
 
 
-def marked_low1(api: FakeApi, clock: Clock, present: list[int]) -> Scheduler:
+@pytest.mark.asyncio
+async def test_victims_that_outlive_the_nomination_timeout_release_the_room() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock, preemption={"nominationTimeoutSeconds": 30})
+    await run_cycle(scheduler)
+    held = scheduler.state.nominations["default/high"]
+    clock.now += 29  # evicted, never gone (a node that stopped reporting)
+    await run_cycle(scheduler)
+    assert scheduler.state.nominations.get("default/high") is held
+    clock.now += 2
+    await scheduler.cycle()
+    assert scheduler.state.nominations.get("default/high") is not held
+    assert api.binds == []
+
+
+def marked_low1(
+    api: FakeApi, clock: Clock, present: list[int], preemption: dict[str, Any] | None = None
+) -> Scheduler:
     """What a new leader finds: low1's pods ``present`` still bound, each marked for a
     preemption by a replica that is gone (its preemptor gone too)."""
-    scheduler = service(api, clock)
+    scheduler = service(api, clock) if preemption is None else configured(api, clock, preemption)
     for name in ("a", "b"):
         scheduler.state.upsert_node(node(name))
     scheduler.state.upsert_group(GroupKind.POD_GROUP, group("low1", 1))
@@ -343,14 +429,14 @@ async def test_finishing_a_unit_that_fails_is_tried_again_later_not_in_every_cyc
     api, clock = FakeApi(), Clock()
     api.evict_failures = {"default/low1-1": [ApiError(500, "etcd timeout")]}
     api.delete_failures = {"default/low1-1": [ApiError(500, "etcd timeout")]}
-    scheduler = marked_low1(api, clock, present=[1])
+    scheduler = marked_low1(api, clock, present=[1], preemption={"evictionRetrySeconds": 20})
     await run_cycle(scheduler)
     assert api.evictions == []
     assert api.deleted == []
-    clock.now += 1
+    clock.now += 19
     await run_cycle(scheduler)
     assert api.evictions == []  # not yet: the API server just failed
-    clock.now += 5
+    clock.now += 2
     await run_cycle(scheduler)
     assert api.evictions == ["default/low1-1"]
 
@@ -372,3 +458,191 @@ async def test_a_unit_marked_before_keeps_the_size_it_had_when_marked_again() ->
     await scheduler.settle()
     sizes = {json.loads(a["gpusched.io/preemption"])["size"] for _, a in api.annotations}
     assert sizes == {3}
+
+
+def claim_world() -> tuple[Scheduler, LoggingApi, FakeClaims, dict[str, Any]]:
+    """n1 publishes its 8 GPUs through DRA; room on it is nominated for ml/w0 (a claim for
+    8 GPUs) once ml/old goes, and old's eviction is sent. Also returns ml/w1's body, another
+    8-GPU claim pod, not yet seen."""
+    api = LoggingApi()
+    claims = FakeClaims(api.log)
+    config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims)
+    scheduler.state.upsert_node(dra.node("n1"))
+    scheduler.claims.book.upsert_slice(dra.resource_slice("n1"))
+    scheduler.claims.book.upsert_class(dra.device_class())
+    scheduler.state.upsert_pod(pod("old", 0, namespace="ml", node="n1"))
+    bodies = {}
+    for name in ("w0", "w1"):
+        scheduler.claims.book.upsert_claim(claims.add(dra.claim(f"{name}-gpus", "ml", 8)))
+        bodies[name] = dra.pod(name, "ml", claim_name=f"{name}-gpus")
+        bodies[name]["metadata"]["uid"] = f"uid-{name}"
+    scheduler.state.upsert_pod(bodies["w0"])
+    plan = PreemptionPlan(
+        "ml/w0",
+        Outcome.PLANNED,
+        "old goes",
+        priority=100,
+        victims=(Victim("ml/old", "n1", (), 0, "ml/old"),),
+        bindings=(Binding("ml/w0", "n1", tuple(range(8))),),
+    )
+    scheduler.loop.preemptor.preempt([plan], scheduler.leadership.term)
+    return scheduler, api, claims, bodies["w1"]
+
+
+@pytest.mark.asyncio
+async def test_a_preemptor_asking_gpus_through_a_claim_holds_its_room_and_gets_the_claim() -> None:
+    # While w0 waits, another 8-GPU claim pod may not be placed on n1; once old is gone,
+    # w0's claim is allocated before w0 is bound, as in any bind.
+    scheduler, api, claims, w1 = claim_world()
+    await scheduler.settle()
+    assert api.evictions == ["ml/old"]
+
+    scheduler.pod_changed(w1)
+    await run_cycle(scheduler)
+    assert api.binds == []  # n1's GPUs are held for w0
+
+    scheduler.pod_deleted("ml/old", "uid-old")
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"ml/w0": "n1"}
+    writes = [(e[0], e[1]) for e in api.log]
+    assert writes == [
+        ("finalizers", "ml/w0-gpus"),
+        ("status", "ml/w0-gpus"),
+        ("bind", "ml/w0"),
+    ]
+    allocation = claims.claims["ml/w0-gpus"]["status"]["allocation"]
+    assert len(allocation["devices"]["results"]) == 8
+
+
+@pytest.mark.asyncio
+async def test_a_preemptor_whose_claim_cannot_be_allocated_is_not_bound_into_its_room() -> None:
+    scheduler, api, claims, _ = claim_world()
+    await scheduler.settle()
+    deleting = claims.claims["ml/w0-gpus"]
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    scheduler.claims.book.upsert_claim(claims.add(deleting))
+    scheduler.pod_deleted("ml/old", "uid-old")
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert api.log == []  # no claim written either
+    assert scheduler.state.nominations == {}
+    assert ("ml/w0", {"nominatedNodeName": None}) in api.pod_statuses
+
+
+@pytest.mark.asyncio
+async def test_a_plan_naming_a_victim_that_is_no_pod_nominates_nothing() -> None:
+    # A victim the watch does not show (gone since the plan was made, or a holding that is no
+    # pod, such as a ResourceClaim's): evicting it would free nothing the plan counts on.
+    api, clock = FakeApi(), Clock()
+    scheduler = full_cluster(api, clock)
+    plan = PreemptionPlan(
+        "default/high",
+        Outcome.PLANNED,
+        "low1 and a claim go",
+        priority=100,
+        victims=(
+            Victim("default/low1-0", "a", tuple(range(8)), 1, "default/low1"),
+            Victim("ResourceClaim default/old", "b", tuple(range(8)), 0, "default/old"),
+        ),
+        bindings=(
+            Binding("default/high-0", "a", tuple(range(8))),
+            Binding("default/high-1", "b", tuple(range(8))),
+        ),
+    )
+    scheduler.loop.preemptor.preempt([plan], scheduler.leadership.term)
+    await scheduler.settle()
+    assert scheduler.state.nominations == {}
+    assert api.evictions == []
+    assert sorted(r.key for r in scheduler.state.pending()) == HIGH
+
+
+# ----- victims holding GPUs through ResourceClaims ------------------------------------------
+
+
+async def dra_world(clock: Clock, size: int = 1) -> tuple[Scheduler, LoggingApi, FakeClaims]:
+    """n1 publishes 8 GPUs through DRA, all of them allocated to ml/old-gpus, the claim of
+    ml/old (priority 0, bound by us); then the gang ml/new (priority 100) of ``size`` pods
+    (new, new-1 …) asks for 8 each through its own claims (new-gpus, new-1-gpus …); with
+    ``size`` > 1, nodes n2 … are there, free."""
+    api = LoggingApi()
+    claims = FakeClaims(api.log)
+    config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims, clock=clock)
+    scheduler.claims.book.upsert_class(dra.device_class())
+    scheduler.state.upsert_node(dra.node("n1"))
+    scheduler.claims.book.upsert_slice(dra.resource_slice("n1"))
+    bodies = {}
+    for gang, priority, names in (("old", 0, ["old"]), ("new", 100, _names("new", size))):
+        group = dra.pod_group(gang, "ml", len(names))
+        group["spec"]["priority"] = priority
+        scheduler.state.upsert_group(GroupKind.POD_GROUP, group)
+        for name in names:
+            scheduler.claims.book.upsert_claim(claims.add(dra.claim(f"{name}-gpus", "ml", 8)))
+            body = dra.pod(name, "ml", claim_name=f"{name}-gpus", group=gang)
+            body = prioritized(body, priority)
+            body["metadata"]["uid"] = f"uid-{name}"
+            bodies[name] = body
+    scheduler.pod_changed(bodies["old"])
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"ml/old": "n1"}
+    bodies["old"]["spec"]["nodeName"] = "n1"  # the watch shows the bind
+    scheduler.pod_changed(bodies["old"])
+    scheduler.claims.book.upsert_claim(claims.claims["ml/old-gpus"])
+    api.binds.clear()
+    for index in range(2, size + 1):
+        scheduler.state.upsert_node(dra.node(f"n{index}"))
+        scheduler.claims.book.upsert_slice(dra.resource_slice(f"n{index}"))
+    for name in _names("new", size):
+        scheduler.pod_changed(bodies[name])
+    return scheduler, api, claims
+
+
+def _names(prefix: str, size: int) -> list[str]:
+    return [prefix, *(f"{prefix}-{i}" for i in range(1, size))]
+
+
+@pytest.mark.asyncio
+async def test_a_pod_holding_gpus_through_a_claim_is_evicted_and_its_room_waits_for_it() -> None:
+    # The claim's GPUs are old's: the plan names the pod, never the claim, and counts the
+    # claim's 8 GPUs as freed by it. Its room is free only once kube-controller-manager has
+    # deallocated the claim, after the pod is gone.
+    clock = Clock()
+    scheduler, api, claims = await dra_world(clock)
+    await run_cycle(scheduler)
+    assert api.evictions == ["ml/old"]
+    [plan] = scheduler.loop.preemptor._plans.values()
+    [victim] = plan.victims
+    assert (victim.pod, victim.gpus, victim.claims) == (
+        "ml/old",
+        tuple(range(8)),
+        ("ResourceClaim ml/old-gpus",),
+    )
+
+    scheduler.pod_deleted("ml/old", "uid-old")
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert api.binds == []  # its claim still holds the devices
+    assert "ml/new" in scheduler.state.nominations
+
+    freed = claims.claims["ml/old-gpus"]
+    freed["status"] = {}  # kube-controller-manager deallocates it
+    scheduler.claims.book.upsert_claim(claims.add(freed))
+    clock.now += 1
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"ml/new": "n1"}
+
+
+@pytest.mark.asyncio
+async def test_a_group_unschedulable_for_a_claim_being_deleted_evicts_nothing() -> None:
+    # Its pod could not be offered to the engine at all: room made for it would not bind.
+    clock = Clock()
+    scheduler, api, claims = await dra_world(clock, size=2)
+    deleting = claims.claims["ml/new-1-gpus"]
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    scheduler.claims.book.upsert_claim(claims.add(deleting))
+    await run_cycle(scheduler)
+    assert api.evictions == []
+    assert scheduler.state.nominations == {}
+    [condition] = api.last_status("ml/new")["conditions"]
+    assert "ResourceClaim ml/new-1-gpus is being deleted" in condition["message"]

@@ -5,7 +5,6 @@ pieces aside can help at each priority level."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,10 +33,20 @@ class Candidate:
 
 
 class DomainBounds:
-    """Counts over the working snapshot for one unit (its root group, tree and pending pods)."""
+    """Counts over the working snapshot for one unit (its root group, tree and pending pods)
+    and the pieces it may evict.
+
+    The pieces' holdings are indexed once, as flat arrays (node, piece, usable GPU milli), so
+    that each domain's counts are a few array operations rather than a loop over every piece:
+    on a cluster of thousands of nodes the domains are many and the pieces thousands."""
 
     def __init__(
-        self, work: Snapshot, root: GroupSpec, tree: Sequence[GroupSpec], pods: list[PodRequest]
+        self,
+        work: Snapshot,
+        root: GroupSpec,
+        tree: Sequence[GroupSpec],
+        pods: list[PodRequest],
+        evictable: list[EvictionUnit],
     ) -> None:
         self.work = work
         self.root = root
@@ -45,42 +54,78 @@ class DomainBounds:
         self.pods = pods
         self.gpu_nodes = np.repeat(np.arange(len(work.nodes)), np.diff(work.gpu_offset))
         """The node of each GPU, by global GPU id."""
+        self.pieces = sorted(evictable, key=lambda u: (u.priority, -u.created, u.key))
+        """Cheapest first: the lowest priority, then the youngest, then the key."""
+        self.piece_priority = np.array([u.priority for u in self.pieces], dtype=np.int64)
+        holdings = [(i, h) for i, u in enumerate(self.pieces) for h in u.holdings]
+        self.holding_piece = np.array([i for i, _ in holdings], dtype=np.int64)
+        self.holding_node = np.array([h.node for _, h in holdings], dtype=np.int64)
+        all_usable = self._nodes_all_usable()
+        self.holding_usable = np.array(
+            [
+                h.milli_per_gpu * len(h.gpus) if all_usable[h.node] else self.usable_on(h)
+                for _, h in holdings
+            ],
+            dtype=np.int64,
+        )
+        """Per holding, the GPU milli it frees on GPUs the unit could use (`usable_on`)."""
 
-    def candidate(self, domain: Domain, evictable: list[EvictionUnit]) -> Candidate:
+    def _nodes_all_usable(self) -> list[bool]:
+        """Per node, whether every GPU of it is usable (then a holding frees all it holds)."""
+        offset = self.work.gpu_offset
+        unusable = np.concatenate(([0], np.cumsum(~self.work.gpu_usable)))
+        same: list[bool] = (unusable[offset[1:]] == unusable[offset[:-1]]).tolist()
+        return same
+
+    def candidate(self, domain: Domain) -> Candidate:
         usable = self.usable_free(domain)
         demand = sum(p.gpu_demand_milli for p in self.pods)
         need = max(0, demand - usable)
-        inside = [u for u in evictable if any(bool(domain.mask[h.node]) for h in u.holdings)]
-        inside.sort(key=lambda u: (u.priority, -u.created, u.key))
+        hit = domain.mask[self.holding_node]
+        freed_by = np.bincount(
+            self.holding_piece[hit],
+            weights=self.holding_usable[hit],
+            minlength=len(self.pieces),
+        ).astype(np.int64)
+        present = np.flatnonzero(np.bincount(self.holding_piece[hit], minlength=len(self.pieces)))
+        inside = [self.pieces[i] for i in present.tolist()]
         if not inside:
             return Candidate(domain, None, [], "nothing of lower priority is held there")
-        freed, top = 0, inside[0].priority
-        for piece in inside:
-            if freed >= need:
-                break
-            freed += self.usable_held(piece, domain)
-            top = piece.priority
-        if freed < need:
+        # The cheapest pieces, in order, until they cover what is missing: the priority the
+        # last of them has is the least any plan there evicts.
+        running = np.cumsum(freed_by[present])
+        enough = np.flatnonzero(running >= need)
+        if need <= 0:
+            freed, top = 0, inside[0].priority
+        elif enough.size:
+            freed, top = int(running[enough[0]]), inside[int(enough[0])].priority
+        else:
+            freed = int(running[-1])
             short = (
                 f"evicting every lower-priority pod there frees {gpus_text(freed + usable)} of the "
                 f"{gpus_text(demand)} GPUs needed"
             )
             return Candidate(domain, None, inside, short)
         useful: dict[int, BoolArray] = {}
-        floor = self._child_floor(domain, inside, useful)
+        floor = self._child_floor(domain, hit, inside, useful)
         if isinstance(floor, str):
             return Candidate(domain, None, inside, floor)
         return Candidate(domain, Bound(max(top, floor), need), inside, useful=useful)
 
     def _child_floor(
-        self, domain: Domain, inside: list[EvictionUnit], useful: dict[int, BoolArray]
+        self,
+        domain: Domain,
+        hit: BoolArray,
+        inside: list[EvictionUnit],
+        useful: dict[int, BoolArray],
     ) -> int | str:
         """For a CompositePodGroup of PodGroups that share one topology key: the lowest
         priority level at which enough of that key's sub-domains could each hold a child,
         counting GPUs only (a sub-domain with room ``r`` holds at most ``r // smallest``
         children); a string when no level gives enough. The lowest level otherwise.
         Fills ``useful``: per level, the nodes of the sub-domains that could hold a child
-        (setting pieces aside anywhere else cannot help at that level)."""
+        (setting pieces aside anywhere else cannot help at that level). ``hit``: per indexed
+        holding, whether it is in ``domain``."""
         lowest = inside[0].priority
         children = [g for g in self.tree if g.parent == self.root.key]
         keys = {c.topology_key for c in children}
@@ -104,15 +149,18 @@ class DomainBounds:
             minlength=len(self.work.nodes),
         )
         inner = domain.mask & (codes >= 0)
-        room = np.bincount(
-            codes[inner], weights=node_free[inner], minlength=int(codes.max()) + 1
-        ).astype(np.int64)
+        size = int(codes.max()) + 1
+        room = np.bincount(codes[inner], weights=node_free[inner], minlength=size).astype(np.int64)
+        counted = hit & inner[self.holding_node]
+        level_of = self.piece_priority[self.holding_piece]
         slots = 0
-        for level, pieces in itertools.groupby(inside, key=lambda u: u.priority):
-            for piece in pieces:
-                for holding in piece.holdings:
-                    if inner[holding.node]:
-                        room[codes[holding.node]] += self.usable_on(holding)
+        for level in sorted({u.priority for u in inside}):
+            now = counted & (level_of == level)
+            room += np.bincount(
+                codes[self.holding_node[now]],
+                weights=self.holding_usable[now],
+                minlength=size,
+            ).astype(np.int64)
             holds = room // smallest
             useful[level] = inner & (holds[np.maximum(codes, 0)] > 0)
             slots = int(holds.sum())
@@ -122,6 +170,24 @@ class DomainBounds:
             f"evicting every lower-priority pod there leaves room for {slots} of the "
             f"{self.root.minimum} child groups (minGroupCount) in its {key} domains"
         )
+
+    def fewest_groups(self, candidate: Candidate, level: int, need: int) -> int:
+        """The fewest victim groups any plan in ``candidate``'s domain evicts to free
+        ``need`` GPU milli from pieces of priority ``level`` or lower: the groups that could
+        free the most, counted until they cover it (a piece counts for each group it belongs
+        to, so this never exceeds what a plan needs). Past every group: one more than all."""
+        reach: dict[str, int] = {}
+        for piece in candidate.units:
+            if piece.priority <= level:
+                held = self.usable_held(piece, candidate.domain)
+                for group in piece.groups:
+                    reach[group] = reach.get(group, 0) + held
+        covered = 0
+        for count, freed in enumerate(sorted(reach.values(), reverse=True), start=1):
+            covered += freed
+            if covered >= need:
+                return count
+        return len(reach) + 1
 
     def usable_free(self, domain: Domain) -> int:
         per_gpu = np.where(self.work.gpu_usable, self.work.gpu_free, 0)

@@ -70,6 +70,7 @@ def _carry_out(work: Snapshot, plan: PreemptionPlan, pods: Sequence[PodRequest])
     """The plan as done: its victims gone, its placement held."""
     by_key = {p.key: p for p in pods}
     for victim in plan.victims:
-        work.forget(victim.pod)
+        for key in (victim.pod, *victim.claims):
+            work.forget(key)
     for binding in plan.bindings:
         work.assume(by_key[binding.pod], work.index[binding.node], binding.gpus)

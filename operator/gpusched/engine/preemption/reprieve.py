@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from gpusched.engine.preemption.result import Cost
 from gpusched.engine.preemption.victims import DisruptionBudget, EvictionUnit, budget_overrun
-from gpusched.engine.request import PodRequest
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Holding, Snapshot
 
@@ -23,38 +23,79 @@ def reprieve(
     """Holds the unit's placement, then puts back every piece that still fits beside it,
     most important first: PDB-covered ones, then the highest priority, the oldest, the
     name. What cannot go back is evicted. Only the nodes the placement uses are checked:
-    on every other node, putting all its pieces back restores what was there before."""
+    on every other node, putting all its pieces back restores what was there before.
+    ``work`` (where ``aside`` is set aside) is not changed: the room left on the
+    placement's nodes is counted in plain lists (`_Room`), as `Snapshot.assume` would."""
+    room = _Room(work)
     by_key = {p.key: p for p in pods}
-    used: set[int] = set()
     for binding in bindings:
-        node = work.index[binding.node]
-        work.assume(by_key[binding.pod], node, binding.gpus)
-        used.add(node)
+        room.take(by_key[binding.pod], work.index[binding.node], binding.gpus)
     covered = {key for b in budgets for key in b.pods}
-    touching = [u for u in aside if any(h.node in used for h in u.holdings)]
+    touching = [u for u in aside if any(h.node in room.free for h in u.holdings)]
     order = sorted(
         touching,
         key=lambda u: (not covered.intersection(u.pods), -u.priority, u.created, u.key),
     )
     victims = []
     for piece in order:
-        mark = work.checkpoint()
-        if all(_put_back(work, h) for h in piece.holdings if h.node in used):
+        back: list[Holding] = []
+        for holding in piece.holdings:
+            if holding.node not in room.free:
+                continue
+            if not room.fits(holding):
+                break
+            room.hold(holding, +1)
+            back.append(holding)
+        else:
             continue
-        work.rollback(mark)
+        for holding in back:  # it does not go back whole: none of it does
+            room.hold(holding, -1)
         victims.append(piece)
     return sorted(victims, key=lambda u: u.key)
 
 
-def _put_back(work: Snapshot, holding: Holding) -> bool:
-    free = work.allocatable[holding.node] - work.used[holding.node]
-    if any(free[column] < amount for column, amount in holding.vector):
-        return False
-    base = int(work.gpu_offset[holding.node])
-    if any(work.gpu_free[base + g] < holding.milli_per_gpu for g in holding.gpus):
-        return False
-    work.assume(holding.pod, holding.node, holding.gpus)
-    return True
+class _Room:
+    """What is free on the nodes of a placement: per node, each resource column and each
+    GPU's milli, as `Snapshot.used` and `Snapshot.gpu_free` would say after the same
+    assumes."""
+
+    def __init__(self, work: Snapshot) -> None:
+        self.work = work
+        self.free: dict[int, list[int]] = {}
+        self.gpus: dict[int, list[int]] = {}
+
+    def _node(self, node: int) -> None:
+        if node not in self.free:
+            work = self.work
+            self.free[node] = (work.allocatable[node] - work.used[node]).tolist()
+            start, stop = int(work.gpu_offset[node]), int(work.gpu_offset[node + 1])
+            self.gpus[node] = work.gpu_free[start:stop].tolist()
+
+    def take(self, pod: PodRequest, node: int, gpus: Sequence[int]) -> None:
+        """The preemptor's pod placed: the same vector and milli `Snapshot.assume` uses."""
+        self._node(node)
+        columns = self.work.columns
+        free = self.free[node]
+        for name, amount in pod.resources.items():
+            if name in columns and amount:
+                free[columns[name]] -= amount
+        milli = pod.gpu_milli if pod.gpu_milli else WHOLE_GPU_MILLI
+        for gpu in gpus:
+            self.gpus[node][gpu] -= milli
+
+    def fits(self, holding: Holding) -> bool:
+        free, gpus = self.free[holding.node], self.gpus[holding.node]
+        if any(free[column] < amount for column, amount in holding.vector):
+            return False
+        return all(gpus[g] >= holding.milli_per_gpu for g in holding.gpus)
+
+    def hold(self, holding: Holding, sign: int) -> None:
+        """Puts ``holding`` back (+1) or takes it away again (-1)."""
+        free, gpus = self.free[holding.node], self.gpus[holding.node]
+        for column, amount in holding.vector:
+            free[column] -= sign * amount
+        for g in holding.gpus:
+            gpus[g] -= sign * holding.milli_per_gpu
 
 
 def cost(budgets: Sequence[DisruptionBudget], victims: list[EvictionUnit]) -> Cost:

@@ -110,6 +110,10 @@ class Victim:
     priority: int
     unit: str
     """What it goes with: its ``disruptionMode: All`` group's key, or its own key."""
+    claims: tuple[str, ...] = ()
+    """The holdings that are no pod (a ResourceClaim's devices, as `Snapshot.holdings` names
+    them) freed once this pod and every other pod they are reserved for are gone; their GPUs
+    are in ``gpus``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,8 @@ class PreemptionPlan:
                     "gpus": list(v.gpus),
                     "priority": v.priority,
                     "evictedWith": v.unit,
+                    # Only for a pod holding GPUs through ResourceClaims.
+                    **({"claims": list(v.claims)} if v.claims else {}),
                 }
                 for v in self.victims
             ],

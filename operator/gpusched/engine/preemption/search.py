@@ -12,18 +12,24 @@ A unit is a root group with everything under it. Phases:
    level are set aside on a scratch copy of the snapshot and the unit is placed with the
    engine's own `schedule` (every filter, pin and topology rule, top-down); the levels rise
    until it fits. Each trial costs one unit of ``preemption.budget``. A domain whose bound
-   cannot beat the best plan so far is not tried.
+   cannot beat the best plan so far is not tried, nor one whose bound at best ties it on PDB
+   violations, victim priority and GPUs and cannot need fewer victim groups
+   (`DomainBounds.fewest_groups`); only the victims' age, the last tie-break, is not weighed
+   for a domain not tried.
 4. Reprieve: with the unit's placement from the successful trial held, every piece set aside
    is put back, most important first, wherever it still fits beside it: the victims are only
    the pieces the placement really needs gone, and the placement itself stays what the trial
    chose (the same GPUs, the same link tier) (`gpusched.engine.preemption.reprieve`).
-5. The plan with the lowest `Cost` wins; the others are reported with their costs.
+   Then narrower trials: the cheapest pieces alone (`_Search._narrow`).
+5. The plan with the lowest `Cost` wins; the others are reported with their costs. The winner
+   is tried once more sparing single pods where its placement left room freed by an evicted
+   gang unused (`_Search._refit`), and that plan is kept when it costs less.
 Pure: the caller's snapshot is never changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.crds import PreemptionPolicy
@@ -46,7 +52,7 @@ from gpusched.engine.preemption.victims import (
     EvictionUnit,
     eviction_units,
 )
-from gpusched.engine.request import PodRequest
+from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding, Phase
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
@@ -106,7 +112,6 @@ class _Search:
         self.foreign = foreign
         self.settings = work.config.preemption
         self.trials = 0
-        self.bounds = DomainBounds(work, root, self.tree, self.pods)
 
     # ----- phase 1 ---------------------------------------------------------------------------
 
@@ -143,12 +148,13 @@ class _Search:
         domains = self._domains()
         if isinstance(domains, str):
             return self._plan(Outcome.NO_ROOM, domains, priority)
-        candidates = [self.bounds.candidate(d, evictable) for d in domains]
+        bounds = DomainBounds(self.work, self.root, self.tree, self.pods, evictable)
+        candidates = [bounds.candidate(d) for d in domains]
         options: list[DomainOption] = []
         found: list[_Found] = []
         ordered = sorted(candidates, key=lambda c: (c.bound is None, bound_key(c), c.domain.name))
         for candidate in ordered:
-            option = self._try(candidate, found)
+            option = self._try(bounds, candidate, found)
             if option is not None:
                 options.append(option)
         return self._choose(priority, found, options)
@@ -170,9 +176,29 @@ class _Search:
         keys = {g.key for g in self.tree}
         return [h.node for h in self.work.holdings.values() if h.pod.group_key in keys]
 
-    def _try(self, candidate: Candidate, found: list[_Found]) -> DomainOption | None:
+    @staticmethod
+    def _no_better(
+        bounds: DomainBounds,
+        candidate: Candidate,
+        floor: Bound,
+        level: int,
+        best: tuple[int, int, int, int, float],
+    ) -> bool:
+        """Whether no plan in the domain at ``level`` can beat ``best`` (a cost key) by the
+        issue's order, up to the number of victim groups: its bound is dearer on PDB
+        violations, victim priority or GPUs, or ties them and needs at least as many groups.
+        Only the victims' age, the last tie-break, is not weighed for a domain not tried."""
+        if floor.key() != best[:3]:
+            return floor.key() > best[:3]
+        return bounds.fewest_groups(candidate, level, floor.gpu_milli) >= best[3]
+
+    def _try(
+        self, bounds: DomainBounds, candidate: Candidate, found: list[_Found]
+    ) -> DomainOption | None:
         """Trials in one domain, level by level; a plan found goes to ``found``, and the
-        domain's option is written once the winner is known (None returned)."""
+        domain's option is written once the winner is known (None returned). The pieces are
+        set aside on a scratch copy of the working snapshot, dropped afterwards: a copy costs
+        far less than putting hundreds of pods back one by one."""
         name = candidate.domain.name
         if candidate.bound is None:
             return DomainOption(name, Verdict.NO_ROOM, candidate.short)
@@ -180,46 +206,48 @@ class _Search:
         lowest = candidate.bound.top_priority
         levels = sorted({u.priority for u in candidate.units if u.priority >= lowest})
         failure = ""
-        base = self.work.checkpoint()
-        aside: list[EvictionUnit] = []
+        scratch = self.work.copy()
         added: set[str] = set()
-        try:
-            for level in levels:
-                floor = Bound(level, candidate.bound.gpu_milli)
-                if best is not None and floor.key() > best[:3]:
-                    detail = (
-                        f"not tried: at best {_describe_bound(floor)}, dearer than the plan found"
-                    )
-                    return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
-                if self.trials >= self.settings.budget:
-                    detail = "not tried: the preemption budget was spent"
-                    return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
-                # Each level adds to what is already set aside (nothing twice): its own pieces,
-                # and lower ones where a sub-domain has only now become able to hold a child.
-                mask = candidate.useful.get(level)
-                more = [
-                    u
-                    for u in candidate.units
-                    if u.priority <= level
-                    and u.key not in added
-                    and (mask is None or any(bool(mask[h.node]) for h in u.holdings))
-                ]
-                self._set_aside(more)
-                added.update(u.key for u in more)
-                aside = [u for u in candidate.units if u.key in added]  # cheapest first
-                plan = self._trial(aside)
-                if isinstance(plan, _Found):
-                    self.work.rollback(base)
-                    found.append(self._narrow(candidate, candidate.bound.gpu_milli, aside, plan))
-                    return None
-                failure = plan
-        finally:
-            self.work.rollback(base)
+        for level in levels:
+            floor = Bound(level, candidate.bound.gpu_milli)
+            if best is not None and self._no_better(bounds, candidate, floor, level, best):
+                detail = (
+                    f"not tried: at best {_describe_bound(floor)}, no cheaper than the plan found"
+                )
+                return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
+            if self.trials >= self.settings.budget:
+                detail = "not tried: the preemption budget was spent"
+                return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
+            # Each level adds to what is already set aside (nothing twice): its own pieces,
+            # and lower ones where a sub-domain has only now become able to hold a child.
+            mask = candidate.useful.get(level)
+            more = [
+                u
+                for u in candidate.units
+                if u.priority <= level
+                and u.key not in added
+                and (mask is None or any(bool(mask[h.node]) for h in u.holdings))
+            ]
+            _set_aside(scratch, more)
+            added.update(u.key for u in more)
+            aside = [u for u in candidate.units if u.key in added]  # cheapest first
+            plan = self._trial(scratch, aside)
+            if isinstance(plan, _Found):
+                need = candidate.bound.gpu_milli
+                narrowed = self._narrow(bounds, candidate, need, aside, plan)
+                found.append(narrowed)
+                return None
+            failure = plan
         detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
         return DomainOption(name, Verdict.NO_ROOM, detail, bound=candidate.bound)
 
     def _narrow(
-        self, candidate: Candidate, need: int, upto: list[EvictionUnit], wide: _Found
+        self,
+        bounds: DomainBounds,
+        candidate: Candidate,
+        need: int,
+        upto: list[EvictionUnit],
+        wide: _Found,
     ) -> _Found:
         """With everything up to a level set aside the unit fits (``wide``); the trial's
         placement ignores what each piece costs, so the cheapest pieces that cover the demand
@@ -230,51 +258,101 @@ class _Search:
         for piece in upto:
             if freed >= need and count:
                 break
-            freed += self.bounds.usable_held(piece, candidate.domain)
+            freed += bounds.usable_held(piece, candidate.domain)
             count += 1
         while count <= MAX_NARROW_PIECES and count < len(upto):
             if self.trials >= self.settings.budget:
                 break
-            start = self.work.checkpoint()
-            self._set_aside(upto[:count])
-            narrow = self._trial(upto[:count], _tiers(wide.bindings))
-            self.work.rollback(start)
+            scratch = self.work.copy()
+            _set_aside(scratch, upto[:count])
+            narrow = self._trial(scratch, upto[:count], _tiers(wide.bindings))
             if isinstance(narrow, _Found):
                 return narrow if narrow.cost.key() < wide.cost.key() else wide
             count *= 2
         return wide
 
-    def _set_aside(self, pieces: Sequence[EvictionUnit]) -> None:
-        for piece in pieces:
+    def _refit(self, plan: _Found) -> _Found:
+        """The trial placed the unit ignoring what each freed GPU costs: where it left part of
+        an evicted piece unused (an ``All`` gang it needs only some nodes of goes whole),
+        pieces of one pod it did use there could be spared, the unit taking the unused room
+        instead. Those pieces, dearest first, as many as the unused room of their sub-domain
+        (`_slack`) could replace, are spared and the unit placed once more, on links as good;
+        the result is kept only when it costs less."""
+        if self.trials >= self.settings.budget:
+            return plan
+        slack, code_of = self._slack(plan)
+        # Pieces on one node (a pod, with its claims): a gang's across nodes is what leaves
+        # room unused, and sparing it would need room in several places at once.
+        single = [u for u in plan.victims if len(u.nodes()) == 1]
+        spared: set[str] = set()
+        for piece in sorted(single, key=lambda u: (-u.priority, u.created, u.key)):
+            code = code_of(piece.holdings[0].node)
+            if slack.get(code, 0) >= piece.gpu_milli > 0:
+                slack[code] -= piece.gpu_milli
+                spared.add(piece.key)
+        if not spared:
+            return plan
+        aside = [u for u in plan.victims if u.key not in spared]
+        scratch = self.work.copy()
+        _set_aside(scratch, aside)
+        refit = self._trial(scratch, aside, _tiers(plan.bindings))
+        if isinstance(refit, _Found) and refit.cost.key() < plan.cost.key():
+            return refit
+        return plan
+
+    def _slack(self, plan: _Found) -> tuple[dict[int, int], Callable[[int], int]]:
+        """GPU milli the plan frees or finds free but does not use, per sub-domain where the
+        unit's child groups are placed (its root's own domain when they have no common
+        topology key), and the sub-domain of a node."""
+        keys = {g.topology_key for g in self.tree if g.parent == self.root.key}
+        key = next(iter(keys)) if len(keys) == 1 else None
+        codes = self.work.domain_codes(key)[0] if key is not None else None
+
+        def code_of(node: int) -> int:
+            return int(codes[node]) if codes is not None else 0
+
+        offset = self.work.gpu_offset
+        room: dict[int, int] = {}
+        for piece in plan.victims:
             for holding in piece.holdings:
-                self.work.forget(holding.pod.key)
+                freed = len(holding.gpus) * holding.milli_per_gpu
+                room[holding.node] = room.get(holding.node, 0) + freed
+        for node in list(room):
+            free = self.work.gpu_free[int(offset[node]) : int(offset[node + 1])]
+            room[node] += int(free.sum())
+        by_key = {p.key: p for p in self.pods}
+        for binding in plan.bindings:
+            node = self.work.index[binding.node]
+            if node in room:
+                room[node] -= len(binding.gpus) * (by_key[binding.pod].gpu_milli or WHOLE_GPU_MILLI)
+        slack: dict[int, int] = {}
+        for node, left in room.items():
+            if left > 0:
+                slack[code_of(node)] = slack.get(code_of(node), 0) + left
+        return slack, code_of
 
     def _trial(
-        self, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
+        self, scratch: Snapshot, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
     ) -> _Found | str:
-        """Places the unit now that ``aside`` is set aside; on success, the plan after
-        reprieve. ``tiers``: the link tiers the placement must match or beat (`_tiers`)."""
+        """Places the unit on ``scratch``, where ``aside`` is set aside (and left so); on
+        success, the plan after reprieve. ``tiers``: the link tiers the placement must match
+        or beat (`_tiers`)."""
         self.trials += 1
-        work = self.work
-        start = work.checkpoint()
-        try:
-            result = schedule(work, self.pods, self.tree)
-            decision = next((d for d in result.groups if d.name == self.root.key), None)
-            if decision is None or decision.phase is not Phase.SCHEDULED:
-                return decision.message if decision is not None else "not attempted"
-            if tiers is not None and not _as_good(_tiers(result.bindings), tiers):
-                return "fits only on worse GPU links"
-            victims = reprieve(work, self.pods, self.budgets, aside, result.bindings)
-            placement = dict(decision.placement)
-            return _Found(
-                "/".join(placement.values()) or "cluster",
-                placement,
-                victims,
-                tuple(result.bindings),
-                cost(self.budgets, victims),
-            )
-        finally:
-            work.rollback(start)
+        result = schedule(scratch, self.pods, self.tree)
+        decision = next((d for d in result.groups if d.name == self.root.key), None)
+        if decision is None or decision.phase is not Phase.SCHEDULED:
+            return decision.message if decision is not None else "not attempted"
+        if tiers is not None and not _as_good(_tiers(result.bindings), tiers):
+            return "fits only on worse GPU links"
+        victims = reprieve(scratch, self.pods, self.budgets, aside, result.bindings)
+        placement = dict(decision.placement)
+        return _Found(
+            "/".join(placement.values()) or "cluster",
+            placement,
+            victims,
+            tuple(result.bindings),
+            cost(self.budgets, victims),
+        )
 
     # ----- phase 4 ---------------------------------------------------------------------------
 
@@ -291,7 +369,9 @@ class _Search:
                 outcome, f"{why}: " + "; ".join(_line(o) for o in options), priority, options
             )
         ranked = sorted(found, key=lambda f: (f.cost.key(), f.domain))
-        best = ranked[0]
+        # Domains are weighed by their trial plans; only the winner is refit (one more trial
+        # rather than one per domain), so the refit can only make the chosen plan cheaper.
+        best = self._refit(ranked[0])
         weighed = [DomainOption(best.domain, Verdict.CHOSEN, best.cost.describe(), best.cost)]
         weighed += [
             DomainOption(f.domain, Verdict.COSTLIER, f.cost.describe(), f.cost) for f in ranked[1:]
@@ -300,7 +380,7 @@ class _Search:
         if not best.victims:
             message = f"fits in {best.domain} without evicting anything"
             return self._plan(Outcome.NOT_NEEDED, message, priority, weighed, best)
-        pods = sum(len(u.holdings) for u in best.victims)
+        pods = sum(len(u.pods) for u in best.victims)
         message = (
             f"evict {pods} pods ({len(best.victims)} pieces) in {best.domain}: "
             f"{best.cost.describe()}"
@@ -320,9 +400,16 @@ class _Search:
         victims: tuple[Victim, ...] = ()
         if found is not None:
             victims = tuple(
-                Victim(h.pod.key, self.work.nodes[h.node].name, h.gpus, u.priority, u.key)
+                Victim(
+                    h.pod.key,
+                    self.work.nodes[h.node].name,
+                    tuple(sorted({*h.gpus, *(g for c in claims for g in c.gpus)})),
+                    u.priority,
+                    u.key,
+                    tuple(c.pod.key for c in claims),
+                )
                 for u in found.victims
-                for h in u.holdings
+                for h, claims in u.credited()
             )
         return PreemptionPlan(
             preemptor=self.root.key,
@@ -358,6 +445,12 @@ MAX_NARROW_PIECES = 32
 """Narrower sets of victims are tried only up to this many pieces: past it the cheapest
 pieces of a domain lie scattered over it, where a gang large enough to need them cannot use
 them, and each such trial would cost as much as a successful one."""
+
+
+def _set_aside(scratch: Snapshot, pieces: Sequence[EvictionUnit]) -> None:
+    for piece in pieces:
+        for holding in piece.holdings:
+            scratch.forget(holding.pod.key)
 
 
 def _tiers(bindings: Sequence[Binding]) -> tuple[int, ...]:

@@ -6,11 +6,15 @@ all), or one pod on its own (no group, or only ``Single`` groups above it). A pi
 evicted for a preemptor only when every pod in it has a strictly lower priority, no group
 above any of them has an unresolved priority, and, when so configured, no pod of it was bound
 by another scheduler.
+
+GPUs a pod holds through ResourceClaims reserved for it are held by no pod in the snapshot
+(`PodRequest.reserved_for`): they go with the piece of the pods they are reserved for, since
+kube-controller-manager frees a claim once every pod reserving it is gone. What no pod's
+eviction frees (a claim of no live pod, GPUs a node does not publish) is never a victim.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +42,8 @@ class EvictionUnit:
     key: str
     """The ``All`` group's key, or the pod's key for a pod that goes alone."""
     holdings: tuple[Holding, ...]
+    """Its pods', then those of what is no pod that goes with them (a ResourceClaim's
+    devices, `PodRequest.reserved_for`)."""
     priority: int
     """The highest priority of its pods (each pod's own, or its groups', whichever is more)."""
     groups: frozenset[str]
@@ -53,7 +59,20 @@ class EvictionUnit:
 
     @property
     def pods(self) -> tuple[str, ...]:
-        return tuple(h.pod.key for h in self.holdings)
+        return tuple(h.pod.key for h in self.holdings if h.pod.reserved_for is None)
+
+    def credited(self) -> list[tuple[Holding, tuple[Holding, ...]]]:
+        """Each pod's holding with the holdings that are no pod credited to it: each to the
+        first of the pods it is reserved for."""
+        pods = [h for h in self.holdings if h.pod.reserved_for is None]
+        keys = {h.pod.key for h in pods}
+        credit: dict[str, list[Holding]] = {}
+        for other in self.holdings:
+            owners = other.pod.reserved_for
+            if owners is not None:
+                owner = next(o for o in owners if o in keys)
+                credit.setdefault(owner, []).append(other)
+        return [(h, tuple(credit.get(h.pod.key, ()))) for h in pods]
 
     def nodes(self) -> set[int]:
         return {h.node for h in self.holdings}
@@ -80,23 +99,67 @@ def eviction_units(
 ) -> list[EvictionUnit]:
     """Every held pod, cut into the pieces that go together, in key order. ``exclude``: root
     groups never cut (the preemptor's own); ``foreign``: keys of pods another scheduler bound,
-    protected unless ``evict_foreign``."""
+    protected unless ``evict_foreign``. A holding that is no pod (`PodRequest.reserved_for`)
+    goes with the piece of the pods it is reserved for, all of them in one piece; it is no
+    victim at all when one of them is not held, or the preemptor's own."""
     tree = GroupTree(groups)
     facts: dict[str | None, _GroupFacts | None] = {None: None}
     skip = set(exclude)
-    pieces: dict[str, list[tuple[Holding, _GroupFacts | None]]] = defaultdict(list)
+    # Pieces by key, in the order of their first pod (the holdings' key order): most are one
+    # pod; an All group's pods are gathered under the group's key.
+    pieces: dict[str, list[tuple[Holding, _GroupFacts | None]]] = {}
+    piece_of: dict[str, str] = {}
+    others: list[Holding] = []
     for key in sorted(snapshot.holdings):
         holding = snapshot.holdings[key]
-        pod = holding.pod
-        group = pod.group_key
+        if holding.pod.reserved_for is not None:
+            others.append(holding)
+            continue
+        group = holding.pod.group_key
         if group not in facts:
             facts[group] = _facts(tuple(tree.chain(group))) if group is not None else None
         fact = facts[group]
         if fact is not None and fact.root in skip:
             continue
-        whole = fact.whole if fact is not None else None
-        pieces[whole or key].append((holding, fact))
-    return [_unit(key, members, foreign, evict_foreign) for key, members in pieces.items()]
+        piece = fact.whole if fact is not None and fact.whole is not None else key
+        pieces.setdefault(piece, []).append((holding, fact))
+        piece_of[key] = piece
+    joined, extra = _attach(others, piece_of)
+    for piece, into in joined.items():
+        pieces[into].extend(pieces.pop(piece))
+    return [
+        _unit(key, members, extra.get(key, ()), foreign, evict_foreign)
+        for key, members in pieces.items()
+    ]
+
+
+def _attach(
+    others: list[Holding], piece_of: dict[str, str]
+) -> tuple[dict[str, str], dict[str, list[Holding]]]:
+    """Which piece each holding that is no pod goes with: a claim shared by pods of several
+    pieces joins those pieces into one (its devices are free only when all of them are gone).
+    Returns the pieces that join another (key → the key they join, the lowest) and, per
+    remaining piece, the holdings it frees."""
+    joins: dict[str, str] = {}
+
+    def final(piece: str) -> str:
+        while piece in joins:
+            piece = joins[piece]
+        return piece
+
+    freed: list[tuple[Holding, str]] = []
+    for holding in others:
+        owners = holding.pod.reserved_for or ()
+        if not owners or any(o not in piece_of for o in owners):
+            continue  # no pod's eviction frees it (gone, not bound, or the preemptor's own)
+        keys = sorted({final(piece_of[o]) for o in owners})
+        for other in keys[1:]:
+            joins[other] = keys[0]
+        freed.append((holding, owners[0]))
+    extra: dict[str, list[Holding]] = {}
+    for holding, owner in freed:
+        extra.setdefault(final(piece_of[owner]), []).append(holding)
+    return {piece: final(piece) for piece in joins}, extra
 
 
 def _facts(chain: tuple[GroupSpec, ...]) -> _GroupFacts | None:
@@ -123,25 +186,50 @@ def _facts(chain: tuple[GroupSpec, ...]) -> _GroupFacts | None:
 def _unit(
     key: str,
     members: list[tuple[Holding, _GroupFacts | None]],
+    extra: Sequence[Holding],
     foreign: frozenset[str],
     evict_foreign: bool,
 ) -> EvictionUnit:
-    priority = max(
-        max(
-            h.pod.priority,
-            f.priority if f is not None and f.priority is not None else h.pod.priority,
-        )
-        for h, f in members
+    """The piece of the pods ``members``, freeing ``extra`` (holdings that are no pod) too."""
+    if len(members) == 1 and not extra:  # most pieces: no loops
+        holding, fact = members[0]
+        pod = holding.pod
+        group = fact.priority if fact is not None else None
+        priority = pod.priority if group is None else max(pod.priority, group)
+        roots = frozenset((fact.root if fact is not None else pod.key,))
+        protected = fact.protected if fact is not None and fact.protected else None
+        protected = protected or _foreign(members, foreign, evict_foreign)
+        return EvictionUnit(key, (holding,), priority, roots, pod.created, protected)
+    priorities: list[int] = []
+    root_keys: set[str] = set()
+    protected = None
+    for holding, fact in members:
+        pod = holding.pod
+        group = fact.priority if fact is not None else None
+        priorities.append(pod.priority if group is None else max(pod.priority, group))
+        root_keys.add(fact.root if fact is not None else pod.key)
+        if protected is None and fact is not None and fact.protected:
+            protected = fact.protected
+    protected = protected or _foreign(members, foreign, evict_foreign)
+    pods = tuple(h for h, _ in members)
+    created = min(h.pod.created for h in pods)
+    return EvictionUnit(
+        key, (*pods, *extra), max(priorities), frozenset(root_keys), created, protected
     )
-    roots = frozenset(f.root if f is not None else h.pod.key for h, f in members)
-    created = min(h.pod.created for h, _ in members)
-    protected = next((f.protected for _, f in members if f is not None and f.protected), None)
-    if protected is None and not evict_foreign:
-        other = next((h.pod.key for h, _ in members if h.pod.key in foreign), None)
-        if other is not None:
-            protected = f"{other} was bound by another scheduler (evictOtherSchedulersPods off)"
-    holdings = tuple(h for h, _ in members)
-    return EvictionUnit(key, holdings, priority, roots, created, protected)
+
+
+def _foreign(
+    members: list[tuple[Holding, _GroupFacts | None]],
+    foreign: frozenset[str],
+    evict_foreign: bool,
+) -> str | None:
+    """Why the piece is protected as another scheduler's, if it is."""
+    if evict_foreign:
+        return None
+    other = next((h.pod.key for h, _ in members if h.pod.key in foreign), None)
+    if other is None:
+        return None
+    return f"{other} was bound by another scheduler (evictOtherSchedulersPods off)"
 
 
 def budget_overrun(budgets: Sequence[DisruptionBudget], evicted: Iterable[str]) -> int:

@@ -13,12 +13,19 @@ One module per job:
   GPU passes its claims' checks. A claim that cannot be allocated exactly is a reason on the pod.
 - `holdings`: every allocated claim (or one we are writing) holds its devices, whichever pod,
   if any, still runs.
+- `extended`: ``nvidia.com/gpu`` served by a DeviceClass (KEP-5004): the claim kube-scheduler
+  would create for the pod, and the pod's ``status.extendedResourceClaimStatus``.
 - `allocator`: the transaction (`ClaimAllocator`). For every pod of a gang, in kube-scheduler's
-  order: the finalizer ``resource.kubernetes.io/delete-protection`` (an update of the claim),
-  then ``status.allocation`` with the pod in ``status.reservedFor`` (one status update, as
-  kube-scheduler writes them), and only when every claim of the gang is written are the pods
-  bound.
+  order: the claim created (extended resources only), the finalizer
+  ``resource.kubernetes.io/delete-protection`` (an update of the claim), then
+  ``status.allocation`` with the pod in ``status.reservedFor`` (one status update, as
+  kube-scheduler writes them), then the pod's extendedResourceClaimStatus (extended
+  resources only); and only when every claim of the gang is written are the pods bound. A
+  shared claim allocated already is only joined (the pod added to reservedFor, on the
+  allocation's node). Every write is fenced as binds are: none once this replica's term or
+  renew deadline has passed.
 - `release`: any failure releases every claim the transaction touched (our reservedFor entry
-  removed, the allocation we made cleared, our finalizer dropped) and binds nothing
-  (`ClaimReleaser`).
+  removed, the allocation we made cleared, our finalizer dropped; a claim we created is
+  deleted) and binds nothing (`ClaimReleaser`). What a fenced transaction left written is
+  given back by the next leader, which reads holdings from the claims.
 """

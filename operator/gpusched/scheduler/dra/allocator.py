@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +13,10 @@ from gpusched.api.dra import DELETE_PROTECTION_FINALIZER, ResourceClaim, parse_r
 from gpusched.engine.devices import NVIDIA_DRIVER, RequestDemand
 from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
 from gpusched.scheduler.dra.builder import DraView
+from gpusched.scheduler.dra.extended import ExtendedClaim
 from gpusched.scheduler.dra.release import WRITE_ATTEMPTS, ClaimReleaser, RefusedError
 from gpusched.scheduler.dra.view import View
-from gpusched.scheduler.ports import ApiError
+from gpusched.scheduler.ports import ApiError, Fence, FencedError
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +34,13 @@ class ClaimWrite:
     node: str
     pool: str
     results: tuple[tuple[str, str], ...]
-    """(request, device) pairs, in request order."""
+    """(request, device) pairs, in request order (joining: as the claim was seen allocated)."""
     demands: tuple[RequestDemand, ...]
+    extended: ExtendedClaim | None = None
+    """The claim to create first, for the pod's extended resources (``key`` stands for it
+    until the API server names it)."""
+    joins: bool = False
+    """A shared claim allocated already: the pod is only added to its reservedFor."""
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -44,8 +50,22 @@ class ClaimWrite:
 @dataclass(slots=True)
 class _Done:
     write: ClaimWrite
+    created: str | None = None
+    """The key of the claim created for this write."""
     finalizer: bool = False
     allocated: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.created or self.write.key
+
+    @property
+    def touched(self) -> bool:
+        return self.created is not None or self.finalizer or self.allocated
+
+
+def _never_fenced() -> bool:
+    return True
 
 
 class ClaimAllocator:
@@ -57,21 +77,21 @@ class ClaimAllocator:
         view: DraView,
         releaser: ClaimReleaser,
         api: ClaimApi | None,
-        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self.book = book
         self.view = view
         self.releaser = releaser
         self.api = api
-        self.leading = leading
         self.writes: dict[str, ClaimWrite] = {}
         """Claims being written, by claim key: they hold their devices until done."""
+        self.named: dict[str, str] = {}
+        """Claims created for extended resources: the key that stood for each → its own."""
         self.allocation_seconds = 0.0
         """Total time spent writing claims (for the figures of the closing note)."""
 
     @property
     def busy(self) -> dict[str, tuple[str, tuple[str, ...]]]:
-        return {key: (w.pool, w.devices) for key, w in self.writes.items()}
+        return {self.named.get(key, key): (w.pool, w.devices) for key, w in self.writes.items()}
 
     async def resync(self) -> None:
         """Lists slices, classes and claims afresh (a new leader's first step): holdings
@@ -101,6 +121,8 @@ class ClaimAllocator:
         node_obj = next((n for n in view.nodes if n.name == node), None)
         devices = self.view.devices(node_obj) if node_obj is not None else None
         if devices is None:
+            if plan.extended is not None:
+                return []  # a device-plugin node: the kubelet gives the pod its nvidia.com/gpu
             return f"node {node} publishes no {NVIDIA_DRIVER} devices"
         chosen = [devices.devices.get(i) for i in gpus]
         if any(d is None for d in chosen) or len(chosen) != plan.gpus:
@@ -109,6 +131,15 @@ class ClaimAllocator:
         writes: list[ClaimWrite] = []
         queue = [d for d in chosen if d is not None]
         for claim in plan.claims:
+            if claim.joins:
+                writes.append(self._join_write(claim.key, pod, plan.uid, node))
+                continue
+            other = self.writes.get(claim.key)
+            if other is not None:
+                return (
+                    f"ResourceClaim {claim.key} (shared) is being allocated for {other.pod}; "
+                    "this pod joins it once that is done"
+                )
             results: list[tuple[str, str]] = []
             for demand in claim.demands:
                 for _ in range(demand.count):
@@ -116,13 +147,32 @@ class ClaimAllocator:
                     if (gpu.pool, gpu.device) in taken:
                         return f"device {gpu.device} of {node} is held by another claim"
                     results.append((demand.request, gpu.device))
-            pool = chosen[0].pool if chosen[0] is not None else node
+            pool = chosen[0].pool if chosen and chosen[0] is not None else node
             writes.append(
-                ClaimWrite(claim.key, pod, plan.uid, node, pool, tuple(results), claim.demands)
+                ClaimWrite(
+                    claim.key,
+                    pod,
+                    plan.uid,
+                    node,
+                    pool,
+                    tuple(results),
+                    claim.demands,
+                    plan.extended,
+                )
             )
         for write in writes:
-            self.writes[write.key] = write
+            if not write.joins:  # a joined claim's devices are held by the claim already
+                self.writes[write.key] = write
         return writes
+
+    def _join_write(self, key: str, pod: str, uid: str, node: str) -> ClaimWrite:
+        """Joining a shared claim as allocated now (its results, to check at the write)."""
+        claim = self.book.claims.get(key)
+        allocation = claim.status.allocation if claim is not None else None
+        results = tuple(
+            (r.request, r.device) for r in (allocation.devices.results if allocation else ())
+        )
+        return ClaimWrite(key, pod, uid, node, "", results, (), joins=True)
 
     def _taken(self) -> set[tuple[str, str]]:
         taken = {(w.pool, d) for w in self.writes.values() for d in w.devices}
@@ -135,12 +185,19 @@ class ClaimAllocator:
         for write in writes:
             if self.writes.get(write.key) is write:
                 del self.writes[write.key]
+                self.named.pop(write.key, None)
 
-    async def allocate(self, writes: Sequence[ClaimWrite]) -> str | None:
-        """Writes every claim of a gang (each claim's two writes in order, claims side by
-        side, as kube-scheduler's PreBind runs per pod); on any failure releases every claim
-        the gang's writes touched and returns why. Done, the writes stop holding devices
-        through `writes`: the claims hold them."""
+    async def allocate(
+        self, writes: Sequence[ClaimWrite], fence: Fence = _never_fenced
+    ) -> str | None:
+        """Writes every claim of a gang (each claim's writes in order, claims side by side, as
+        kube-scheduler's PreBind runs per pod); on any failure releases every claim the gang's
+        writes touched and returns why. Done, the writes stop holding devices through
+        `writes`: the claims hold them.
+
+        Every write is fenced like a bind (``fence``: this decision's term, within the renew
+        deadline): once it says no nothing more is written, releases included. What was
+        written stays on the claims, which the next leader lists and gives back."""
         if not writes:
             return None
         loop = asyncio.get_running_loop()
@@ -150,7 +207,7 @@ class ClaimAllocator:
 
         async def write_one(step: _Done) -> None:
             async with slots:
-                await self._write(step)
+                await self._write(step, fence)
 
         try:
             outcomes = await asyncio.gather(
@@ -158,60 +215,103 @@ class ClaimAllocator:
             )
             failed = [(s, o) for s, o in zip(steps, outcomes, strict=True) if o is not None]
             if failed:
-                touched = [(s.write.key, s.write.uid) for s in steps if s.finalizer or s.allocated]
-                await self.releaser.release_all(touched)
+                touched = [(s.key, s.write.uid) for s in steps if s.touched]
+                await self.releaser.release_all(touched, fence)
                 step, error = failed[0]
                 if not isinstance(error, ApiError | RefusedError):
                     raise error
-                return f"allocating ResourceClaim {step.write.key} failed: {error}"
+                return f"allocating ResourceClaim {step.key} failed: {error}"
         finally:
             self.drop(writes)
             self.allocation_seconds += loop.time() - started
         return None
 
-    async def _write(self, step: _Done) -> None:
+    async def _write(self, step: _Done, fence: Fence) -> None:
         assert self.api is not None
         write = step.write
-        namespace, name = write.key.split("/", 1)
+        if write.extended is not None:
+            await self._create(step, write.extended, fence)
+        namespace, name = step.key.split("/", 1)
         for attempt in range(WRITE_ATTEMPTS):
-            if not self.leading():
-                raise RefusedError("not the leader any more; not allocating")
-            body = self.book.raw_claims.get(write.key) if attempt == 0 else None
+            body = self.book.raw_claims.get(step.key) if attempt == 0 else None
             if body is None:
                 body = await self.api.get_claim(namespace, name)
                 if body is None:
-                    raise RefusedError(f"ResourceClaim {write.key} is gone")
+                    raise RefusedError(f"ResourceClaim {step.key} is gone")
             try:
-                await self._write_once(step, body)
-                return
+                await self._write_once(step, body, fence)
+                break
             except ApiError as error:
                 if error.status != 409 or attempt == WRITE_ATTEMPTS - 1:
                     raise
+        if write.extended is not None:
+            # The kubelet finds the claim, and each container's requests, through this.
+            _check(fence, f"the extendedResourceClaimStatus of {write.pod}")
+            pod_namespace, pod = write.pod.split("/", 1)
+            await self.api.patch_pod_status(
+                pod_namespace, pod, write.extended.pod_status(name), fence
+            )
 
-    async def _write_once(self, step: _Done, body: Mapping[str, Any]) -> None:
+    async def _create(self, step: _Done, extended: ExtendedClaim, fence: Fence) -> None:
+        """Creates the claim for the pod's extended resources (not yet allocated: the same
+        writes as every claim's follow)."""
+        assert self.api is not None
+        write = step.write
+        namespace = write.pod.split("/", 1)[0]
+        _check(fence, f"creating the ResourceClaim of {write.pod}'s extended resources")
+        created = await self.api.create_claim(extended.body(namespace), fence)
+        step.created = f"{namespace}/{created['metadata']['name']}"
+        self.named[write.key] = step.created
+        self.book.upsert_claim(created)
+
+    async def _write_once(self, step: _Done, body: Mapping[str, Any], fence: Fence) -> None:
         assert self.api is not None
         write = step.write
         claim = parse_resource_claim(body)
         if claim.metadata.deletion_timestamp is not None:
-            raise RefusedError(f"ResourceClaim {write.key} is being deleted")
+            raise RefusedError(f"ResourceClaim {step.key} is being deleted")
+        if write.joins:
+            await self._join(step, body, claim, fence)
+            return
         if claim.status.allocation is not None:
-            raise RefusedError(f"ResourceClaim {write.key} got allocated elsewhere meanwhile")
+            raise RefusedError(f"ResourceClaim {step.key} got allocated elsewhere meanwhile")
         current = dict(body)
         if DELETE_PROTECTION_FINALIZER not in claim.metadata.finalizers:
             metadata = dict(current["metadata"])
             metadata["finalizers"] = [*claim.metadata.finalizers, DELETE_PROTECTION_FINALIZER]
-            current = await self.api.update_claim({**current, "metadata": metadata})
+            _check(fence, f"the finalizer of ResourceClaim {step.key}")
+            current = await self.api.update_claim({**current, "metadata": metadata}, fence)
             step.finalizer = True
             self.book.upsert_claim(current)
         status = dict(current.get("status") or {})
         status["allocation"] = self._allocation(write, claim)
-        status["reservedFor"] = [
-            *(status.get("reservedFor") or []),
-            {"resource": "pods", "name": write.pod.split("/", 1)[1], "uid": write.uid},
-        ]
-        updated = await self.api.update_claim_status({**current, "status": status})
+        status["reservedFor"] = [*(status.get("reservedFor") or []), self._consumer(write)]
+        _check(fence, f"the allocation of ResourceClaim {step.key}")
+        updated = await self.api.update_claim_status({**current, "status": status}, fence)
         step.allocated = True
         self.book.upsert_claim(updated)
+
+    async def _join(
+        self, step: _Done, body: Mapping[str, Any], claim: ResourceClaim, fence: Fence
+    ) -> None:
+        """Adds the pod to a shared claim's reservedFor, as kube-scheduler does for a claim
+        allocated already: its allocation stays as it is."""
+        assert self.api is not None
+        write = step.write
+        allocation = claim.status.allocation
+        now = tuple((r.request, r.device) for r in allocation.devices.results) if allocation else ()
+        if allocation is None or now != write.results:
+            raise RefusedError(f"ResourceClaim {step.key} was allocated afresh meanwhile")
+        status = dict(body.get("status") or {})
+        status["reservedFor"] = [*(status.get("reservedFor") or []), self._consumer(write)]
+        _check(fence, f"the reservedFor of ResourceClaim {step.key}")
+        updated = await self.api.update_claim_status({**body, "status": status}, fence)
+        step.allocated = True
+        self.book.upsert_claim(updated)
+
+    @staticmethod
+    def _consumer(write: ClaimWrite) -> dict[str, str]:
+        return {"resource": "pods", "name": write.pod.split("/", 1)[1], "uid": write.uid}
 
     def _allocation(self, write: ClaimWrite, claim: ResourceClaim) -> dict[str, Any]:
         results = [
@@ -254,3 +354,9 @@ class ClaimAllocator:
         if config:
             allocation["devices"]["config"] = config
         return allocation
+
+
+def _check(fence: Fence, what: str) -> None:
+    """The early answer (the client asks the fence again as the request goes out)."""
+    if not fence():
+        raise FencedError(what)

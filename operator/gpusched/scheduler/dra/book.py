@@ -15,10 +15,14 @@ from gpusched.api.dra import (
     parse_resource_slice,
 )
 from gpusched.api.errors import InvalidObjectError
+from gpusched.scheduler.ports import Fence
 from gpusched.scheduler.records import name_of, namespace_of
 
 
 class ClaimApi(Protocol):
+    """Reads are not fenced; every write takes the fence of the decision it carries out, asked
+    as the request goes out (nothing is sent once it says no: `FencedError`)."""
+
     async def list_resource_slices(self) -> list[dict[str, Any]]:
         """Every ResourceSlice."""
 
@@ -31,11 +35,30 @@ class ClaimApi(Protocol):
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The claim as the server has it now; None when it does not exist."""
 
-    async def update_claim(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def update_claim(
+        self, body: Mapping[str, Any], fence: Fence | None = None
+    ) -> dict[str, Any]:
         """PUTs the claim (its metadata: the finalizers); ApiError 409 on a stale version."""
 
-    async def update_claim_status(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def update_claim_status(
+        self, body: Mapping[str, Any], fence: Fence | None = None
+    ) -> dict[str, Any]:
         """PUTs the claim's status subresource; ApiError 409 on a stale version."""
+
+    async def create_claim(
+        self, body: Mapping[str, Any], fence: Fence | None = None
+    ) -> dict[str, Any]:
+        """POSTs a new claim (``generateName``: the server names it); the claim created."""
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, fence: Fence | None = None
+    ) -> None:
+        """Deletes the claim if it still has ``uid``; gone already is not an error."""
+
+    async def patch_pod_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], fence: Fence | None = None
+    ) -> None:
+        """Patches (strategic merge) the pod's status."""
 
 
 @dataclass(slots=True)

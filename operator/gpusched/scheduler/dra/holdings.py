@@ -1,5 +1,10 @@
 """What DRA claims hold, as the engine's bound pods: allocated claims, claims being written,
-and GPUs a node has but does not publish as devices."""
+and GPUs a node has but does not publish as devices.
+
+None of these is a pod: each carries `PodRequest.reserved_for`, the pods whose eviction frees
+it (a claim's reservedFor pods: kube-controller-manager deallocates the claim, or deletes one
+made from a template, once they are all gone), so that preemption evicts those pods for its
+devices and never counts on evicting the holding itself."""
 
 from __future__ import annotations
 
@@ -37,13 +42,20 @@ class ClaimHoldings:
             )
             pools = {r.pool for r in allocation.devices.results if r.driver == NVIDIA_DRIVER}
             if devices and len(pools) == 1:
-                holding = self._holding(key, pools.pop(), devices, inventory, claim)
+                owners = tuple(
+                    f"{claim.metadata.namespace}/{r.name}"
+                    for r in claim.status.reserved_for
+                    if r.resource == "pods" and not r.api_group
+                )
+                holding = self._holding(key, pools.pop(), devices, inventory, claim, owners)
                 if holding is not None:
                     held.append(holding)
                     seen.add(key)
         for key, (node, devices) in busy.items():
             if key not in seen:
-                holding = self._holding(key, node, devices, inventory, ("busy", node, devices))
+                # Being written for a pod not bound yet: no eviction frees it.
+                marker = ("busy", node, devices)
+                holding = self._holding(key, node, devices, inventory, marker, ())
                 if holding is not None:
                     held.append(holding)
         return held
@@ -55,7 +67,9 @@ class ClaimHoldings:
         devices: tuple[str, ...],
         inventory: Mapping[str, NodeDevices],
         version: object,
+        owners: tuple[str, ...],
     ) -> BoundPod | None:
+        """``owners``: the pods whose eviction frees it (`PodRequest.reserved_for`)."""
         node = _pool_node(pool, inventory)
         if node is None:
             return None
@@ -68,7 +82,9 @@ class ClaimHoldings:
         hit = self._holdings.get(key)
         if hit is not None and hit[0] == marker:
             return hit[1]
-        request = PodRequest(key=f"ResourceClaim {key}", resources={}, gpus=len(indices))
+        request = PodRequest(
+            key=claim_holding(key), resources={}, gpus=len(indices), reserved_for=owners
+        )
         holding = BoundPod(request, node.node, indices)
         self._holdings[key] = (marker, holding)
         return holding
@@ -83,6 +99,7 @@ class ClaimHoldings:
             key=f"GPUs not published by {NVIDIA_DRIVER} on {devices.node}",
             resources={},
             gpus=len(devices.unusable),
+            reserved_for=(),
         )
         holding = BoundPod(request, devices.node, devices.unusable)
         self._holdings[key] = (marker, holding)
@@ -94,3 +111,20 @@ def _pool_node(pool: str, inventory: Mapping[str, NodeDevices]) -> NodeDevices |
         if any(g.pool == pool for g in devices.devices.values()):
             return devices
     return None
+
+
+CLAIM_HOLDING_PREFIX = "ResourceClaim "
+
+
+def claim_holding(key: str) -> str:
+    """The snapshot key of what claim ``key`` (``namespace/name``) holds."""
+    return CLAIM_HOLDING_PREFIX + key
+
+
+def claim_of_holding(holding: str) -> str | None:
+    """The claim (``namespace/name``) a snapshot key names, None for a pod's key."""
+    return (
+        holding.removeprefix(CLAIM_HOLDING_PREFIX)
+        if holding.startswith(CLAIM_HOLDING_PREFIX)
+        else None
+    )

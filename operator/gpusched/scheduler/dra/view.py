@@ -8,19 +8,23 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpusched.api.k8s import Node, Pod
+from gpusched.api.selectors import NodeSelectorTerm
 from gpusched.engine.devices import Check, ClaimError, RequestDemand
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, Phase, PodFailure, Reason, ScheduleResult
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.assignments import Mismatch
+from gpusched.scheduler.dra.extended import ExtendedClaim
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimPlan:
-    """A claim to allocate for a pod: its requests in order."""
+    """A claim to allocate for a pod (its requests in order), or, ``joins``, a shared claim
+    allocated already that the pod is only added to (its devices are held already)."""
 
     key: str
     demands: tuple[RequestDemand, ...]
+    joins: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,12 @@ class PodPlan:
     pod: str
     uid: str
     claims: tuple[ClaimPlan, ...]
+    extended: ExtendedClaim | None = None
+    """For a pod asking ``nvidia.com/gpu`` served by a DeviceClass: the claim to create when
+    it lands on a DRA node (its one `ClaimPlan` is keyed by `extended_key`). On a
+    device-plugin node nothing is written."""
+    node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    """Where the shared claims it joins were allocated (None: anywhere)."""
 
     @property
     def gpus(self) -> int:
@@ -56,9 +66,6 @@ class View:
     """Bound pods the kubelet gave other GPUs than gpusched chose, new this cycle."""
     waiting: set[str] = field(default_factory=set)
     """Pods among ``failures`` that only wait (their claim is being made or released)."""
-    extended: dict[str, str] = field(default_factory=dict)
-    """Pods asking a GPU resource that a DeviceClass also serves through DRA (KEP-5004), which
-    gpusched does not allocate yet: the note their reasons carry."""
 
     def amend(self, result: ScheduleResult) -> None:
         """Puts our reasons into the engine's result: a pod that could not even be offered to
@@ -97,17 +104,6 @@ class View:
                 result.unschedulable[index] = dataclasses.replace(
                     failure, message=f"{failure.message}; {problems}"
                 )
-            elif failure.pod in self.extended:
-                note = self.extended[failure.pod]
-                result.unschedulable[index] = dataclasses.replace(
-                    failure, message=f"{failure.message}; {note}"
-                )
-        noted = {self.group_of[p]: n for p, n in self.extended.items() if p in self.group_of}
-        for index, decision in enumerate(result.groups):
-            if decision.name in noted and decision.phase is not Phase.SCHEDULED:
-                result.groups[index] = dataclasses.replace(
-                    decision, message=f"{decision.message}; {noted[decision.name]}"
-                )
 
     def problem_text(self) -> str:
         return "; ".join(
@@ -136,6 +132,12 @@ class PodSource(Protocol):
 
     @property
     def uid(self) -> str: ...
+
+
+def extended_key(pod: Pod) -> str:
+    """Stands for the claim of ``pod``'s extended-resource requests until the API server has
+    named it (not a valid claim name, so no real claim is ever mistaken for it)."""
+    return f"{pod.metadata.namespace}/<extended-resources of {pod.metadata.name}>"
 
 
 def claim_keys(pod: Pod) -> list[str]:
