@@ -189,3 +189,25 @@ async def test_a_pod_created_while_the_pods_watch_was_down_is_bound_after_the_ne
     await run_cycle(scheduler)  # the resync's list
     await run_cycle(scheduler)  # the decision it allows
     assert bound_to(api) == {"default/p": "a"}
+
+
+@pytest.mark.parametrize("bound_by_us", [False, True], ids=["as listed", "after our bind"])
+def test_an_older_pod_of_the_name_told_late_never_replaces_its_listed_successor(
+    bound_by_us: bool,
+) -> None:
+    # The list shows the name's new pod before a lagging watch has told the old one's life
+    # (created, then deleted): the old events must not bury the new pod (it would then
+    # be forgotten for good, and its GPUs given again).
+    state = ClusterState()
+    state.upsert_node(node("a"))
+    take_unseen(state, identify([at(pod("p", 2, uid="uid-new"), 9)]), "9")
+    if bound_by_us:
+        reservation = state.reserve("default/p", "a", (0, 1))
+        assert reservation is not None
+        state.confirm("default/p", reservation)
+    state.upsert_pod(at(pod("p", 2, uid="uid-old"), 3))  # the lagging ADDED
+    state.delete_pod("default/p", "uid-old")  # and its DELETED
+    assert state.pods["default/p"].uid == "uid-new"
+    assert "uid-new" not in state.gone
+    state.upsert_pod(at(pod("p", 2, node="a", at=(0, 1), uid="uid-new"), 12))
+    assert state.pods["default/p"].node == "a"
