@@ -521,6 +521,21 @@ class Run:
         replica.watch.relist()
         self.faults.injected["watch-410-relist"] += 1
 
+    def watch_fails(self) -> None:
+        """A replica's watch is refused (404: a CRD re-installed) for a few steps, then
+        started over with a fresh list; what happened meanwhile is only in that list."""
+        replica = self.rng.choice(self.replicas)
+        replica.watch.cut(self.rng.randint(1, 6), failed=True)
+        self.faults.injected["watch-404"] += 1
+
+    def watch_silent(self) -> None:
+        """A replica's watch goes quiet for a few steps, then resumes and delivers what it
+        held back: meanwhile only the periodic resync's lists show pods created, bound or
+        deleted, and the late events must not undo what the lists showed."""
+        replica = self.rng.choice(self.replicas)
+        replica.watch.cut(self.rng.randint(1, 6), failed=False)
+        self.faults.injected["watch-silent"] += 1
+
     def telemetry_outage(self) -> None:
         self.telemetry_up = not self.telemetry_up
         if not self.telemetry_up:
@@ -540,6 +555,8 @@ class Run:
         ("relabel-node", 2),
         ("faults", 4),
         ("relist", 2),
+        ("watch-404", 2),
+        ("watch-silent", 2),
         ("telemetry", 2),
         ("crash", 2),
         ("leader-change", 2),
@@ -552,6 +569,8 @@ class Run:
         ("loose", 6),
         ("faults", 6),
         ("relist", 2),
+        ("watch-404", 1),
+        ("watch-silent", 1),
         ("leader-change", 2),
         ("sigstop", 2),
         ("add-node", 1),
@@ -576,6 +595,8 @@ class Run:
             "relabel-node": self.relabel_node,
             "faults": self.set_faults,
             "relist": self.relist,
+            "watch-404": self.watch_fails,
+            "watch-silent": self.watch_silent,
             "telemetry": self.telemetry_outage,
             "sigstop": self.stop_leader,
             "idle": lambda: None,
@@ -595,6 +616,7 @@ class Run:
         await self._leases()
         for replica in self.replicas:
             replica.watch.step = self.step
+            replica.watch.back_if_due(everything)
             if not replica.stopped:
                 replica.deliver(everything)
         due = [(s, f) for s, f in self.later if s <= self.step or everything]

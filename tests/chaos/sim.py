@@ -26,13 +26,14 @@ from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.decider import Telemetry
 from gpusched.scheduler.factory import build_scheduler
-from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 
 Body = dict[str, Any]
-RESYNC_SECONDS = 15.0
-"""The scheduler's periodic pod resync, shortened to fit a run's few minutes of fake time."""
+RESYNC_SECONDS = 5.0
+"""The scheduler's periodic resync of pods and nodes: twice as often as the operator's, so
+that a run's few minutes of fake time see many of them, in every interleaving."""
 KINDS = {"PodGroup": GroupKind.POD_GROUP, "CompositePodGroup": GroupKind.COMPOSITE}
 LATE_COMMIT_SECONDS = 4.0
 """How long after a bind the server may still commit it, the client having given up at
@@ -227,9 +228,19 @@ class Watch:
     step: int = 0
     lost_node_deletions: int = 0
     """Nodes deleted while this watch was cut, never told (see `relist`)."""
+    down_until: int | None = None
+    """While set, the watch is down until this step (see `cut`)."""
+    failed: bool = True
+    """How it is down: failed (what happens meanwhile is lost; it is started over with a
+    fresh list) or silent (nothing arrives; then it resumes from its resourceVersion and
+    delivers what it held back, late)."""
 
     def push(self, kind: str, type_: str | None, body: Body) -> None:
+        if self.down_until is not None and self.failed:
+            return  # nobody hears it: only the fresh list shows what it changed
         due = self.step + self.rng.randint(0, self.max_lag)
+        if self.down_until is not None:
+            due = max(due, self.down_until)  # silent: held back until it resumes
         if self.queue:
             due = max(due, self.queue[-1][0])  # in order: nothing overtakes
         self.queue.append((due, kind, type_, body))
@@ -240,6 +251,30 @@ class Watch:
             _, kind, type_, body = self.queue.popleft()
             out.append((kind, type_, body))
         return out
+
+    def cut(self, steps: int, failed: bool) -> None:
+        """The watch goes down for ``steps`` driver steps. Failed (as with a 404 while a CRD
+        is re-installed): what was queued and what happens meanwhile is lost, and it is
+        started over with a fresh list. Silent (a connection that stopped carrying events):
+        what happens meanwhile arrives only once it resumes."""
+        if self.down_until is not None:
+            # Down already: a failed watch stays failed (it is started over with a list),
+            # whatever befalls it meanwhile.
+            failed = failed or self.failed
+        if failed:
+            self.lost_node_deletions += sum(
+                1 for _, kind, t, _ in self.queue if kind == "Node" and t == "DELETED"
+            )
+            self.queue.clear()
+        self.down_until = max(self.down_until or 0, self.step + steps)
+        self.failed = failed
+
+    def back_if_due(self, everything: bool = False) -> None:
+        if self.down_until is None or (self.step < self.down_until and not everything):
+            return
+        self.down_until = None
+        if self.failed:
+            self.relist()
 
     def relist(self) -> None:
         """The watch was cut and its resourceVersion expired (410): what was queued is lost,
@@ -478,6 +513,11 @@ class ChaosApi:
         if self.faults.pick(("list-0",), self.faults.other_rate):
             raise ApiError(0, "timeout")
         return [copy.deepcopy(b) for b in self.world.nodes.values()]
+
+    async def list_cached(self, plural: str) -> Listing:
+        """The watch cache's list: the world as it is (``resourceVersion=0``)."""
+        items = await (self.list_pods() if plural == "pods" else self.list_nodes())
+        return Listing(items, str(self.world.version))
 
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         await self._gate()

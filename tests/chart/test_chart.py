@@ -231,12 +231,14 @@ def test_the_command_line_is_one_gpusched_accepts() -> None:
     assert args.liveness == "http://0.0.0.0:8080/healthz"
 
 
-def test_probes_hit_kopfs_liveness_endpoint() -> None:
+def test_liveness_is_kopfs_endpoint_and_readiness_the_watches() -> None:
     container = _container(render())
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 9402, "healthz": 8080}
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}, probe
+    # A watch that is down makes the pod unready, not restarted (gpusched.handlers.watchers).
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
 @pytest.mark.parametrize(

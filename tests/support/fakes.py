@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
 
 
 @dataclass
@@ -87,6 +87,11 @@ class FakeApi:
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         return []
+
+    async def list_cached(self, plural: str) -> Listing:
+        """What the test's ``list_pods`` (set on the instance) or `list_nodes` answers."""
+        lister = self.list_pods if plural == "pods" else self.list_nodes  # type: ignore[attr-defined]
+        return Listing(await lister())
 
     def last_status(self, key: str) -> dict[str, Any]:
         return next(s for _, k, s in reversed(self.statuses) if k == key)

@@ -8,6 +8,10 @@ as a task started at startup (`gpusched.scheduler.loop`).
 Options are the flags of ``gpusched run`` (`gpusched.options`): from `configure`
 (``gpusched run``) or, under plain ``kopf run``, from ``$GPUSCHED_RUN_ARGS``.
 
+A watch the API server refuses (a 404 while a CRD is re-installed) never ends the operator:
+it is started over after a backoff, and ``/readyz`` (beside ``/metrics``) answers 503 while
+it is down (`gpusched.handlers.watchers`); Kopf's ``/healthz`` is the liveness probe.
+
 Logging: each decision (group, placement, pods and GPUs, or why not), each bind and each
 leadership change is one INFO line. Kopf's own line per handled event ("Handler 'pod_event'
 succeeded", most of what an operator would otherwise print) is dropped unless ``--verbose``.
@@ -21,16 +25,21 @@ import logging
 import os
 import re
 import socket
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import kopf
 from kubernetes_asyncio import client
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import GROUP, VERSION
 from gpusched.engine.groups import GroupKind
+from gpusched.handlers import watchers
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, load_configuration
 from gpusched.options import Options as Options
@@ -49,6 +58,7 @@ registry = kopf.OperatorRegistry()
 test) may have replaced Kopf's default registry. ``kopf run -m gpusched.handlers`` finds them
 because importing this module makes it the default."""
 kopf.set_default_registry(registry)
+watchers.install()  # before Kopf starts a watcher: one that fails must not end the operator
 
 
 _options: Options | None = None
@@ -109,6 +119,7 @@ class Runtime:
 @kopf.on.startup(registry=registry)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     opts = options()
+    watchers.readiness.down.clear()  # a previous operator's in this process (tests)
     # Under `kopf run --verbose` (or --debug) Kopf has set the root logger to DEBUG.
     quiet_kopf(opts.verbose or logging.getLogger().isEnabledFor(logging.DEBUG))
     settings.posting.enabled = False  # our own Events are aggregated; Kopf's would duplicate
@@ -135,7 +146,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     _follow(opts.config, scheduler, elector)
     server = None
     if opts.metrics_port:
-        server, _thread = start_http_server(opts.metrics_port, opts.metrics_address)
+        server = serve_metrics(opts.metrics_address, opts.metrics_port, watchers.readiness)
     task = asyncio.create_task(scheduler.run(), name="gpusched-scheduling-loop")
     elector_task = None
     if elector is not None:
@@ -145,6 +156,39 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     global running
     running = memo.runtime
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """One line per scrape or probe would drown the operator's own."""
+
+
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def serve_metrics(address: str, port: int, readiness: watchers.Readiness) -> WSGIServer:
+    """Prometheus' ``/metrics`` and the readiness probe's ``/readyz`` (200 while every watch
+    is up, 503 naming those that are down), served from a thread: Kopf's ``/healthz`` stays
+    the liveness probe, so a watch that is down makes the pod unready, not restarted."""
+    metrics: Wsgi = make_wsgi_app()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/readyz":
+            return metrics(environ, start_response)
+        status = "200 OK" if readiness.ready else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+        return [readiness.report().encode() + b"\n"]
+
+    host = address.strip("[]")  # an IPv6 address, as --metrics-address writes it
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("MetricsServer", (_MetricsServer,), {"address_family": family})
+    server: WSGIServer = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="gpusched-metrics", daemon=True).start()
+    return server
 
 
 def _elector(config: SchedulerConfig, configuration: client.Configuration) -> LeaderElector | None:
@@ -239,6 +283,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     await runtime.api.close()
     if runtime.metrics_server is not None:
         runtime.metrics_server.shutdown()
+        runtime.metrics_server.server_close()
 
 
 def _scheduler(memo: kopf.Memo) -> Scheduler:

@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpusched.api.config import BIND_TIMEOUT_SECONDS
 from gpusched.api.crds import GROUP, VERSION
 from gpusched.api.k8s import PodStatus
-from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -289,15 +289,26 @@ class KubeClusterApi:
     async def _list_all(self, path: str) -> list[dict[str, Any]]:
         """Every object of the collection ``path``, read in pages of `PAGE_SIZE` (also for
         `gpusched.k8s.reader`, which runs with its user's credentials)."""
-        items: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            query = f"?limit={PAGE_SIZE}" + (f"&continue={quote(token)}" if token else "")
-            page = await self._request("GET", path + query)
+        return (await self._pages(path, "")).items
+
+    async def _pages(self, path: str, first: str) -> Listing:
+        """Every object of ``path`` page by page, and the first page's resourceVersion.
+        ``first``: more of the first page's query (later pages carry only the continue
+        token: they continue the first page's snapshot)."""
+        page = await self._request("GET", f"{path}?limit={PAGE_SIZE}{first}")
+        items = [item for item in page.get("items") or [] if isinstance(item, dict)]
+        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        while token := str((page.get("metadata") or {}).get("continue") or ""):
+            page = await self._request("GET", f"{path}?limit={PAGE_SIZE}&continue={quote(token)}")
             items += [item for item in page.get("items") or [] if isinstance(item, dict)]
-            token = str((page.get("metadata") or {}).get("continue") or "")
-            if not token:
-                return items
+        return Listing(items, version)
+
+    async def list_cached(self, plural: str) -> Listing:
+        """Every pod or Node from the watch cache (``resourceVersion=0``), page by page;
+        pods slimmed as `list_pods` slims them."""
+        listing = await self._pages(f"/api/v1/{plural}", "&resourceVersion=0")
+        slim = slim_pod if plural == "pods" else _unmanage
+        return Listing([slim(item) for item in listing.items], listing.version)
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         """Every Node of the cluster, for the leader's resync, without managed fields."""

@@ -49,6 +49,15 @@ class ObjectRef:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A list of objects and the ``metadata.resourceVersion`` of the list: the state it shows
+    (empty when the server gave none)."""
+
+    items: list[dict[str, Any]]
+    version: str = ""
+
+
 class ClusterApi(Protocol):
     async def bind(
         self,
@@ -95,7 +104,12 @@ class ClusterApi(Protocol):
         """Creates one of our custom objects (ApiError 409 when it exists)."""
 
     async def list_pods(self) -> list[dict[str, Any]]:
-        """Every pod of the cluster (a new leader's first step, and the periodic resync)."""
+        """Every pod of the cluster, read from etcd (a new leader's first step)."""
 
     async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every Node of the cluster (the periodic resync)."""
+        """Every Node of the cluster (a new leader's first step)."""
+
+    async def list_cached(self, plural: str) -> Listing:
+        """Every pod (``"pods"``) or Node (``"nodes"``) as the API server's watch cache holds
+        them (``resourceVersion=0``): no read of etcd, so cheap to repeat, but perhaps a
+        little behind what a watch has shown (the periodic resync)."""

@@ -154,6 +154,11 @@ class ClusterState(GroupBook):
             # A list read before a watch event we already took (a new leader's list answered
             # after the event that followed it): taking it would undo that event for good.
             return
+        if before is not None and _predecessor(body, before):
+            # An older pod of this name, told late by a lagging watch after a list showed
+            # its successor: it was gone before the one we hold was created.
+            self._bury(str(metadata_of(body).get("uid") or ""))
+            return
         if before is not None and seen is not None and before.source == seen:
             # A status heartbeat: nothing a decision reads changed, nothing to parse; only the
             # version moves, so that a resync does not parse it either.
@@ -392,6 +397,7 @@ class ClusterState(GroupBook):
                 record.request,
                 reservation.gpus,
                 holding=reservation.holding,
+                version=record.version,  # still orders the name's older pods before it
             ),
         )
         self._reserve(key, None)
@@ -455,6 +461,17 @@ def _group_of(record: PodRecord) -> str | None:
     if record.request is None or record.request.group is None:
         return None
     return f"{record.pod.metadata.namespace}/{record.request.group}"
+
+
+def _predecessor(body: Mapping[str, Any], record: PodRecord) -> bool:
+    """Whether ``body`` is another pod of ``record``'s name at a lower resourceVersion: one
+    that held the name before it (a name's pods follow each other, and etcd's revisions
+    only grow)."""
+    metadata = metadata_of(body)
+    version = str(metadata.get("resourceVersion") or "")
+    if str(metadata.get("uid") or "") == record.uid:
+        return False
+    return version.isdigit() and record.version.isdigit() and int(version) < int(record.version)
 
 
 def _pod_record(key: str, body: Mapping[str, Any], scheduler_name: str) -> PodRecord | None:

@@ -1,0 +1,213 @@
+"""Reconciling the cache with a list (gpusched.scheduler.resync): what a list from the watch
+cache may add, replace or drop, and what it must leave alone because the watch has shown
+something newer than the list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gpusched.scheduler.ports import Listing
+from gpusched.scheduler.resync import (
+    RESYNC_SECONDS,
+    forget_missing,
+    forget_missing_nodes,
+    identify,
+    take_newer,
+    take_nodes,
+    take_unseen,
+)
+from gpusched.scheduler.state import ClusterState
+from tests.support.clock import Clock
+from tests.support.fakes import FakeApi
+from tests.support.manifests import node, pod
+from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
+
+Body = dict[str, Any]
+
+
+def at(body: Body, version: int, uid: str | None = None) -> Body:
+    """``body`` at ``metadata.resourceVersion`` ``version`` (and another uid, if given)."""
+    body["metadata"]["resourceVersion"] = str(version)
+    if uid is not None:
+        body["metadata"]["uid"] = uid
+    return body
+
+
+@dataclass
+class Case:
+    story: str
+    watched: list[Body]
+    """What the watch delivered, in order (each a pod body)."""
+    listed: list[Body]
+    listed_at: int
+    """The list's resourceVersion."""
+    deleted: list[tuple[str, str]] = field(default_factory=list)
+    """Deletions the watch delivered before the list was processed (key, uid)."""
+    want_pods: dict[str, str] = field(default_factory=dict)
+    """key → uid of what the cache holds afterwards."""
+    want_nodes: dict[str, str | None] = field(default_factory=dict)
+    """key → nodeName, where it matters."""
+
+
+CASES = [
+    Case(
+        "a pod created while the watch was down is taken from the list",
+        watched=[],
+        listed=[at(pod("new", 2), 10)],
+        listed_at=10,
+        want_pods={"default/new": "uid-new"},
+    ),
+    Case(
+        "a pod deleted while the watch was down is dropped",
+        watched=[at(pod("old", 2, node="a", at=(0, 1)), 5)],
+        listed=[],
+        listed_at=10,
+    ),
+    Case(
+        "a pod the watch showed after the list was read is kept although the list lacks it",
+        watched=[at(pod("later", 2), 12)],
+        listed=[],
+        listed_at=10,
+        want_pods={"default/later": "uid-later"},
+    ),
+    Case(
+        "a pod whose deletion the watch told is not taken back from an older list",
+        watched=[at(pod("dead", 2), 5)],
+        deleted=[("default/dead", "uid-dead")],
+        listed=[at(pod("dead", 2), 5)],
+        listed_at=8,
+    ),
+    Case(
+        "a pod re-created under its name after the list keeps its place over the old one",
+        watched=[at(pod("name", 2, uid="uid-second"), 12)],
+        listed=[at(pod("name", 2, uid="uid-first"), 9)],
+        listed_at=10,
+        want_pods={"default/name": "uid-second"},
+    ),
+    Case(
+        "a pod re-created under its name while the watch was down replaces the old one",
+        watched=[at(pod("name", 2, node="a", at=(0, 1), uid="uid-first"), 4)],
+        listed=[at(pod("name", 2, uid="uid-second"), 9)],
+        listed_at=10,
+        want_pods={"default/name": "uid-second"},
+        want_nodes={"default/name": None},
+    ),
+    Case(
+        "a bind the watch never told is taken from the list",
+        watched=[at(pod("p", 2), 4)],
+        listed=[at(pod("p", 2, node="a", at=(0, 1)), 9)],
+        listed_at=10,
+        want_pods={"default/p": "uid-p"},
+        want_nodes={"default/p": "a"},
+    ),
+    Case(
+        "a list older than the bind the watch showed does not unbind the pod",
+        watched=[at(pod("p", 2, node="a", at=(0, 1)), 9)],
+        listed=[at(pod("p", 2), 4)],
+        listed_at=6,
+        want_pods={"default/p": "uid-p"},
+        want_nodes={"default/p": "a"},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.story)
+def test_a_list_reconciles_the_pods_it_can_vouch_for(case: Case) -> None:
+    state = ClusterState()
+    state.upsert_node(node("a"))
+    for body in case.watched:
+        state.upsert_pod(body)
+    known = {key: record.uid for key, record in state.pods.items()}  # before the list
+    for key, uid in case.deleted:
+        state.delete_pod(key, uid)
+    version, listed = str(case.listed_at), identify(case.listed)
+    forget_missing(state, known, listed, version)
+    take_unseen(state, listed, version)
+    take_newer(state, listed)
+    assert {key: record.uid for key, record in state.pods.items()} == case.want_pods
+    for key, where in case.want_nodes.items():
+        assert state.pods[key].node == where, key
+
+
+def test_a_listed_node_is_taken_only_when_unknown_or_newer_and_dropped_only_when_not_newer() -> (
+    None
+):
+    state = ClusterState()
+    state.upsert_node(at(node("watched-later"), 12))
+    state.upsert_node(at(node("stale"), 3))
+    state.upsert_node(at(node("deleted"), 4))
+    state.upsert_node(at(node("added-after-list"), 11))
+    relabelled = at(node("stale", labels={"team": "vision"}), 9)
+    listing = Listing([at(node("watched-later"), 7), relabelled, at(node("new"), 8)], "10")
+    known = set(state.nodes)
+    assert forget_missing_nodes(state, known, listing) == ["deleted"]
+    assert take_nodes(state, listing.items) == ["stale", "new"]
+    assert sorted(state.nodes) == ["added-after-list", "new", "stale", "watched-later"]
+    assert state.node_versions["watched-later"] == "12"  # the list's 7 is older
+    assert state.nodes["stale"].labels.get("team") == "vision"
+
+
+def test_a_foreign_pod_that_does_not_parse_is_reported_once_per_version(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state = ClusterState()
+    broken = at(pod("x", 1, node="a", scheduler="default-scheduler"), 5)
+    broken["spec"]["containers"] = "not a list"
+    unusable: dict[str, str] = {}
+    for listed_at in ("6", "7", "8"):  # resync after resync, the pod unchanged
+        assert take_unseen(state, identify([broken]), listed_at, unusable) == []
+    assert [r.getMessage() for r in caplog.records if "ignoring pod" in r.getMessage()] == [
+        "ignoring pod default/x: Pod default/x: spec.containers: Input should be a valid list"
+    ]
+    assert unusable == {"uid-x": "5"}
+    take_unseen(state, [], "9", unusable)
+    assert unusable == {}  # gone from the list: forgotten
+
+
+@pytest.mark.asyncio
+async def test_a_pod_created_while_the_pods_watch_was_down_is_bound_after_the_next_resync() -> None:
+    # No watch event ever shows p, and no watch restarted: only the periodic list does.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(node("a", gpus=2))
+    unseen = pod("p", 2)
+
+    async def list_pods() -> list[Body]:
+        return [unseen]
+
+    async def list_nodes() -> list[Body]:
+        return [node("a", gpus=2)]
+
+    api.list_pods = list_pods  # type: ignore[attr-defined]
+    api.list_nodes = list_nodes  # type: ignore[method-assign]
+    await run_cycle(scheduler)
+    assert api.binds == []
+    clock.now += RESYNC_SECONDS
+    await run_cycle(scheduler)  # the resync's list
+    await run_cycle(scheduler)  # the decision it allows
+    assert bound_to(api) == {"default/p": "a"}
+
+
+@pytest.mark.parametrize("bound_by_us", [False, True], ids=["as listed", "after our bind"])
+def test_an_older_pod_of_the_name_told_late_never_replaces_its_listed_successor(
+    bound_by_us: bool,
+) -> None:
+    # The list shows the name's new pod before a lagging watch has told the old one's life
+    # (created, then deleted): the old events must not bury the new pod (it would then
+    # be forgotten for good, and its GPUs given again).
+    state = ClusterState()
+    state.upsert_node(node("a"))
+    take_unseen(state, identify([at(pod("p", 2, uid="uid-new"), 9)]), "9")
+    if bound_by_us:
+        reservation = state.reserve("default/p", "a", (0, 1))
+        assert reservation is not None
+        state.confirm("default/p", reservation)
+    state.upsert_pod(at(pod("p", 2, uid="uid-old"), 3))  # the lagging ADDED
+    state.delete_pod("default/p", "uid-old")  # and its DELETED
+    assert state.pods["default/p"].uid == "uid-new"
+    assert "uid-new" not in state.gone
+    state.upsert_pod(at(pod("p", 2, node="a", at=(0, 1), uid="uid-new"), 12))
+    assert state.pods["default/p"].node == "a"
