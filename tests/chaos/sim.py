@@ -18,6 +18,7 @@ import random
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpusched.api.config import SchedulerConfig
@@ -36,6 +37,8 @@ RESYNC_SECONDS = 5.0
 that a run's few minutes of fake time see many of them, in every interleaving."""
 KINDS = {"PodGroup": GroupKind.POD_GROUP, "CompositePodGroup": GroupKind.COMPOSITE}
 LATE_COMMIT_SECONDS = 4.0
+EPOCH = datetime(2026, 11, 30, tzinfo=UTC)
+"""The world's clock reads seconds since this instant (creation timestamps)."""
 """How long after a bind the server may still commit it, the client having given up at
 once: up to the bind timeout. The Lease's gap (leaseDuration − renewDeadline, longer than
 the bind timeout by configuration) is what keeps another leader from acting before."""
@@ -107,6 +110,15 @@ class World:
         self.uids += 1
         return f"uid-{self.uids}"
 
+    def stamp(self, body: Body) -> None:
+        """A new object's uid and creationTimestamp, as the API server sets them on create
+        (whole seconds, from the world's clock): the scheduler orders work by age, and equal
+        stamps fall back to names."""
+        metadata = body["metadata"]
+        metadata["uid"] = self.new_uid()
+        created = EPOCH + timedelta(seconds=int(self.now()))
+        metadata["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+
     # ----- writes ----------------------------------------------------------------------------
 
     def put_node(self, body: Body) -> None:
@@ -120,7 +132,7 @@ class World:
             self.publish("Node", "DELETED", body)
 
     def create_pod(self, body: Body) -> None:
-        body["metadata"]["uid"] = self.new_uid()
+        self.stamp(body)
         key = _key(body)
         assert key not in self.pods, key
         self.pods[key] = body
@@ -156,7 +168,7 @@ class World:
         self._note_gang(body)
 
     def put_group(self, body: Body) -> None:
-        body["metadata"]["uid"] = self.new_uid()
+        self.stamp(body)
         body["metadata"]["generation"] = 1
         self.groups[_key(body)] = body
         self.publish(body["kind"], "ADDED", body)
