@@ -19,7 +19,6 @@ Each cycle:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from datetime import UTC, datetime
@@ -130,8 +129,9 @@ class SchedulingLoop:
         self.resync.tick(now)
         wall = datetime.now(UTC)
         self.materializer.materialize()
-        ready, roots = self._queue(now)
-        ready, roots, deferred = self._bounded(ready, roots)
+        started = self._started_roots()
+        ready, roots = self._queue(now, started)
+        ready, roots, deferred = self._bounded(ready, roots, started)
         if deferred:
             self.background.wake()  # the next cycle takes them, at once
         groups_changed = self.state.groups_generation != self._groups_seen
@@ -150,13 +150,13 @@ class SchedulingLoop:
         metrics.RESERVED_GPUS.set(self.state.reserved_gpus())
         self.decider.measure_quality(now)
 
-    def _queue(self, now: float) -> tuple[list[PodRequest], set[str]]:
-        """Pending pods not backing off, and the roots they belong to."""
+    def _queue(self, now: float, started: set[str]) -> tuple[list[PodRequest], set[str]]:
+        """Pending pods not backing off, and the roots they belong to. ``started``: roots of
+        gangs with a pod bound or reserved, which never wait behind newcomers."""
         ready: list[PodRequest] = []
         roots: set[str] = set()
         waiting: set[str] = set()
         created: list[float] = []
-        started = self._started_roots()
         for record in self.state.pending():
             if record.request is None:
                 self.reporter.event(
@@ -170,36 +170,32 @@ class SchedulingLoop:
             waiting.add(root)
             created.append(record.request.created)
             if root not in started and self.backoff.backing_off(root, now):
-                continue  # (a gang that has started binding never waits behind newcomers)
-            request = record.request
-            if root in started:
-                # Its gang has started binding: it comes before newcomers of its priority
-                # (the engine orders by priority, then age).
-                request = dataclasses.replace(request, created=0.0)
-            ready.append(request)
+                continue  # (the engine places a gang bound below its minCount first, too)
+            ready.append(record.request)
             roots.add(root)
         metrics.PENDING_GROUPS.set(len(waiting))
         quality_metrics.default().pending(created, time.time())
         return ready, roots
 
     def _bounded(
-        self, ready: list[PodRequest], roots: set[str]
+        self, ready: list[PodRequest], roots: set[str], started: set[str]
     ) -> tuple[list[PodRequest], set[str], set[str]]:
         """``ready`` cut to `CYCLE_PODS` pods (whole root groups, first in the engine's
-        order), the roots kept, and the roots left for the next cycle."""
+        order, gangs that have started binding before the rest of their priority), the
+        roots kept, and the roots left for the next cycle."""
         if len(ready) <= CYCLE_PODS:
             return ready, roots, set()
         by_root: dict[str, list[PodRequest]] = {}
         for request in ready:
             by_root.setdefault(self.state.root_of_request(request), []).append(request)
 
-        def order(root: str) -> tuple[int, float, str]:
+        def order(root: str) -> tuple[int, bool, float, str]:
             pods = by_root[root]
             group = self.state.groups.get(root)
             created = min(p.created for p in pods)
             if group is not None:
                 created = min(created, group.spec.created)
-            return (-max(p.priority for p in pods), created, root)
+            return (-max(p.priority for p in pods), root not in started, created, root)
 
         kept: list[PodRequest] = []
         taken: set[str] = set()
