@@ -526,6 +526,13 @@ class ChaosApi:
             raise ApiError(0, "timeout")
         return [copy.deepcopy(b) for b in self.world.nodes.values()]
 
+    async def list_groups(self) -> list[dict[str, Any]]:
+        await self.faults.latency()
+        await self._gate()
+        if self.faults.pick(("list-0",), self.faults.other_rate):
+            raise ApiError(0, "timeout")
+        return [copy.deepcopy(b) for b in self.world.groups.values()]
+
     async def list_cached(self, plural: str) -> Listing:
         """The watch cache's list: the world as it is (``resourceVersion=0``)."""
         items = await (self.list_pods() if plural == "pods" else self.list_nodes())

@@ -66,6 +66,7 @@ CALLS: dict[str, list[_Call]] = {
     "replace_lease": [lambda api: api.replace_lease("gpusched-system", "gpusched", {})],
     "list_pods": [lambda api: api.list_pods()],
     "list_nodes": [lambda api: api.list_nodes()],
+    "list_groups": [lambda api: api.list_groups()],
     "list_cached": [lambda api: api.list_cached("pods"), lambda api: api.list_cached("nodes")],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""

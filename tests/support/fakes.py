@@ -88,6 +88,9 @@ class FakeApi:
     async def list_nodes(self) -> list[dict[str, Any]]:
         return []
 
+    async def list_groups(self) -> list[dict[str, Any]]:
+        return []
+
     async def list_cached(self, plural: str) -> Listing:
         """What the test's ``list_pods`` (set on the instance) or `list_nodes` answers."""
         lister = self.list_pods if plural == "pods" else self.list_nodes  # type: ignore[attr-defined]

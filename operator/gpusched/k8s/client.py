@@ -314,6 +314,16 @@ class KubeClusterApi:
         """Every Node of the cluster, for the leader's resync, without managed fields."""
         return [_unmanage(node) for node in await self._list_all("/api/v1/nodes")]
 
+    async def list_groups(self) -> list[dict[str, Any]]:
+        """Every PodGroup and CompositePodGroup of the cluster, without managed fields (each
+        list item carries its kind, as a watch event's object does)."""
+        groups: list[dict[str, Any]] = []
+        for kind in ("PodGroup", "CompositePodGroup"):
+            for body in await self._list_all(f"/apis/{GROUP}/{VERSION}/{PLURALS[kind]}"):
+                body.setdefault("kind", kind)
+                groups.append(_unmanage(body))
+        return groups
+
     async def list_pods(self) -> list[dict[str, Any]]:
         """Every pod of the cluster, for a new leader's resync: what the scheduler reads of
         each (`slim_pod`)."""

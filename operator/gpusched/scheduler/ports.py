@@ -109,6 +109,10 @@ class ClusterApi(Protocol):
     async def list_nodes(self) -> list[dict[str, Any]]:
         """Every Node of the cluster (a new leader's first step)."""
 
+    async def list_groups(self) -> list[dict[str, Any]]:
+        """Every PodGroup and CompositePodGroup of the cluster (a new leader's first step:
+        its group watch may lag, and a gang it does not know is no gang to it)."""
+
     async def list_cached(self, plural: str) -> Listing:
         """Every pod (``"pods"``) or Node (``"nodes"``) as the API server's watch cache holds
         them (``resourceVersion=0``): no read of etcd, so cheap to repeat, but perhaps a

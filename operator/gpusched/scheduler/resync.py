@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.ports import ApiError, ClusterApi, Listing
@@ -17,6 +18,8 @@ from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
 
 logger = logging.getLogger(__name__)
+
+GROUP_KINDS = {"PodGroup": GroupKind.POD_GROUP, "CompositePodGroup": GroupKind.COMPOSITE}
 
 RESYNC_SECONDS = 10.0
 """How often the leader reconciles its cache with lists of every pod and Node (see
@@ -127,6 +130,15 @@ class Resync:
         except ApiError as error:
             # Missing nodes only make pods wait; missing pods could double-book GPUs.
             logger.warning("cannot list nodes; relying on the watch: %s", error)
+        try:
+            # A gang whose group the watch has not shown yet is no gang here: its bound pods
+            # would not pin it, nor its room go to it first (chaos seed 1401 in gangs mode).
+            for group in await self.api.list_groups():
+                kind = GROUP_KINDS.get(str(group.get("kind")))
+                if kind is not None:
+                    self.state.upsert_group(kind, group)
+        except ApiError as error:
+            logger.warning("cannot list groups; relying on the watch: %s", error)
         await self.claims.resync()  # DRA holdings come from the claims, never from memory
         for body in bodies:
             self.state.upsert_pod(body)
