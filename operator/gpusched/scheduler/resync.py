@@ -19,8 +19,6 @@ from gpusched.scheduler.tasks import Background
 
 logger = logging.getLogger(__name__)
 
-GROUP_KINDS = {"PodGroup": GroupKind.POD_GROUP, "CompositePodGroup": GroupKind.COMPOSITE}
-
 RESYNC_SECONDS = 10.0
 """How often the leader reconciles its cache with lists of every pod and Node (see
 `Resync.tick`): this bounds how long a deletion, a pod or a bind that no watch event told
@@ -134,9 +132,7 @@ class Resync:
             # A gang whose group the watch has not shown yet is no gang here: its bound pods
             # would not pin it, nor its room go to it first (chaos seed 1401 in gangs mode).
             for group in await self.api.list_groups():
-                kind = GROUP_KINDS.get(str(group.get("kind")))
-                if kind is not None:
-                    self.state.upsert_group(kind, group)
+                self.state.upsert_group(GroupKind(group["kind"]), group)
         except ApiError as error:
             logger.warning("cannot list groups; relying on the watch: %s", error)
         await self.claims.resync()  # DRA holdings come from the claims, never from memory
