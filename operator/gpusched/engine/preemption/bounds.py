@@ -57,14 +57,16 @@ class DomainBounds:
         self.pieces = sorted(evictable, key=lambda u: (u.priority, -u.created, u.key))
         """Cheapest first: the lowest priority, then the youngest, then the key."""
         self.piece_priority = np.array([u.priority for u in self.pieces], dtype=np.int64)
-        holdings = [(i, h) for i, u in enumerate(self.pieces) for h in u.holdings]
-        self.holding_piece = np.array([i for i, _ in holdings], dtype=np.int64)
-        self.holding_node = np.array([h.node for _, h in holdings], dtype=np.int64)
+        holdings = [h for u in self.pieces for h in u.holdings]
+        self.holding_piece = np.repeat(
+            np.arange(len(self.pieces)), [len(u.holdings) for u in self.pieces]
+        )
+        self.holding_node = np.array([h.node for h in holdings], dtype=np.int64)
         all_usable = self._nodes_all_usable()
         self.holding_usable = np.array(
             [
                 h.milli_per_gpu * len(h.gpus) if all_usable[h.node] else self.usable_on(h)
-                for _, h in holdings
+                for h in holdings
             ],
             dtype=np.int64,
         )

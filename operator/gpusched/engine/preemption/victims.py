@@ -85,6 +85,8 @@ class _GroupFacts:
     whole: str | None
     """The key of its highest ``All`` group (itself or an ancestor), if any."""
     root: str
+    roots: frozenset[str]
+    """``root`` alone: shared by every piece of the group rather than made for each."""
     priority: int | None
     """The highest priority set on it or an ancestor."""
     protected: str | None
@@ -106,12 +108,14 @@ def eviction_units(
     facts: dict[str | None, _GroupFacts | None] = {None: None}
     skip = set(exclude)
     # Pieces by key, in the order of their first pod (the holdings' key order): most are one
-    # pod; an All group's pods are gathered under the group's key.
-    pieces: dict[str, list[tuple[Holding, _GroupFacts | None]]] = {}
+    # pod, kept as its holding alone (a cluster holds thousands: no list each); an All
+    # group's pods are gathered in a list under the group's key.
+    pieces: dict[str, Holding | list[Holding]] = {}
     piece_of: dict[str, str] = {}
     others: list[Holding] = []
-    for key in sorted(snapshot.holdings):
-        holding = snapshot.holdings[key]
+    holdings = snapshot.holdings
+    for key in sorted(holdings):
+        holding = holdings[key]
         if holding.pod.reserved_for is not None:
             others.append(holding)
             continue
@@ -122,15 +126,31 @@ def eviction_units(
         if fact is not None and fact.root in skip:
             continue
         piece = fact.whole if fact is not None and fact.whole is not None else key
-        pieces.setdefault(piece, []).append((holding, fact))
+        members = pieces.get(piece)
+        if members is None:
+            pieces[piece] = holding
+        elif isinstance(members, list):
+            members.append(holding)
+        else:
+            pieces[piece] = [members, holding]
         piece_of[key] = piece
     joined, extra = _attach(others, piece_of)
     for piece, into in joined.items():
-        pieces[into].extend(pieces.pop(piece))
-    return [
-        _unit(key, members, extra.get(key, ()), foreign, evict_foreign)
-        for key, members in pieces.items()
-    ]
+        pieces[into] = [*_listed(pieces[into]), *_listed(pieces.pop(piece))]
+    units = []
+    for key, members in pieces.items():
+        if isinstance(members, list) or key in extra:
+            listed = [(h, facts[h.pod.group_key]) for h in _listed(members)]
+            units.append(_unit(key, listed, extra.get(key, ()), foreign, evict_foreign))
+        else:
+            units.append(
+                _single(key, members, facts[members.pod.group_key], foreign, evict_foreign)
+            )
+    return units
+
+
+def _listed(members: Holding | list[Holding]) -> list[Holding]:
+    return members if isinstance(members, list) else [members]
 
 
 def _attach(
@@ -178,9 +198,30 @@ def _facts(chain: tuple[GroupSpec, ...]) -> _GroupFacts | None:
     return _GroupFacts(
         whole[-1] if whole else None,
         chain[-1].key,
+        frozenset((chain[-1].key,)),
         max(priorities) if priorities else None,
         protected,
     )
+
+
+def _single(
+    key: str,
+    holding: Holding,
+    fact: _GroupFacts | None,
+    foreign: frozenset[str],
+    evict_foreign: bool,
+) -> EvictionUnit:
+    """The piece of one pod that frees nothing else: most pieces."""
+    pod = holding.pod
+    if fact is None:
+        priority, roots, protected = pod.priority, frozenset((pod.key,)), None
+    else:
+        group = fact.priority
+        priority = pod.priority if group is None else max(pod.priority, group)
+        roots, protected = fact.roots, fact.protected
+    if protected is None and not evict_foreign and pod.key in foreign:
+        protected = _foreign_reason(pod.key)
+    return EvictionUnit(key, (holding,), priority, roots, pod.created, protected)
 
 
 def _unit(
@@ -191,15 +232,6 @@ def _unit(
     evict_foreign: bool,
 ) -> EvictionUnit:
     """The piece of the pods ``members``, freeing ``extra`` (holdings that are no pod) too."""
-    if len(members) == 1 and not extra:  # most pieces: no loops
-        holding, fact = members[0]
-        pod = holding.pod
-        group = fact.priority if fact is not None else None
-        priority = pod.priority if group is None else max(pod.priority, group)
-        roots = frozenset((fact.root if fact is not None else pod.key,))
-        protected = fact.protected if fact is not None and fact.protected else None
-        protected = protected or _foreign(members, foreign, evict_foreign)
-        return EvictionUnit(key, (holding,), priority, roots, pod.created, protected)
     priorities: list[int] = []
     root_keys: set[str] = set()
     protected = None
@@ -227,9 +259,11 @@ def _foreign(
     if evict_foreign:
         return None
     other = next((h.pod.key for h, _ in members if h.pod.key in foreign), None)
-    if other is None:
-        return None
-    return f"{other} was bound by another scheduler (evictOtherSchedulersPods off)"
+    return _foreign_reason(other) if other is not None else None
+
+
+def _foreign_reason(pod: str) -> str:
+    return f"{pod} was bound by another scheduler (evictOtherSchedulersPods off)"
 
 
 def budget_overrun(budgets: Sequence[DisruptionBudget], evicted: Iterable[str]) -> int:
