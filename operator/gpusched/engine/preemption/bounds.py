@@ -30,6 +30,27 @@ class Candidate:
     useful: dict[int, BoolArray] = field(default_factory=dict)
     """Per priority level, the nodes where setting pieces aside can help (see
     `DomainBounds._child_floor`); a level not listed: every node of the domain."""
+    freed: dict[str, int] = field(default_factory=dict)
+    """Per piece of ``units`` (its key), the GPU milli it frees in the domain on GPUs the
+    unit could use (a hot GPU freed is no room)."""
+
+    def fewest_groups(self, level: int, need: int) -> int:
+        """The fewest victim groups any plan in the domain evicts to free
+        ``need`` GPU milli from pieces of priority ``level`` or lower: the groups that could
+        free the most, counted until they cover it (a piece counts for each group it belongs
+        to, so this never exceeds what a plan needs). Past every group: one more than all."""
+        reach: dict[str, int] = {}
+        for piece in self.units:
+            if piece.priority <= level:
+                held = self.freed[piece.key]
+                for group in piece.groups:
+                    reach[group] = reach.get(group, 0) + held
+        covered = 0
+        for count, freed in enumerate(sorted(reach.values(), reverse=True), start=1):
+            covered += freed
+            if covered >= need:
+                return count
+        return len(reach) + 1
 
 
 class DomainBounds:
@@ -93,6 +114,7 @@ class DomainBounds:
         inside = [self.pieces[i] for i in present.tolist()]
         if not inside:
             return Candidate(domain, None, [], "nothing of lower priority is held there")
+        freed_in = dict(zip([u.key for u in inside], freed_by[present].tolist(), strict=True))
         # The cheapest pieces, in order, until they cover what is missing: the priority the
         # last of them has is the least any plan there evicts.
         running = np.cumsum(freed_by[present])
@@ -107,12 +129,13 @@ class DomainBounds:
                 f"evicting every lower-priority pod there frees {gpus_text(freed + usable)} of the "
                 f"{gpus_text(demand)} GPUs needed"
             )
-            return Candidate(domain, None, inside, short)
+            return Candidate(domain, None, inside, short, freed=freed_in)
         useful: dict[int, BoolArray] = {}
         floor = self._child_floor(domain, hit, inside, useful)
         if isinstance(floor, str):
-            return Candidate(domain, None, inside, floor)
-        return Candidate(domain, Bound(max(top, floor), need), inside, useful=useful)
+            return Candidate(domain, None, inside, floor, freed=freed_in)
+        bound = Bound(max(top, floor), need)
+        return Candidate(domain, bound, inside, useful=useful, freed=freed_in)
 
     def _child_floor(
         self,
@@ -173,32 +196,9 @@ class DomainBounds:
             f"{self.root.minimum} child groups (minGroupCount) in its {key} domains"
         )
 
-    def fewest_groups(self, candidate: Candidate, level: int, need: int) -> int:
-        """The fewest victim groups any plan in ``candidate``'s domain evicts to free
-        ``need`` GPU milli from pieces of priority ``level`` or lower: the groups that could
-        free the most, counted until they cover it (a piece counts for each group it belongs
-        to, so this never exceeds what a plan needs). Past every group: one more than all."""
-        reach: dict[str, int] = {}
-        for piece in candidate.units:
-            if piece.priority <= level:
-                held = self.usable_held(piece, candidate.domain)
-                for group in piece.groups:
-                    reach[group] = reach.get(group, 0) + held
-        covered = 0
-        for count, freed in enumerate(sorted(reach.values(), reverse=True), start=1):
-            covered += freed
-            if covered >= need:
-                return count
-        return len(reach) + 1
-
     def usable_free(self, domain: Domain) -> int:
         per_gpu = np.where(self.work.gpu_usable, self.work.gpu_free, 0)
         return int(per_gpu[domain.mask[self.gpu_nodes]].sum())
-
-    def usable_held(self, piece: EvictionUnit, domain: Domain) -> int:
-        """GPU milli the piece frees in ``domain`` on GPUs the unit could use (a hot GPU freed
-        is no room)."""
-        return sum(self.usable_on(h) for h in piece.holdings if domain.mask[h.node])
 
     def usable_on(self, holding: Holding) -> int:
         usable = self.work.gpu_usable

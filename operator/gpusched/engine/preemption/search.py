@@ -14,7 +14,7 @@ A unit is a root group with everything under it. Phases:
    until it fits. Each trial costs one unit of ``preemption.budget``. A domain whose bound
    cannot beat the best plan so far is not tried, nor one whose bound at best ties it on PDB
    violations, victim priority and GPUs and cannot need fewer victim groups
-   (`DomainBounds.fewest_groups`); only the victims' age, the last tie-break, is not weighed
+   (`Candidate.fewest_groups`); only the victims' age, the last tie-break, is not weighed
    for a domain not tried.
 4. Reprieve: with the unit's placement from the successful trial held, every piece set aside
    is put back, most important first, wherever it still fits beside it: the victims are only
@@ -159,7 +159,7 @@ class _Search:
         found: list[_Found] = []
         ordered = sorted(candidates, key=lambda c: (c.bound is None, bound_key(c), c.domain.name))
         for candidate in ordered:
-            option = self._try(bounds, candidate, found)
+            option = self._try(candidate, found)
             if option is not None:
                 options.append(option)
         return self._choose(priority, found, options)
@@ -183,7 +183,6 @@ class _Search:
 
     @staticmethod
     def _no_better(
-        bounds: DomainBounds,
         candidate: Candidate,
         floor: Bound,
         level: int,
@@ -195,11 +194,9 @@ class _Search:
         Only the victims' age, the last tie-break, is not weighed for a domain not tried."""
         if floor.key() != best[:3]:
             return floor.key() > best[:3]
-        return bounds.fewest_groups(candidate, level, floor.gpu_milli) >= best[3]
+        return candidate.fewest_groups(level, floor.gpu_milli) >= best[3]
 
-    def _try(
-        self, bounds: DomainBounds, candidate: Candidate, found: list[_Found]
-    ) -> DomainOption | None:
+    def _try(self, candidate: Candidate, found: list[_Found]) -> DomainOption | None:
         """Trials in one domain, level by level; a plan found goes to ``found``, and the
         domain's option is written once the winner is known (None returned). The pieces are
         set aside on a scratch copy of the working snapshot, dropped afterwards: a copy costs
@@ -215,7 +212,7 @@ class _Search:
         added: set[str] = set()
         for level in levels:
             floor = Bound(level, candidate.bound.gpu_milli)
-            if best is not None and self._no_better(bounds, candidate, floor, level, best):
+            if best is not None and self._no_better(candidate, floor, level, best):
                 detail = (
                     f"not tried: at best {_describe_bound(floor)}, no cheaper than the plan found"
                 )
@@ -239,7 +236,7 @@ class _Search:
             plan = self._trial(scratch, aside)
             if isinstance(plan, _Found):
                 need = candidate.bound.gpu_milli
-                narrowed = self._narrow(bounds, candidate, need, aside, plan)
+                narrowed = self._narrow(candidate, need, aside, plan)
                 found.append(narrowed)
                 return None
             failure = plan
@@ -248,7 +245,6 @@ class _Search:
 
     def _narrow(
         self,
-        bounds: DomainBounds,
         candidate: Candidate,
         need: int,
         upto: list[EvictionUnit],
@@ -263,7 +259,7 @@ class _Search:
         for piece in upto:
             if freed >= need and count:
                 break
-            freed += bounds.usable_held(piece, candidate.domain)
+            freed += candidate.freed[piece.key]
             count += 1
         while count <= MAX_NARROW_PIECES and count < len(upto):
             if self.trials >= self.settings.budget:
