@@ -31,6 +31,8 @@ def plan_cycle(
     ``groups``) left Unschedulable, in queue order; the caller's snapshot is not changed."""
     with snapshot.lock:
         work = snapshot.copy()
+    if work.config.scoring.fragmentation_weight:
+        work.task_counts()  # counted once for every plan's copy (see `plan_preemption`)
     for binding in result.bindings:  # what this cycle placed holds its room
         request = next((p for p in pods if p.key == binding.pod), None)
         if request is not None and request.key not in work.holdings:
