@@ -11,6 +11,10 @@ about 30 ms. Paused, the collector first runs after the decision, when the trial
 only the result is left to move to an older generation: over 600 gang decisions, no full
 collection instead of five, and the collections' time went from 650 ms to 9 ms
 (`bench/engine.py`, benchmark 2).
+
+Paused by its threshold, not by `gc.disable`: a resync disables the collector for as long as it
+reads its lists, and a decision in another thread meanwhile must not turn it back on under it
+(nor find it disabled and leave it so), so the two switches are kept apart.
 """
 
 from __future__ import annotations
@@ -23,27 +27,27 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _depth = 0
 """Callers inside `collector_paused` now (decisions in several threads, or nested)."""
-_resume = False
-"""Whether the collector was enabled when the first of them came in."""
+_threshold = 0
+"""The youngest generation's threshold when the first of them came in."""
 
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Disables the cyclic collector until the last caller inside leaves, then enables it
-    again if it was enabled when the first came in: a caller that disabled it itself (a
-    resync reading large lists) finds it disabled still. Reference counting goes on
-    meanwhile; only garbage in reference cycles waits for the next collection, which runs
-    at the caller's next allocation once the pause ends."""
-    global _depth, _resume
+    """No automatic collection until the last caller inside leaves (the youngest generation's
+    threshold at 0, which stops them all), then the threshold as the first caller found it.
+    `gc.isenabled` and `gc.collect` are left alone. Reference counting goes on meanwhile;
+    only garbage in reference cycles waits for the next collection, which comes with the
+    next allocations once the pause ends."""
+    global _depth, _threshold
     with _lock:
         if _depth == 0:
-            _resume = gc.isenabled()
-            gc.disable()
+            _threshold = gc.get_threshold()[0]
+            gc.set_threshold(0)
         _depth += 1
     try:
         yield
     finally:
         with _lock:
             _depth -= 1
-            if _depth == 0 and _resume:
-                gc.enable()
+            if _depth == 0:
+                gc.set_threshold(_threshold)
