@@ -5,12 +5,12 @@ and journal entries, the attempts it records) and frees them by reference counti
 the snapshot back. The collector counts those objects while they are alive: left running, it
 ran a few young collections during each 256-pod gang decision, moved what was alive at those
 moments into the old generation, and so brought on full collections, which walk every object
-the process keeps and landed inside decisions: 13 ms for a 5,000-node snapshot alone, 70-90 ms
-beside the parsed Node and Pod objects the cluster came from, where the whole decision takes
-about 30 ms. Paused, the collector first runs after the decision, when the trials are gone and
-only the result is left to move to an older generation: over 600 gang decisions, no full
-collection instead of five, and the collections' time went from 650 ms to 9 ms
-(`bench/engine.py`, benchmark 2).
+the process keeps and landed inside decisions: 13 ms for a 5,000-node snapshot alone, 35-90 ms
+beside the parsed Node objects it was built from, where the whole decision takes about 20 ms.
+Paused, the collector first runs after the decision, when the trials are gone and only the
+result is left to move to an older generation: no full collection in 200 gang decisions in a
+row, and 0.02 ms of collections a decision instead of 0.4 ms (`bench/engine.py`, benchmark 2,
+rows "in a row").
 
 Paused by its threshold, not by `gc.disable`: a resync disables the collector for as long as it
 reads its lists, and a decision in another thread meanwhile must not turn it back on under it
