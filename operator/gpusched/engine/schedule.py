@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
+from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import root_domain
 from gpusched.engine.gpuset import choose_gpus
 from gpusched.engine.gpushape import worst_tier
@@ -60,8 +61,9 @@ def schedule(
 ) -> ScheduleResult:
     """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
     every change: the caller's snapshot is as before (its journal rolled back to where it was,
-    under its lock), and copying it per call is not needed."""
-    with snapshot.lock:
+    under its lock), and copying it per call is not needed. The cyclic garbage collector is
+    paused meanwhile (`collector_paused`: what a decision allocates is freed when it returns)."""
+    with snapshot.lock, collector_paused():
         checkpoint = snapshot.checkpoint()
         try:
             return _schedule(snapshot, pods, groups, observe)

@@ -49,8 +49,11 @@ class Siblings:
         snapshot = self.planner.snapshot
         start = snapshot.checkpoint()
         best = _Best()
+        complete = False
         for children in self._sibling_orders(group, domain, best):
-            self._search(children, 0, 0, domain, start, best, ())
+            complete = self._search(children, 0, 0, domain, start, best, ())
+            if complete:
+                break  # the snapshot holds the best plan as it stands: nothing to replay
             snapshot.rollback(start)
         if best.placed < group.minimum:
             failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
@@ -66,11 +69,12 @@ class Siblings:
             self.record.decide(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE, message)
             self.record.inherit(group, Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
             return False, Tried(attempt)
-        for added, holding in best.journal:
-            if added:
-                snapshot.assume(holding.pod, holding.node, holding.gpus)
-            else:
-                snapshot.forget(holding.pod.key)
+        if not complete:
+            for added, holding in best.journal:
+                if added:
+                    snapshot.assume(holding.pod, holding.node, holding.gpus)
+                else:
+                    snapshot.forget(holding.pod.key)
         self.record.decisions.update(best.decisions)
         children = self.planner.children(group)
         message = wording.placed(best.placed, len(children), Counted.CHILD_GROUPS, domain.name)

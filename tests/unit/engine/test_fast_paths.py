@@ -199,6 +199,28 @@ def test_the_fragmentation_score_is_the_same_with_and_without_cached_rows() -> N
             snapshot.assume(request, choice.node, choice.gpus)
 
 
+def test_copies_sharing_the_fragmentation_cache_score_as_cold_ones_node_by_node() -> None:
+    """FGD's rows are brought up to date only for the nodes asked about. Two copies of one
+    snapshot share the cache and drift apart, each asked about a window of nodes that moves
+    (as a gang asks about one rack), while the workload changes every call (a pod more each
+    time, which adds task columns to rows made earlier): every score equals a cold copy's,
+    including a node whose rows the other copy brought to its own usage meanwhile."""
+    base = build_snapshot(load_nodes(OPENB / "openb_node_list_gpu_node.csv")[:120])
+    copies = [base.copy(), base.copy()]
+    for step, request in enumerate(load_pods(OPENB / "openb_pod_list_default.csv")[:240]):
+        snapshot = copies[step % 2]
+        scoring = Scoring(snapshot.config.scoring, cycle_workload(snapshot, [request]))
+        window = np.zeros(len(snapshot.nodes), dtype=np.bool_)
+        window[(step * 7) % 100 : (step * 7) % 100 + 40] = True
+        nodes = feasible_nodes(snapshot, request, window)
+        warm = fragmentation_score(snapshot, request, nodes, scoring)
+        cold = fragmentation_score(snapshot.copy(cold=True), request, nodes, scoring)
+        assert np.array_equal(warm, cold), f"step {step}, {request.key}"
+        choice = pick_node(snapshot, request, scoring, window)
+        if choice is not None:
+            snapshot.assume(request, choice.node, choice.gpus)
+
+
 def _running_pod(**status: object) -> dict[str, object]:
     return {
         "kind": "Pod",
