@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpusched.engine.collector import collector_paused
 from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.preemption.result import PreemptionPlan
 from gpusched.engine.preemption.search import plan_preemption
@@ -29,21 +30,22 @@ def plan_cycle(
 ) -> list[PreemptionPlan]:
     """One plan per root group that ``result`` (of `schedule` on ``snapshot`` with ``pods`` and
     ``groups``) left Unschedulable, in queue order; the caller's snapshot is not changed."""
-    with snapshot.lock:
-        work = snapshot.copy()
-    if work.config.scoring.fragmentation_weight:
-        work.task_counts()  # counted once for every plan's copy (see `plan_preemption`)
-    for binding in result.bindings:  # what this cycle placed holds its room
-        request = next((p for p in pods if p.key == binding.pod), None)
-        if request is not None and request.key not in work.holdings:
-            work.assume(request, work.index[binding.node], binding.gpus)
-    plans = []
-    for root in _waiting_roots(result, pods, groups):
-        plan = plan_preemption(work, root.key, pods, groups, budgets, foreign)
-        plans.append(plan)
-        if plan.planned:
-            _carry_out(work, plan, pods)
-    return plans
+    with collector_paused():  # as in `plan_preemption`: the copy and carried-out plans too
+        with snapshot.lock:
+            work = snapshot.copy()
+        if work.config.scoring.fragmentation_weight:
+            work.task_counts()  # counted once for every plan's copy (see `plan_preemption`)
+        for binding in result.bindings:  # what this cycle placed holds its room
+            request = next((p for p in pods if p.key == binding.pod), None)
+            if request is not None and request.key not in work.holdings:
+                work.assume(request, work.index[binding.node], binding.gpus)
+        plans = []
+        for root in _waiting_roots(result, pods, groups):
+            plan = plan_preemption(work, root.key, pods, groups, budgets, foreign)
+            plans.append(plan)
+            if plan.planned:
+                _carry_out(work, plan, pods)
+        return plans
 
 
 def _waiting_roots(
