@@ -43,15 +43,12 @@ from tests.integration.harness import (
     pods,
     running_operator,
 )
-from tests.integration.test_preemption import gpusched_run, priority_classes
+from tests.integration.test_preemption import LINGER, gpusched_run, priority_classes
 
 __all__ = ["priority_classes"]  # the fixture, used by name
 
 LOW_GANGS = [f"low{i}" for i in range(8)]
 HIGH_PODS = 64
-LINGER = "gpusched.test/linger"
-"""A finalizer that keeps an evicted pod terminating (still holding its GPUs, as a pod in
-its grace period does) until the story lets it go."""
 POLL = 0.2
 """Seconds between polls of the pod list (129 pods: polling faster only loads the server)."""
 

@@ -1,6 +1,8 @@
 """Carrying out preemption plans: nominate the room, evict the victims, bind once they are gone.
 
-For each plan the engine made (`gpusched.engine.preemption.plan_cycle`, outcome Planned):
+For each plan the engine made (`gpusched.engine.preemption.plan_cycle`, outcome Planned),
+for a root group or for a pod without a group (keyed, as the engine's queue keys it, by the
+pod's own key):
 1. Nominate: the preemptor's pods get their planned places as a `Nomination` in the ledger
    (the snapshot counts those GPUs as theirs, and the victims' as no longer held, so no
    other unit is placed there), and ``status.nominatedNodeName``.
@@ -462,16 +464,19 @@ class Preemptor:
         await self.events.record_now(ref, "Normal", "Preempted", message)
 
     def _announce(self, plan: PreemptionPlan) -> None:
-        """One Event on the preemptor's root group naming its victims, and the pods'
-        ``status.nominatedNodeName``."""
-        record = self.state.groups.get(plan.preemptor)
-        if record is not None:
-            named = ", ".join(v.pod for v in plan.victims[:NAMED_VICTIMS])
-            more = len(plan.victims) - NAMED_VICTIMS
-            if more > 0:
-                named += f" and {more} more"
-            message = f"Preempting {len(plan.victims)} pods: {named}. {plan.message}"
-            self.events.record(group_ref(record), "Normal", "Preempting", message)
+        """One Event on the preemptor's root group (or on the pod, for a pod without a
+        group) naming its victims, and the pods' ``status.nominatedNodeName``."""
+        named = ", ".join(v.pod for v in plan.victims[:NAMED_VICTIMS])
+        more = len(plan.victims) - NAMED_VICTIMS
+        if more > 0:
+            named += f" and {more} more"
+        message = f"Preempting {len(plan.victims)} pods: {named}. {plan.message}"
+        group = self.state.groups.get(plan.preemptor)
+        lone = self.state.pods.get(plan.preemptor) if group is None else None
+        if group is not None:
+            self.events.record(group_ref(group), "Normal", "Preempting", message)
+        elif lone is not None:  # a pod without a group preempts for itself
+            self.events.record(pod_ref(lone), "Normal", "Preempting", message)
         for binding in plan.bindings:
             self.background.spawn(self._nominated_node(binding.pod, binding.node))
 
