@@ -257,6 +257,7 @@ def test_a_lone_high_priority_pod_evicts_the_fewest_lowest_pods_and_is_bound_whe
                     (got := pods(api, "default")["default/urgent"])["status"].get(
                         "nominatedNodeName"
                     )
+                    and _evictions(apiserver)
                     and got
                 ),
                 timeout=30,
@@ -367,6 +368,120 @@ def test_a_gang_left_part_evicted_by_a_killed_operator_is_evicted_whole_after_a_
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(20)
+
+
+@pytest.fixture
+def spendable_budget(api: ApiClient) -> Iterator[None]:
+    """A PodDisruptionBudget over the gang ``low`` that allows evicting all four of its pods
+    once: the API server counts each eviction against it, so once they are evicted (and
+    while they terminate) it allows none. The test plays the disruption controller, which
+    this control plane does not run, by writing the first status."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "low", "namespace": "default"},
+        "spec": {"maxUnavailable": 4, "selector": {"matchLabels": {GROUP_LABEL: "low"}}},
+    }
+    api.request("POST", BUDGETS, json=body).raise_for_status()
+    yield
+    api.request("DELETE", f"{BUDGETS}/low").raise_for_status()
+
+
+def allow_disruptions(api: ApiClient, allowed: int) -> None:
+    status = {
+        "observedGeneration": 1,
+        "disruptionsAllowed": allowed,
+        "currentHealthy": 4,
+        "desiredHealthy": 0,
+        "expectedPods": 4,
+    }
+    api.request(
+        "PATCH",
+        f"{BUDGETS}/low/status",
+        json={"status": status},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+
+def test_an_operator_restarted_while_victims_terminate_waits_for_them_and_evicts_no_more(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    tmp_path: Path,
+    priority_classes: None,
+    spendable_budget: None,
+) -> None:
+    # low (10, rack-1) is evicted for high; its pods linger, terminating, and the budget
+    # over them is spent by those evictions. The operator is SIGKILLed then. Planned afresh,
+    # high would now find evicting low (its terminating pods) dearer than evicting mid (4 PDB
+    # violations against none) and evict mid as well. The restarted operator carries the
+    # first plan on from its record instead: it waits for low's pods and binds high into
+    # rack-1, and mid is never touched.
+    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
+        api.create(gpu_node(name, "zone-a", rack))
+    first = gpusched_run(kubeconfig, tmp_path, "first.log")
+    try:
+        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
+            for body in prioritized_gang(name, 4, cls):
+                if name == "low" and body["kind"] == "Pod":
+                    body["metadata"]["finalizers"] = [LINGER]
+                api.create(body)
+            wait_for(lambda name=name: len(bound(api, name)) == 4, timeout=30)  # type: ignore[misc]
+        for i in range(4):  # Ready: the Eviction API counts only healthy pods against it
+            apiserver.kubelet.run("default", f"low-{i}")
+        allow_disruptions(api, 4)
+        mid_before = bound(api, "mid")
+        low_rack = domains(api, list(bound(api, "low")), RACK)
+        for body in prioritized_gang("high", 4, "gpusched-test-high"):
+            api.create(body)
+        wait_for(
+            lambda: (
+                _evictions(apiserver) == [f"low-{i}" for i in range(4)]
+                and all(
+                    p["metadata"].get("deletionTimestamp")
+                    for k, p in pods(api, "default").items()
+                    if k.startswith("default/low-")
+                )
+            ),
+            timeout=30,
+            message=lambda: f"low evicted, terminating: {dump(pods(api, 'default'))}",
+        )
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    spent = api.request("GET", f"{BUDGETS}/low").json()["status"]["disruptionsAllowed"]
+    assert spent == 0, spent
+
+    second = gpusched_run(kubeconfig, tmp_path, "second.log")
+    try:
+        # A pod that fits nowhere: once the restarted operator has told it so, it has run a
+        # cycle (and planned, had it planned afresh).
+        api.create(lone_pod("probe", 8, "gpusched-test-low"))
+        wait_for(
+            lambda: [e for e in events_for(api, "probe") if e["reason"] == "FailedScheduling"],
+            timeout=30,
+            message=lambda: f"the probe tried: {dump(events_for(api, 'probe'))}",
+        )
+        release = [k.split("/", 1)[1] for k in pods(api, "default") if k.startswith("default/low-")]
+        for name in release:
+            api.patch("pods", name, {"metadata": {"finalizers": None}}, "default")
+        wait_for(
+            lambda: len(bound(api, "high")) == 4,
+            timeout=60,
+            message=lambda: f"the high gang bound: {dump(pods(api, 'default'))}",
+        )
+        assert domains(api, list(bound(api, "high")), RACK) == low_rack
+        assert bound(api, "mid") == mid_before
+        assert _evictions(apiserver) == [f"low-{i}" for i in range(4)]
+        assert_no_gpu_shared(api)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(20)
+        for key, pod in pods(api, "default").items():
+            if LINGER in (pod["metadata"].get("finalizers") or []):
+                api.patch(
+                    "pods", key.split("/", 1)[1], {"metadata": {"finalizers": None}}, "default"
+                )
 
 
 def unschedulable(api: ApiClient, name: str) -> dict[str, Any]:
