@@ -83,3 +83,18 @@ async def test_a_lone_pod_that_may_not_preempt_evicts_nothing(
     assert scheduler.state.nominations == {}
     assert [r.key for r in scheduler.state.pending()] == ["default/urgent"]
     assert [reason for reason, _ in reasons(api, "urgent")] == ["FailedScheduling"]
+
+
+@pytest.mark.asyncio
+async def test_a_lone_pod_with_an_unknown_preemption_policy_says_so_and_evicts_nothing() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = full_node(api, clock)
+    scheduler.pod_changed(lone(100, "Sometimes"))
+    await run_cycle(scheduler)
+    assert (api.evictions, api.deleted, api.annotations) == ([], [], [])
+    [(reason, message)] = reasons(api, "urgent")
+    assert reason == "FailedScheduling"
+    assert message.startswith(
+        "Invalid: Pod default/urgent: spec.preemptionPolicy: Input should be "
+        "'PreemptLowerPriority' or 'Never'"
+    ), message

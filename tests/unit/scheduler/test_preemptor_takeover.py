@@ -24,7 +24,7 @@ from gpusched.scheduler.service import Scheduler
 from tests.support.clock import Clock
 from tests.support.fakes import FakeApi
 from tests.support.manifests import node, pod
-from tests.unit.scheduler.test_preemptor import HIGH, LOW1, group, prioritized
+from tests.unit.scheduler.test_preemptor import HIGH, LOW1, dra_world, group, prioritized
 from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
 
 Body = dict[str, Any]
@@ -194,3 +194,17 @@ async def test_a_record_whose_room_another_pod_took_is_cleared_and_the_gang_plan
         ("default/low1-1", {MARK: None}),
     ]
     assert second.state.nominations["default/high"].plan != recorded
+
+
+@pytest.mark.asyncio
+async def test_the_record_names_the_claims_the_room_waits_for() -> None:
+    # ml/old holds n1's GPUs through its claim ml/old-gpus: the room is free only once the
+    # claim is deallocated too, and whoever takes over must know to wait for it.
+    clock = Clock()
+    scheduler, api, _ = await dra_world(clock)
+    await run_cycle(scheduler)
+    assert api.evictions == ["ml/old"]
+    [raw] = [a[PLACE] for key, a in api.annotations if key == "ml/new" and a.get(PLACE)]
+    place = json.loads(raw)
+    assert (place["node"], place["claims"]) == ("n1", ["ml/old-gpus"])
+    assert scheduler.state.nominations["ml/new"].claims == ("ml/old-gpus",)
