@@ -7,7 +7,10 @@ and its nominated placement is held before the next unit is planned. This is the
 
 A pod without a group that did not fit preempts as kube-scheduler would, as a unit of one: a
 gang of one keyed like the pod (the engine's queue keys such a pod by its own key), with the
-pod's priority and ``preemptionPolicy``.
+pod's priority and ``preemptionPolicy``. Only a pod that may preempt someone gets a plan (its
+policy is not ``Never`` and some held pod has a lower priority): pods without a group that fit
+nowhere come by the thousand in a full cluster, and a plan costs each one a copy of the
+snapshot.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gpusched.api.crds import PreemptionPolicy
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.preemption.result import PreemptionPlan
 from gpusched.engine.preemption.search import plan_preemption
@@ -41,7 +45,7 @@ def plan_cycle(
         request = next((p for p in pods if p.key == binding.pod), None)
         if request is not None and request.key not in work.holdings:
             work.assume(request, work.index[binding.node], binding.gpus)
-    lone_groups, lone_pods = _lone(result, pods, groups)
+    lone_groups, lone_pods = _lone(result, pods, groups, _lowest_held(work))
     groups = [*groups, *lone_groups]
     planned = [*pods, *lone_pods]
     plans = []
@@ -53,18 +57,31 @@ def plan_cycle(
     return plans
 
 
+def _lowest_held(work: Snapshot) -> int | None:
+    """The lowest priority of a held pod (what is no pod is never a victim itself)."""
+    held = (h.pod.priority for h in work.holdings.values() if h.pod.reserved_for is None)
+    return min(held, default=None)
+
+
 def _lone(
-    result: ScheduleResult, pods: Sequence[PodRequest], groups: Sequence[GroupSpec]
+    result: ScheduleResult,
+    pods: Sequence[PodRequest],
+    groups: Sequence[GroupSpec],
+    lowest: int | None,
 ) -> tuple[list[GroupSpec], list[PodRequest]]:
-    """Each group-less pod ``result`` left unschedulable as a unit of one: its group, and the
-    pod as a member of it. A pod named like a group of its namespace is left out: its unit's
-    key would name that group too."""
+    """Each group-less pod ``result`` left unschedulable that may preempt someone (``lowest``:
+    the lowest priority held) as a unit of one: its group, and the pod as a member of it. A
+    pod named like a group of its namespace is left out: its unit's key would name that
+    group too."""
     failed = {f.pod for f in result.unschedulable if f.reason is Reason.UNSCHEDULABLE}
     taken = {g.key for g in groups}
     specs: list[GroupSpec] = []
     members: list[PodRequest] = []
     for pod in pods:
         if pod.group is not None or pod.key not in failed or pod.key in taken:
+            continue
+        never = pod.preemption_policy is PreemptionPolicy.NEVER
+        if never or lowest is None or pod.priority <= lowest:
             continue
         taken.add(pod.key)  # a pod listed twice is one unit
         specs.append(
