@@ -208,3 +208,14 @@ async def test_the_record_names_the_claims_the_room_waits_for() -> None:
     place = json.loads(raw)
     assert (place["node"], place["claims"]) == ("n1", ["ml/old-gpus"])
     assert scheduler.state.nominations["ml/new"].claims == ("ml/old-gpus",)
+
+
+@pytest.mark.asyncio
+async def test_a_place_that_cannot_be_read_is_cleared_and_the_pod_placed_as_any() -> None:
+    api, clock = FakeApi(), Clock()
+    objects = {"default/lone": pod("lone", 8, annotations={PLACE: '{"plan": "p1", "node": 3}'})}
+    scheduler = replica(api, clock, objects)
+    await run_cycle(scheduler)
+    assert scheduler.state.nominations == {}
+    assert api.annotations == [("default/lone", {PLACE: None})]
+    assert bound_to(api) == {"default/lone": "a"}
