@@ -3,9 +3,11 @@ at once when a watch starts over, and one every ``RESYNC_SECONDS`` while it lead
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,20 +70,10 @@ class Resync:
             self.background.spawn(self._resync())
 
     async def _resync(self) -> None:
-        """Reconciles the cache with fresh lists of pods and nodes (`_reconcile`), with the
-        cyclic garbage collector paused from the first request to the end: a list of 40,000
-        pods is a million dicts and lists, none of which can be garbage while it is read,
-        and the collector walked them several times per resync (2.3 of 2.7 CPU seconds at
-        5,000 nodes). The lists are dropped before it resumes, by reference counting, so it
-        never sees them; whatever cycles other tasks leave meanwhile (a few hundred
-        milliseconds, the request timeout at worst) wait for its next run."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        """Reconciles the cache with fresh lists of pods and nodes (`_reconcile`), the cyclic
+        garbage collector paused (`collector_paused`)."""
+        with collector_paused():
             await self._reconcile()
-        finally:
-            if enabled:
-                gc.enable()
 
     async def _reconcile(self) -> None:
         """Drops the pods and nodes the API server no longer has (such a pod would hold its
@@ -117,31 +109,74 @@ class Resync:
             self.background.wake()
 
     async def take_over(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
-        """Before its first bind, a new leader replaces what it watched with a fresh list of
-        every pod: the watch of a replica that was not acting may lag, and the old leader's
-        last binds must be counted."""
+        """Before its first bind, a new leader reconciles what it watched with consistent
+        lists of every pod, Node and group (``pods``: the pods' list, not yet awaited): the
+        watch of a replica that was not acting may lag, and the old leader's last binds must
+        be counted. This stands for the resync a watch's first list asked for
+        (`relisted`): a second one at once would list everything again, on the loop, while
+        the first decisions wait. The collector is paused meanwhile, as for `_resync`: the
+        standby's heap is not frozen yet, and collections walking it took most of the time
+        the lists' decoding took."""
         known = {key: record.uid for key, record in self.state.pods.items()}
-        bodies = await pods
-        try:
-            for node in await self.api.list_nodes():
-                self.state.upsert_node(node)  # deletions are left to the periodic resync
-        except ApiError as error:
-            # Missing nodes only make pods wait; missing pods could double-book GPUs.
-            logger.warning("cannot list nodes; relying on the watch: %s", error)
-        try:
+        known_nodes = set(self.state.nodes)
+        with collector_paused():
+            bodies, nodes, groups = await self._lists(pods)
+            if nodes is not None:
+                for body in nodes:
+                    self.state.upsert_node(body)
+                forget_missing_nodes(self.state, known_nodes, Listing(nodes, ""))
+            for group in groups or ():
+                self.state.upsert_group(GroupKind(group["kind"]), group)
+            listed = identify(bodies)
+            take_listed(self.state, listed)
+            # Only pods known before the list was asked for can be missing from it for being
+            # deleted: one the watch showed meanwhile may be newer than the list.
+            forget_missing(self.state, known, listed)
+        self._resynced_at, self._due = self.clock(), False
+
+    async def _lists(
+        self, pods: Awaitable[list[dict[str, Any]]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+        """The take-over's lists, all asked for at once: pods, Nodes, groups, and the DRA
+        objects (`ClaimAllocator.resync`: holdings come from the claims, never from
+        memory). Pods and DRA objects that cannot be read raise `ApiError` (missing ones
+        could double-book GPUs); Nodes and groups are None then (the watch is relied on)."""
+        bodies, nodes, groups, _ = await asyncio.gather(
+            pods,
+            _or_none("nodes", self.api.list_nodes()),  # missing nodes only make pods wait
             # A gang whose group the watch has not shown yet is no gang here: its bound pods
             # would not pin it, nor its room go to it first (chaos seed 1401 in gangs mode).
-            for group in await self.api.list_groups():
-                self.state.upsert_group(GroupKind(group["kind"]), group)
-        except ApiError as error:
-            logger.warning("cannot list groups; relying on the watch: %s", error)
-        await self.claims.resync()  # DRA holdings come from the claims, never from memory
-        for body in bodies:
-            self.state.upsert_pod(body)
-        # Only pods known before the list was asked for can be missing from it for being
-        # deleted: one the watch showed meanwhile may be newer than the list.
-        forget_missing(self.state, known, identify(bodies))
-        self._resynced_at = self.clock()
+            _or_none("groups", self.api.list_groups()),
+            self.claims.resync(),
+        )
+        return bodies, nodes, groups
+
+
+async def _or_none(
+    what: str, listing: Awaitable[list[dict[str, Any]]]
+) -> list[dict[str, Any]] | None:
+    try:
+        return await listing
+    except ApiError as error:
+        logger.warning("cannot list %s; relying on the watch: %s", what, error)
+        return None
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while a whole-cluster list is read and
+    reconciled: a list of 40,000 pods is a million dicts and lists, none of which can be
+    garbage while it is read, and the collector walked them several times per resync (2.3
+    of 2.7 CPU seconds at 5,000 nodes). The lists are dropped before it resumes, by
+    reference counting, so it never sees them; whatever cycles other tasks leave meanwhile
+    (a few hundred milliseconds, the request timeout at worst) wait for its next run."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +197,19 @@ def identify(bodies: Iterable[Mapping[str, Any]]) -> list[Listed]:
         uid = str(metadata.get("uid") or "")
         listed.append(Listed(key, uid, str(metadata.get("resourceVersion") or ""), body))
     return listed
+
+
+def take_listed(state: ClusterState, listed: Iterable[Listed]) -> None:
+    """Takes every listed pod but those held at the very version listed (the watch showed
+    them: nothing to parse, nor to fingerprint), for a new leader. Unlike `take_newer`, a
+    version that cannot be ordered is taken: a consistent list is never older than what a
+    replica watched before asking for it, and `ClusterState.upsert_pod` refuses what it
+    knows to be older."""
+    for item in listed:
+        before = state.pods.get(item.key)
+        if before is not None and before.uid == item.uid and item.version == before.version:
+            continue
+        state.upsert_pod(item.body)
 
 
 def take_newer(state: ClusterState, listed: Iterable[Listed]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpusched.scheduler.ports import Listing
+from gpusched.scheduler.ports import ApiError, Listing
 from gpusched.scheduler.resync import (
     RESYNC_SECONDS,
     forget_missing,
@@ -211,3 +211,83 @@ def test_an_older_pod_of_the_name_told_late_never_replaces_its_listed_successor(
     assert "uid-new" not in state.gone
     state.upsert_pod(at(pod("p", 2, node="a", at=(0, 1), uid="uid-new"), 12))
     assert state.pods["default/p"].node == "a"
+
+
+# ----- a new leader's take-over ------------------------------------------------------------
+
+
+class Served:
+    """What the API server lists to a new leader, and how often it was asked for a
+    periodic resync's lists (``cached``)."""
+
+    def __init__(self, api: FakeApi, nodes: list[Body], pods: list[Body]) -> None:
+        self.nodes, self.pods, self.cached = nodes, pods, 0
+        api.list_nodes = self.list_nodes  # type: ignore[method-assign]
+        api.list_pods = self.list_pods  # type: ignore[attr-defined]
+        api.list_cached = self.list_cached  # type: ignore[method-assign]
+
+    async def list_nodes(self) -> list[Body]:
+        return self.nodes
+
+    async def list_pods(self) -> list[Body]:
+        return self.pods
+
+    async def list_cached(self, plural: str) -> Listing:
+        self.cached += 1
+        return Listing(self.pods if plural == "pods" else self.nodes)
+
+
+@pytest.mark.asyncio
+async def test_a_new_leader_drops_a_node_deleted_while_its_watch_was_down_before_deciding() -> None:
+    # b was deleted while the standby's node watch was down: no pod may be bound to it,
+    # not even until the first periodic resync.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    for name in ("a", "b"):
+        scheduler.state.upsert_node(at(node(name, gpus=2), 1))
+    held = at(pod("held", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}), 3)
+    Served(api, [at(node("a", gpus=2), 1)], [held, at(pod("p", 2), 4)])
+    await scheduler.take_leadership(api.list_pods())  # type: ignore[attr-defined]
+    await run_cycle(scheduler)
+    assert sorted(scheduler.state.nodes) == ["a"]
+    assert api.binds == []
+
+
+@pytest.mark.asyncio
+async def test_the_take_over_stands_for_the_resync_the_standbys_first_watch_list_asked_for() -> (
+    None
+):
+    # The standby's watches listed everything when it started (which asks for a resync);
+    # the take-over lists everything again: a second whole-cluster list at once would
+    # only delay the first decisions. Pods the watch showed at the listed version are not
+    # parsed again.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(at(node("a", gpus=4), 1))
+    watched = at(pod("watched", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}), 3)
+    scheduler.pod_changed(watched, listed=True)
+    record = scheduler.state.pods["default/watched"]
+    served = Served(api, [at(node("a", gpus=4), 1)], [watched, at(pod("p", 2), 4)])
+    await scheduler.take_leadership(api.list_pods())  # type: ignore[attr-defined]
+    await run_cycle(scheduler)
+    assert (served.cached, bound_to(api)) == (0, {"default/p": "a"})
+    assert scheduler.state.pods["default/watched"] is record
+    clock.now += RESYNC_SECONDS
+    await run_cycle(scheduler)
+    assert served.cached == 2  # the periodic resync lists pods and nodes as before
+
+
+@pytest.mark.asyncio
+async def test_a_new_leader_that_cannot_list_nodes_keeps_those_it_watched() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(at(node("a", gpus=2), 1))
+    Served(api, [], [at(pod("p", 2), 4)])
+
+    async def unreachable() -> list[Body]:
+        raise ApiError(0, "timeout")
+
+    api.list_nodes = unreachable  # type: ignore[method-assign]
+    await scheduler.take_leadership(api.list_pods())  # type: ignore[attr-defined]
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a"}

@@ -344,6 +344,10 @@ async def test_only_a_leader_with_a_fresh_pod_list_binds() -> None:
         # Bound by the previous leader just before it lost the Lease; our watch missed it.
         return [pod("p", 2), pod("old", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})]
 
+    async def list_nodes() -> list[dict[str, Any]]:
+        return [node("a", gpus=2)]
+
+    api.list_nodes = list_nodes  # type: ignore[method-assign]
     leading[0] = True
     await scheduler.take_leadership(fresh_list())
     await run_cycle(scheduler)
