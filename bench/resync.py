@@ -175,7 +175,7 @@ def measure(nodes: list[Body], pods: list[Body], changed: float, repeat: int) ->
 async def one_take_over(state: ClusterState, api: Served) -> None:
     clock = Clock()
     resync = Resync(state, api, NoClaims(), clock, Background(clock))  # type: ignore[arg-type]
-    await resync.take_over(api.list_pods())
+    await resync.take_over(api.pod_pages())
 
 
 def warm_standby(nodes: list[Body], pods: list[Body]) -> ClusterState:

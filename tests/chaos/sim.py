@@ -16,7 +16,7 @@ import contextlib
 import copy
 import random
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -671,6 +671,14 @@ def fresh_pod_list(world: World) -> list[Body]:
     return [copy.deepcopy(b) for b in world.pods.values()]
 
 
+async def pod_pages(world: World, size: int = 4) -> AsyncIterator[list[Body]]:
+    """The pods as a new leader lists them: one snapshot, read when the first page is asked
+    for, in pages of ``size``."""
+    pods = fresh_pod_list(world)
+    for start in range(0, max(len(pods), 1), size):
+        yield pods[start : start + size]
+
+
 __all__ = [
     "BIND_FAULTS",
     "GPUS_ANNOTATION",
@@ -684,4 +692,5 @@ __all__ = [
     "fresh_pod_list",
     "inline_to_thread",
     "merge_patch",
+    "pod_pages",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -294,21 +294,33 @@ class KubeClusterApi:
         return (await self._pages(path, "", slim)).items
 
     async def _pages(self, path: str, first: str, slim: Slim) -> Listing:
-        """Every object of ``path`` page by page, and the first page's resourceVersion.
-        ``first``: more of the first page's query (later pages carry only the continue
-        token: they continue the first page's snapshot). Each page is ``slim``-med as it
-        comes: a whole list of full bodies was held at once only to be slimmed after."""
+        """Every object of ``path`` (see `_each_page`), and the first page's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        version = None
+        async for page, listed_at in self._each_page(path, first, slim):
+            items += page
+            version = listed_at if version is None else version
+        return Listing(items, version or "")
+
+    async def _each_page(
+        self, path: str, first: str, slim: Slim
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """The pages of the collection ``path``, each with its resourceVersion, and each of
+        its objects ``slim``-med as the page comes (a whole list of full bodies was held
+        only to be slimmed after). ``first``: more of the first page's query (later pages
+        carry only the continue token: they continue the first page's snapshot)."""
         page = await self._request("GET", f"{path}?limit={PAGE_SIZE}{first}")
-        items = _items(page, slim)
-        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
-        while token := str((page.get("metadata") or {}).get("continue") or ""):
+        while True:
+            metadata = page.get("metadata") or {}
+            yield _items(page, slim), str(metadata.get("resourceVersion") or "")
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return
             page = await self._request("GET", f"{path}?limit={PAGE_SIZE}&continue={quote(token)}")
-            items += _items(page, slim)
-        return Listing(items, version)
 
     async def list_cached(self, plural: str) -> Listing:
         """Every pod or Node from the watch cache (``resourceVersion=0``), page by page;
-        pods slimmed as `list_pods` slims them."""
+        pods slimmed as `pod_pages` slims them."""
         slim = slim_pod if plural == "pods" else _unmanage
         return await self._pages(f"/api/v1/{plural}", "&resourceVersion=0", slim)
 
@@ -326,10 +338,11 @@ class KubeClusterApi:
                 groups.append(body)
         return groups
 
-    async def list_pods(self) -> list[dict[str, Any]]:
-        """Every pod of the cluster, for a new leader's resync: what the scheduler reads of
-        each (`slim_pod`)."""
-        return await self._list_all("/api/v1/pods", slim_pod)
+    async def pod_pages(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """Every pod of the cluster, for a new leader's resync, page by page: what the
+        scheduler reads of each (`slim_pod`)."""
+        async for page, _ in self._each_page("/api/v1/pods", "", slim_pod):
+            yield page
 
 
 def _items(page: Mapping[str, Any], slim: Slim) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, Awaitable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +95,7 @@ class Resync:
         finally:
             self._running = False
         listed = identify(pods.items)
-        gone = forget_missing(self.state, known, listed, pods.version)
+        gone = forget_missing(self.state, known, identities(listed), pods.version)
         gone += forget_missing_nodes(self.state, known_nodes, nodes)
         if gone:
             logger.info("deleted while a watch was down: %s", ", ".join(gone))
@@ -108,48 +108,52 @@ class Resync:
         if gone or added or refreshed or changed:
             self.background.wake()
 
-    async def take_over(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
+    async def take_over(self, pods: AsyncIterable[list[dict[str, Any]]]) -> None:
         """Before its first bind, a new leader reconciles what it watched with consistent
-        lists of every pod, Node and group (``pods``: the pods' list, not yet awaited): the
-        watch of a replica that was not acting may lag, and the old leader's last binds must
-        be counted. This stands for the resync a watch's first list asked for
-        (`relisted`): a second one at once would list everything again, on the loop, while
-        the first decisions wait. The collector is paused meanwhile, as for `_resync`: the
-        standby's heap is not frozen yet, and collections walking it took most of the time
-        the lists' decoding took."""
+        lists of every pod, Node and group (``pods``: the pods' list, page by page, not yet
+        asked for): the watch of a replica that was not acting may lag, and the old
+        leader's last binds must be counted. This stands for the resync a watch's first
+        list asked for (`relisted`): a second one at once would list everything again, on
+        the loop, while the first decisions wait. The collector is paused meanwhile, as for
+        `_resync`: the standby's heap is not frozen yet, and collections walking it took
+        most of the time the lists' decoding took.
+
+        The lists are asked for at once. Pods and DRA objects that cannot be read raise
+        `ApiError` (missing ones could double-book GPUs); Nodes and groups that cannot be
+        read are left to the watch."""
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
         with collector_paused():
-            bodies, nodes, groups = await self._lists(pods)
+            nodes, groups, *_ = await asyncio.gather(
+                _or_none("nodes", self.api.list_nodes()),  # missing ones only make pods wait
+                # A gang whose group the watch has not shown yet is no gang here: its bound
+                # pods would not pin it, nor its room go to it first (chaos seed 1401 in
+                # gangs mode).
+                _or_none("groups", self.api.list_groups()),
+                self.claims.resync(),  # DRA holdings come from the claims, never from memory
+                self._take_pods(pods, known),
+            )
             if nodes is not None:
                 for body in nodes:
                     self.state.upsert_node(body)
                 forget_missing_nodes(self.state, known_nodes, Listing(nodes, ""))
             for group in groups or ():
                 self.state.upsert_group(GroupKind(group["kind"]), group)
-            listed = identify(bodies)
-            take_listed(self.state, listed)
-            # Only pods known before the list was asked for can be missing from it for being
-            # deleted: one the watch showed meanwhile may be newer than the list.
-            forget_missing(self.state, known, listed)
         self._resynced_at, self._due = self.clock(), False
 
-    async def _lists(
-        self, pods: Awaitable[list[dict[str, Any]]]
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
-        """The take-over's lists, all asked for at once: pods, Nodes, groups, and the DRA
-        objects (`ClaimAllocator.resync`: holdings come from the claims, never from
-        memory). Pods and DRA objects that cannot be read raise `ApiError` (missing ones
-        could double-book GPUs); Nodes and groups are None then (the watch is relied on)."""
-        bodies, nodes, groups, _ = await asyncio.gather(
-            pods,
-            _or_none("nodes", self.api.list_nodes()),  # missing nodes only make pods wait
-            # A gang whose group the watch has not shown yet is no gang here: its bound pods
-            # would not pin it, nor its room go to it first (chaos seed 1401 in gangs mode).
-            _or_none("groups", self.api.list_groups()),
-            self.claims.resync(),
-        )
-        return bodies, nodes, groups
+    async def _take_pods(
+        self, pages: AsyncIterable[list[dict[str, Any]]], known: Mapping[str, str]
+    ) -> None:
+        """Takes each page in as it comes (`take_listed`), so that the whole list is never
+        held at once, then forgets the pods of ``known`` that none of the pages had: only
+        pods known before the list was asked for can be missing from it for being deleted
+        (one the watch showed meanwhile may be newer than the list)."""
+        present: set[tuple[str, str]] = set()
+        async for page in pages:
+            listed = identify(page)
+            take_listed(self.state, listed)
+            present.update(identities(listed))
+        forget_missing(self.state, known, present)
 
 
 async def _or_none(
@@ -266,18 +270,23 @@ def newer_than(version: str, listed_at: str) -> bool:
     return version.isdigit() and listed_at.isdigit() and int(version) > int(listed_at)
 
 
+def identities(listed: Iterable[Listed]) -> set[tuple[str, str]]:
+    """The (key, uid) of each listed pod, for `forget_missing`."""
+    return {(item.key, item.uid) for item in listed}
+
+
 def forget_missing(
     state: ClusterState,
     known: Mapping[str, str],
-    listed: Iterable[Listed],
+    present: Collection[tuple[str, str]],
     listed_at: str = "",
 ) -> list[str]:
     """Deletes the pods of ``known`` (key → uid, taken before the list was read) that the
-    list no longer has, and returns their keys. A pod that appeared after ``known`` was
+    list no longer has (``present``: the `identities` of what it has), and returns their
+    keys. A pod that appeared after ``known`` was
     taken, or that we hold at a version newer than the list (``listed_at``: a list from the
     watch cache may be behind our watch), may be missing from it for that reason alone, so
     only the others are candidates."""
-    present = {(item.key, item.uid) for item in listed}
     gone = [
         key
         for key, uid in known.items()

@@ -4,6 +4,7 @@ something newer than the list."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from gpusched.scheduler.resync import (
     forget_missing,
     forget_missing_nodes,
     identify,
+    identities,
     take_newer,
     take_nodes,
     take_unseen,
@@ -124,7 +126,7 @@ def test_a_list_reconciles_the_pods_it_can_vouch_for(case: Case) -> None:
     for key, uid in case.deleted:
         state.delete_pod(key, uid)
     version, listed = str(case.listed_at), identify(case.listed)
-    forget_missing(state, known, listed, version)
+    forget_missing(state, known, identities(listed), version)
     take_unseen(state, listed, version)
     take_newer(state, listed)
     assert {key: record.uid for key, record in state.pods.items()} == case.want_pods
@@ -223,14 +225,14 @@ class Served:
     def __init__(self, api: FakeApi, nodes: list[Body], pods: list[Body]) -> None:
         self.nodes, self.pods, self.cached = nodes, pods, 0
         api.list_nodes = self.list_nodes  # type: ignore[method-assign]
-        api.list_pods = self.list_pods  # type: ignore[attr-defined]
         api.list_cached = self.list_cached  # type: ignore[method-assign]
 
     async def list_nodes(self) -> list[Body]:
         return self.nodes
 
-    async def list_pods(self) -> list[Body]:
-        return self.pods
+    async def pod_pages(self) -> AsyncIterator[list[Body]]:
+        for body in self.pods:
+            yield [body]  # one pod a page
 
     async def list_cached(self, plural: str) -> Listing:
         self.cached += 1
@@ -246,8 +248,8 @@ async def test_a_new_leader_drops_a_node_deleted_while_its_watch_was_down_before
     for name in ("a", "b"):
         scheduler.state.upsert_node(at(node(name, gpus=2), 1))
     held = at(pod("held", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}), 3)
-    Served(api, [at(node("a", gpus=2), 1)], [held, at(pod("p", 2), 4)])
-    await scheduler.take_leadership(api.list_pods())  # type: ignore[attr-defined]
+    served = Served(api, [at(node("a", gpus=2), 1)], [held, at(pod("p", 2), 4)])
+    await scheduler.take_leadership(served.pod_pages())
     await run_cycle(scheduler)
     assert sorted(scheduler.state.nodes) == ["a"]
     assert api.binds == []
@@ -268,7 +270,7 @@ async def test_the_take_over_stands_for_the_resync_the_standbys_first_watch_list
     scheduler.pod_changed(watched, listed=True)
     record = scheduler.state.pods["default/watched"]
     served = Served(api, [at(node("a", gpus=4), 1)], [watched, at(pod("p", 2), 4)])
-    await scheduler.take_leadership(api.list_pods())  # type: ignore[attr-defined]
+    await scheduler.take_leadership(served.pod_pages())
     await run_cycle(scheduler)
     assert (served.cached, bound_to(api)) == (0, {"default/p": "a"})
     assert scheduler.state.pods["default/watched"] is record
@@ -282,12 +284,12 @@ async def test_a_new_leader_that_cannot_list_nodes_keeps_those_it_watched() -> N
     api, clock = FakeApi(), Clock()
     scheduler = service(api, clock)
     scheduler.state.upsert_node(at(node("a", gpus=2), 1))
-    Served(api, [], [at(pod("p", 2), 4)])
+    served = Served(api, [], [at(pod("p", 2), 4)])
 
     async def unreachable() -> list[Body]:
         raise ApiError(0, "timeout")
 
     api.list_nodes = unreachable  # type: ignore[method-assign]
-    await scheduler.take_leadership(api.list_pods())  # type: ignore[attr-defined]
+    await scheduler.take_leadership(served.pod_pages())
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/p": "a"}

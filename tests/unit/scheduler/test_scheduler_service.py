@@ -6,6 +6,7 @@ the cases that need exact control of timing and failures."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -340,9 +341,10 @@ async def test_only_a_leader_with_a_fresh_pod_list_binds() -> None:
     await run_cycle(scheduler)
     assert (api.binds, api.statuses, api.events) == ([], [], [])
 
-    async def fresh_list() -> list[dict[str, Any]]:
+    async def fresh_list() -> AsyncIterator[list[dict[str, Any]]]:
         # Bound by the previous leader just before it lost the Lease; our watch missed it.
-        return [pod("p", 2), pod("old", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})]
+        yield [pod("p", 2)]
+        yield [pod("old", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})]
 
     async def list_nodes() -> list[dict[str, Any]]:
         return [node("a", gpus=2)]

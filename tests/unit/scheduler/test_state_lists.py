@@ -76,7 +76,7 @@ async def test_pods_are_listed_in_pages_following_the_continue_token() -> None:
             {"items": [whole("q", "2")], "metadata": {}},
         ]
     )
-    listed = await api.list_pods()
+    listed = [pod async for page in api.pod_pages() for pod in page]
     assert [p["metadata"]["name"] for p in listed] == ["p", "q"]
     assert all("managedFields" not in p["metadata"] for p in listed)
     assert api.asked == ["/api/v1/pods?limit=500", "/api/v1/pods?limit=500&continue=next%2Bpage"]
