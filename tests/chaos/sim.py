@@ -533,10 +533,19 @@ class ChaosApi:
             raise ApiError(0, "timeout")
         return [copy.deepcopy(b) for b in self.world.groups.values()]
 
-    async def list_cached(self, plural: str) -> Listing:
-        """The watch cache's list: the world as it is (``resourceVersion=0``)."""
+    async def cached_pages(self, plural: str, size: int = 4) -> AsyncIterator[Listing]:
+        """The watch cache's list (``resourceVersion=0``): the world as it is when the first
+        page is asked for, in pages of ``size``, each a request of its own (latency, and a
+        timeout that may cut the list short)."""
         items = await (self.list_pods() if plural == "pods" else self.list_nodes())
-        return Listing(items, str(self.world.version))
+        version = str(self.world.version)
+        for start in range(0, max(len(items), 1), size):
+            if start:
+                await self.faults.latency()
+                await self._gate()
+                if self.faults.pick(("list-0",), self.faults.other_rate):
+                    raise ApiError(0, "timeout")
+            yield Listing(items[start : start + size], version)
 
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         await self._gate()

@@ -43,7 +43,7 @@ def _patch_status(obj: ObjectRef) -> _Call:
     return lambda api: api.patch_status(obj, {})
 
 
-async def _drained(pages: AsyncIterator[list[dict[str, Any]]]) -> None:
+async def _drained(pages: AsyncIterator[object]) -> None:
     async for _ in pages:
         pass
 
@@ -72,7 +72,10 @@ CALLS: dict[str, list[_Call]] = {
     "pod_pages": [lambda api: _drained(api.pod_pages())],
     "list_nodes": [lambda api: api.list_nodes()],
     "list_groups": [lambda api: api.list_groups()],
-    "list_cached": [lambda api: api.list_cached("pods"), lambda api: api.list_cached("nodes")],
+    "cached_pages": [
+        lambda api: _drained(api.cached_pages("pods")),
+        lambda api: _drained(api.cached_pages("nodes")),
+    ],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
 NOT_REQUESTS = {"close"}

@@ -318,11 +318,17 @@ class KubeClusterApi:
                 return
             page = await self._request("GET", f"{path}?limit={PAGE_SIZE}&continue={quote(token)}")
 
-    async def list_cached(self, plural: str) -> Listing:
-        """Every pod or Node from the watch cache (``resourceVersion=0``), page by page;
-        pods slimmed as `pod_pages` slims them."""
+    async def cached_pages(self, plural: str) -> AsyncIterator[Listing]:
+        """Every pod or Node from the watch cache (``resourceVersion=0``), page by page,
+        each with the first page's resourceVersion; pods slimmed as `pod_pages` slims
+        them."""
         slim = slim_pod if plural == "pods" else _unmanage
-        return await self._pages(f"/api/v1/{plural}", "&resourceVersion=0", slim)
+        version = None
+        async for page, listed_at in self._each_page(
+            f"/api/v1/{plural}", "&resourceVersion=0", slim
+        ):
+            version = listed_at if version is None else version
+            yield Listing(page, version)
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         """Every Node of the cluster, for the leader's resync, without managed fields."""

@@ -115,7 +115,8 @@ class ClusterApi(Protocol):
         """Every PodGroup and CompositePodGroup of the cluster (a new leader's first step:
         its group watch may lag, and a gang it does not know is no gang to it)."""
 
-    async def list_cached(self, plural: str) -> Listing:
+    def cached_pages(self, plural: str) -> AsyncIterator[Listing]:
         """Every pod (``"pods"``) or Node (``"nodes"``) as the API server's watch cache holds
-        them (``resourceVersion=0``): no read of etcd, so cheap to repeat, but perhaps a
-        little behind what a watch has shown (the periodic resync)."""
+        them (``resourceVersion=0``), page by page, each page with the list's
+        resourceVersion: no read of etcd, so cheap to repeat, but perhaps a little behind
+        what a watch has shown (the periodic resync)."""

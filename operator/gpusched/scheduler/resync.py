@@ -8,7 +8,7 @@ import gc
 import logging
 from collections.abc import AsyncIterable, Awaitable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.engine.groups import GroupKind
@@ -85,28 +85,44 @@ class Resync:
         list is ever replaced or dropped by it."""
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
+        pods, nodes = Reading(), Reading()
         try:
-            pods = await self.api.list_cached("pods")
-            nodes = await self.api.list_cached("nodes")
+            async for page in self.api.cached_pages("pods"):
+                self._take_pods_page(pods, page)
+            async for page in self.api.cached_pages("nodes"):
+                nodes.version = nodes.version or page.version
+                nodes.present.update((name_of(body), "") for body in page.items)
+                nodes.taken += take_nodes(self.state, page.items)
         except ApiError as error:
             logger.warning("cannot list pods and nodes to reconcile the cache: %s", error)
             self._due = True
             return
         finally:
             self._running = False
-        listed = identify(pods.items)
-        gone = forget_missing(self.state, known, identities(listed), pods.version)
-        gone += forget_missing_nodes(self.state, known_nodes, nodes)
+        gone = forget_missing(self.state, known, pods.present, pods.version)
+        names = {name for name, _ in nodes.present}
+        gone += forget_missing_nodes(self.state, known_nodes, names, nodes.version)
+        forget_unlisted(self._unusable, pods.present)
         if gone:
             logger.info("deleted while a watch was down: %s", ", ".join(gone))
-        if added := take_unseen(self.state, listed, pods.version, self._unusable):
-            logger.info("created while a watch was down: %s", ", ".join(added))
-        if refreshed := take_newer(self.state, listed):
-            logger.info("changed without a watch event reaching us: %s", ", ".join(refreshed))
-        if changed := take_nodes(self.state, nodes.items):
-            logger.info("nodes the watch did not show as they are: %s", ", ".join(changed))
-        if gone or added or refreshed or changed:
+        if pods.taken:
+            logger.info("created while a watch was down: %s", ", ".join(pods.taken))
+        if pods.refreshed:
+            logger.info("changed without a watch event reaching us: %s", ", ".join(pods.refreshed))
+        if nodes.taken:
+            logger.info("nodes the watch did not show as they are: %s", ", ".join(nodes.taken))
+        if gone or pods.taken or pods.refreshed or nodes.taken:
             self.background.wake()
+
+    def _take_pods_page(self, pods: Reading, page: Listing) -> None:
+        """Takes one page of the pods' list in as it comes, so that the whole list is never
+        held at once (115 MB at 40,000 pods, every period): forgetting what it lacks waits
+        for the last page."""
+        pods.version = pods.version or page.version
+        listed = identify(page.items)
+        pods.present.update(identities(listed))
+        pods.taken += take_unseen(self.state, listed, pods.version, self._unusable)
+        pods.refreshed += take_newer(self.state, listed)
 
     async def take_over(self, pods: AsyncIterable[list[dict[str, Any]]]) -> None:
         """Before its first bind, a new leader reconciles what it watched with consistent
@@ -136,7 +152,7 @@ class Resync:
             if nodes is not None:
                 for body in nodes:
                     self.state.upsert_node(body)
-                forget_missing_nodes(self.state, known_nodes, Listing(nodes, ""))
+                forget_missing_nodes(self.state, known_nodes, {name_of(b) for b in nodes})
             for group in groups or ():
                 self.state.upsert_group(GroupKind(group["kind"]), group)
         self._resynced_at, self._due = self.clock(), False
@@ -181,6 +197,21 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@dataclass(slots=True)
+class Reading:
+    """What a resync has taken from the pages of one kind's list so far."""
+
+    version: str = ""
+    """The list's resourceVersion (its first page's)."""
+    present: set[tuple[str, str]] = field(default_factory=set)
+    """(key, uid) of each pod listed, or (name, "") of each Node."""
+    taken: list[str] = field(default_factory=list)
+    """Keys of the pods (names of the Nodes) taken because the cache lacked them, or held
+    them at an older version (Nodes)."""
+    refreshed: list[str] = field(default_factory=list)
+    """Keys of the known pods taken at a newer version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,9 +274,7 @@ def take_unseen(
     that do not parse): they are not parsed, nor reported, again until they change."""
     taken = []
     unusable = {} if unusable is None else unusable
-    uids: set[str] = set()
     for item in listed:
-        uids.add(item.uid)
         before = state.pods.get(item.key)
         if item.uid in state.gone or (before is not None and before.uid == item.uid):
             continue
@@ -258,9 +287,14 @@ def take_unseen(
             taken.append(item.key)
         elif item.uid:
             unusable[item.uid] = item.version
-    for uid in unusable.keys() - uids:
-        del unusable[uid]  # gone: never listed again
     return taken
+
+
+def forget_unlisted(unusable: dict[str, str], present: Iterable[tuple[str, str]]) -> None:
+    """Forgets the refused pods of ``unusable`` (see `take_unseen`) that a whole list no
+    longer has (``present``: the `identities` of what it has): gone, never listed again."""
+    for uid in unusable.keys() - {uid for _, uid in present}:
+        del unusable[uid]
 
 
 def newer_than(version: str, listed_at: str) -> bool:
@@ -300,16 +334,18 @@ def forget_missing(
     return gone
 
 
-def forget_missing_nodes(state: ClusterState, known: Iterable[str], listing: Listing) -> list[str]:
-    """Deletes the nodes of ``known`` (names taken before ``listing`` was read) that it no
-    longer has, unless we hold them at a version newer than it; returns their names."""
-    listed = {name_of(b) for b in listing.items}
+def forget_missing_nodes(
+    state: ClusterState, known: Iterable[str], listed: Collection[str], listed_at: str = ""
+) -> list[str]:
+    """Deletes the nodes of ``known`` (names taken before the list was read) that it no
+    longer has (``listed``: the names it has), unless we hold them at a version newer than
+    the list (``listed_at``); returns their names."""
     gone = sorted(
         name
         for name in known
         if name not in listed
         and name in state.nodes
-        and not newer_than(state.node_versions.get(name, ""), listing.version)
+        and not newer_than(state.node_versions.get(name, ""), listed_at)
     )
     for name in gone:
         state.delete_node(name)

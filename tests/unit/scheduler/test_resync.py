@@ -15,6 +15,7 @@ from gpusched.scheduler.resync import (
     RESYNC_SECONDS,
     forget_missing,
     forget_missing_nodes,
+    forget_unlisted,
     identify,
     identities,
     take_newer,
@@ -145,7 +146,8 @@ def test_a_listed_node_is_taken_only_when_unknown_or_newer_and_dropped_only_when
     relabelled = at(node("stale", labels={"team": "vision"}), 9)
     listing = Listing([at(node("watched-later"), 7), relabelled, at(node("new"), 8)], "10")
     known = set(state.nodes)
-    assert forget_missing_nodes(state, known, listing) == ["deleted"]
+    names = {body["metadata"]["name"] for body in listing.items}
+    assert forget_missing_nodes(state, known, names, listing.version) == ["deleted"]
     assert take_nodes(state, listing.items) == ["stale", "new"]
     assert sorted(state.nodes) == ["added-after-list", "new", "stale", "watched-later"]
     assert state.node_versions["watched-later"] == "12"  # the list's 7 is older
@@ -165,7 +167,7 @@ def test_a_foreign_pod_that_does_not_parse_is_reported_once_per_version(
         "ignoring pod default/x: Pod default/x: spec.containers: Input should be a valid list"
     ]
     assert unusable == {"uid-x": "5"}
-    take_unseen(state, [], "9", unusable)
+    forget_unlisted(unusable, identities([]))
     assert unusable == {}  # gone from the list: forgotten
 
 
@@ -225,7 +227,7 @@ class Served:
     def __init__(self, api: FakeApi, nodes: list[Body], pods: list[Body]) -> None:
         self.nodes, self.pods, self.cached = nodes, pods, 0
         api.list_nodes = self.list_nodes  # type: ignore[method-assign]
-        api.list_cached = self.list_cached  # type: ignore[method-assign]
+        api.cached_pages = self.cached_pages  # type: ignore[method-assign]
 
     async def list_nodes(self) -> list[Body]:
         return self.nodes
@@ -234,9 +236,9 @@ class Served:
         for body in self.pods:
             yield [body]  # one pod a page
 
-    async def list_cached(self, plural: str) -> Listing:
+    async def cached_pages(self, plural: str) -> AsyncIterator[Listing]:
         self.cached += 1
-        return Listing(self.pods if plural == "pods" else self.nodes)
+        yield Listing(self.pods if plural == "pods" else self.nodes)
 
 
 @pytest.mark.asyncio
