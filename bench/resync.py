@@ -99,7 +99,7 @@ class Served(KubeClusterApi):
 
     def __init__(self, nodes: list[Body], pods: list[Body], version: str) -> None:
         super().__init__(None)  # type: ignore[arg-type]
-        self.pages = {"nodes": paged(nodes, version), "pods": paged(pods, version)}
+        self.answers = {"nodes": paged(nodes, version), "pods": paged(pods, version)}
         self.decoding = 0.0
 
     async def _request(
@@ -107,7 +107,7 @@ class Served(KubeClusterApi):
     ) -> dict[str, Any]:
         collection, _, query = path.partition("?")
         plural = collection.rsplit("/", 1)[-1]
-        pages = self.pages.get(plural)
+        pages = self.answers.get(plural)
         if pages is None:
             return {"metadata": {}, "items": []}
         token = dict(part.split("=", 1) for part in query.split("&")).get("continue", "0")
@@ -188,7 +188,7 @@ def traced_peak(run: Callable[[], object]) -> float:
 async def one_take_over(state: ClusterState, api: Served) -> None:
     clock = Clock()
     resync = Resync(state, api, NoClaims(), clock, Background(clock))  # type: ignore[arg-type]
-    await resync.take_over(api.pod_pages())
+    await resync.take_over(api.pages("pods"))
 
 
 def warm_standby(nodes: list[Body], pods: list[Body]) -> ClusterState:

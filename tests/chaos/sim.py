@@ -533,10 +533,12 @@ class ChaosApi:
             raise ApiError(0, "timeout")
         return [copy.deepcopy(b) for b in self.world.groups.values()]
 
-    async def cached_pages(self, plural: str, size: int = 4) -> AsyncIterator[Listing]:
-        """The watch cache's list (``resourceVersion=0``): the world as it is when the first
-        page is asked for, in pages of ``size``, each a request of its own (latency, and a
-        timeout that may cut the list short)."""
+    async def pages(
+        self, plural: str, *, cached: bool = False, size: int = 4
+    ) -> AsyncIterator[Listing]:
+        """A list, consistent or from the watch cache alike: the world as it is when the
+        first page is asked for, in pages of ``size``, each a request of its own (latency,
+        and a timeout that may cut the list short)."""
         items = await (self.list_pods() if plural == "pods" else self.list_nodes())
         version = str(self.world.version)
         for start in range(0, max(len(items), 1), size):
@@ -680,12 +682,12 @@ def fresh_pod_list(world: World) -> list[Body]:
     return [copy.deepcopy(b) for b in world.pods.values()]
 
 
-async def pod_pages(world: World, size: int = 4) -> AsyncIterator[list[Body]]:
-    """The pods as a new leader lists them: one snapshot, read when the first page is asked
-    for, in pages of ``size``."""
-    pods = fresh_pod_list(world)
+async def pod_pages(world: World, size: int = 4) -> AsyncIterator[Listing]:
+    """The pods as a new leader lists them, without faults: one snapshot, read when the
+    first page is asked for, in pages of ``size``."""
+    pods, version = fresh_pod_list(world), str(world.version)
     for start in range(0, max(len(pods), 1), size):
-        yield pods[start : start + size]
+        yield Listing(pods[start : start + size], version)
 
 
 __all__ = [

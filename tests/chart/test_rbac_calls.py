@@ -69,13 +69,13 @@ CALLS: dict[str, list[_Call]] = {
     "get_lease": [lambda api: api.get_lease("gpusched-system", "gpusched")],
     "create_lease": [lambda api: api.create_lease("gpusched-system", {})],
     "replace_lease": [lambda api: api.replace_lease("gpusched-system", "gpusched", {})],
-    "pod_pages": [lambda api: _drained(api.pod_pages())],
-    "list_nodes": [lambda api: api.list_nodes()],
-    "list_groups": [lambda api: api.list_groups()],
-    "cached_pages": [
-        lambda api: _drained(api.cached_pages("pods")),
-        lambda api: _drained(api.cached_pages("nodes")),
+    "pages": [
+        lambda api: _drained(api.pages("pods")),
+        lambda api: _drained(api.pages("nodes")),
+        lambda api: _drained(api.pages("pods", cached=True)),
+        lambda api: _drained(api.pages("nodes", cached=True)),
     ],
+    "list_groups": [lambda api: api.list_groups()],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
 NOT_REQUESTS = {"close"}

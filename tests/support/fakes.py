@@ -91,9 +91,9 @@ class FakeApi:
     async def list_groups(self) -> list[dict[str, Any]]:
         return []
 
-    async def cached_pages(self, plural: str) -> AsyncIterator[Listing]:
+    async def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
         """What the test's ``list_pods`` (set on the instance) or `list_nodes` answers, as
-        one page."""
+        one page, from the watch cache or not."""
         lister = self.list_pods if plural == "pods" else self.list_nodes  # type: ignore[attr-defined]
         yield Listing(await lister())
 

@@ -318,21 +318,16 @@ class KubeClusterApi:
                 return
             page = await self._request("GET", f"{path}?limit={PAGE_SIZE}&continue={quote(token)}")
 
-    async def cached_pages(self, plural: str) -> AsyncIterator[Listing]:
-        """Every pod or Node from the watch cache (``resourceVersion=0``), page by page,
-        each with the first page's resourceVersion; pods slimmed as `pod_pages` slims
-        them."""
+    async def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        """Every pod or Node, page by page (`_each_page`), each page with the first page's
+        resourceVersion: pods with what the scheduler reads of them (`slim_pod`), Nodes
+        without managed fields. ``cached``: from the watch cache (``resourceVersion=0``)."""
         slim = slim_pod if plural == "pods" else _unmanage
+        query = "&resourceVersion=0" if cached else ""
         version = None
-        async for page, listed_at in self._each_page(
-            f"/api/v1/{plural}", "&resourceVersion=0", slim
-        ):
+        async for page, listed_at in self._each_page(f"/api/v1/{plural}", query, slim):
             version = listed_at if version is None else version
             yield Listing(page, version)
-
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every Node of the cluster, for the leader's resync, without managed fields."""
-        return await self._list_all("/api/v1/nodes", _unmanage)
 
     async def list_groups(self) -> list[dict[str, Any]]:
         """Every PodGroup and CompositePodGroup of the cluster, without managed fields (each
@@ -343,12 +338,6 @@ class KubeClusterApi:
                 body.setdefault("kind", kind)
                 groups.append(body)
         return groups
-
-    async def pod_pages(self) -> AsyncIterator[list[dict[str, Any]]]:
-        """Every pod of the cluster, for a new leader's resync, page by page: what the
-        scheduler reads of each (`slim_pod`)."""
-        async for page, _ in self._each_page("/api/v1/pods", "", slim_pod):
-            yield page
 
 
 def _items(page: Mapping[str, Any], slim: Slim) -> list[dict[str, Any]]:

@@ -103,20 +103,14 @@ class ClusterApi(Protocol):
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         """Creates one of our custom objects (ApiError 409 when it exists)."""
 
-    def pod_pages(self) -> AsyncIterator[list[dict[str, Any]]]:
-        """Every pod of the cluster, a consistent read (a new leader's first step), page by
-        page: the pages of one list, which the caller takes in one at a time rather than
-        holding them all (43 MB at 15,000 pods)."""
-
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every Node of the cluster (a new leader's first step)."""
+    def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        """Every pod (``"pods"``) or Node (``"nodes"``) of the cluster, page by page: the
+        pages of one list, each with the list's resourceVersion, which the caller takes in
+        one at a time rather than holding them all (43 MB at 15,000 pods). A consistent
+        read (a new leader's first step); ``cached``: as the API server's watch cache holds
+        them (``resourceVersion=0``), cheap to repeat but perhaps a little behind what a
+        watch has shown (the periodic resync)."""
 
     async def list_groups(self) -> list[dict[str, Any]]:
         """Every PodGroup and CompositePodGroup of the cluster (a new leader's first step:
         its group watch may lag, and a gang it does not know is no gang to it)."""
-
-    def cached_pages(self, plural: str) -> AsyncIterator[Listing]:
-        """Every pod (``"pods"``) or Node (``"nodes"``) as the API server's watch cache holds
-        them (``resourceVersion=0``), page by page, each page with the list's
-        resourceVersion: no read of etcd, so cheap to repeat, but perhaps a little behind
-        what a watch has shown (the periodic resync)."""

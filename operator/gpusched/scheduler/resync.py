@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterable, Awaitable, Collection, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,9 +87,9 @@ class Resync:
         known_nodes = set(self.state.nodes)
         pods, nodes = Reading(), Reading()
         try:
-            async for page in self.api.cached_pages("pods"):
+            async for page in self.api.pages("pods", cached=True):
                 self._take_pods_page(pods, page)
-            async for page in self.api.cached_pages("nodes"):
+            async for page in self.api.pages("nodes", cached=True):
                 nodes.version = nodes.version or page.version
                 nodes.present.update((name_of(body), "") for body in page.items)
                 nodes.taken += take_nodes(self.state, page.items)
@@ -124,7 +124,7 @@ class Resync:
         pods.taken += take_unseen(self.state, listed, pods.version, self._unusable)
         pods.refreshed += take_newer(self.state, listed)
 
-    async def take_over(self, pods: AsyncIterable[list[dict[str, Any]]]) -> None:
+    async def take_over(self, pods: AsyncIterable[Listing]) -> None:
         """Before its first bind, a new leader reconciles what it watched with consistent
         lists of every pod, Node and group (``pods``: the pods' list, page by page, not yet
         asked for): the watch of a replica that was not acting may lag, and the old
@@ -140,46 +140,53 @@ class Resync:
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
         with collector_paused():
-            nodes, groups, *_ = await asyncio.gather(
-                _or_none("nodes", self.api.list_nodes()),  # missing ones only make pods wait
-                # A gang whose group the watch has not shown yet is no gang here: its bound
-                # pods would not pin it, nor its room go to it first (chaos seed 1401 in
-                # gangs mode).
-                _or_none("groups", self.api.list_groups()),
+            groups, *_ = await asyncio.gather(
+                self._groups(),
                 self.claims.resync(),  # DRA holdings come from the claims, never from memory
+                self._take_nodes(known_nodes),
                 self._take_pods(pods, known),
             )
-            if nodes is not None:
-                for body in nodes:
-                    self.state.upsert_node(body)
-                forget_missing_nodes(self.state, known_nodes, {name_of(b) for b in nodes})
-            for group in groups or ():
+            for group in groups:
                 self.state.upsert_group(GroupKind(group["kind"]), group)
         self._resynced_at, self._due = self.clock(), False
 
-    async def _take_pods(
-        self, pages: AsyncIterable[list[dict[str, Any]]], known: Mapping[str, str]
-    ) -> None:
+    async def _take_pods(self, pages: AsyncIterable[Listing], known: Mapping[str, str]) -> None:
         """Takes each page in as it comes (`take_listed`), so that the whole list is never
         held at once, then forgets the pods of ``known`` that none of the pages had: only
         pods known before the list was asked for can be missing from it for being deleted
         (one the watch showed meanwhile may be newer than the list)."""
         present: set[tuple[str, str]] = set()
         async for page in pages:
-            listed = identify(page)
+            listed = identify(page.items)
             take_listed(self.state, listed)
             present.update(identities(listed))
         forget_missing(self.state, known, present)
 
+    async def _take_nodes(self, known: Collection[str]) -> None:
+        """Takes each page of a consistent list of Nodes in as it comes, then forgets those
+        of ``known`` (held before it was asked for) that it lacked: deleted while the watch
+        was down. Nodes that cannot be listed are left to the watch: missing ones only make
+        pods wait."""
+        listed: set[str] = set()
+        try:
+            async for page in self.api.pages("nodes"):
+                for body in page.items:
+                    self.state.upsert_node(body)  # an unchanged version is not parsed again
+                    listed.add(name_of(body))
+        except ApiError as error:
+            logger.warning("cannot list nodes; relying on the watch: %s", error)
+            return
+        forget_missing_nodes(self.state, known, listed)
 
-async def _or_none(
-    what: str, listing: Awaitable[list[dict[str, Any]]]
-) -> list[dict[str, Any]] | None:
-    try:
-        return await listing
-    except ApiError as error:
-        logger.warning("cannot list %s; relying on the watch: %s", what, error)
-        return None
+    async def _groups(self) -> list[dict[str, Any]]:
+        """Every group, for a new leader: a gang whose group the watch has not shown yet is
+        no gang here, its bound pods would not pin it, nor its room go to it first (chaos
+        seed 1401 in gangs mode). Groups that cannot be listed are left to the watch."""
+        try:
+            return await self.api.list_groups()
+        except ApiError as error:
+            logger.warning("cannot list groups; relying on the watch: %s", error)
+            return []
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop
-from gpusched.scheduler.ports import ApiError, ClusterApi
+from gpusched.scheduler.ports import ApiError, ClusterApi, Listing
 from gpusched.scheduler.records import name_of
 from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
@@ -108,7 +108,7 @@ class Scheduler:
     def lost_leadership(self) -> None:
         self.leadership.lost()
 
-    async def take_leadership(self, pods: AsyncIterable[list[dict[str, Any]]]) -> None:
+    async def take_leadership(self, pods: AsyncIterable[Listing]) -> None:
         """Reads the cluster afresh (``pods``: the list of every pod, page by page), then
         acts."""
         await self.resync.take_over(pods)
@@ -123,7 +123,7 @@ class Scheduler:
         delay, longest = LIST_RETRY_SECONDS
         while True:
             try:
-                await self.take_leadership(self.api.pod_pages())
+                await self.take_leadership(self.api.pages("pods"))
                 logger.info("leading: pods and nodes listed, scheduling")
                 return
             except ApiError as error:

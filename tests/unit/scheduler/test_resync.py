@@ -226,19 +226,12 @@ class Served:
 
     def __init__(self, api: FakeApi, nodes: list[Body], pods: list[Body]) -> None:
         self.nodes, self.pods, self.cached = nodes, pods, 0
-        api.list_nodes = self.list_nodes  # type: ignore[method-assign]
-        api.cached_pages = self.cached_pages  # type: ignore[method-assign]
+        api.pages = self.pages  # type: ignore[method-assign]
 
-    async def list_nodes(self) -> list[Body]:
-        return self.nodes
-
-    async def pod_pages(self) -> AsyncIterator[list[Body]]:
-        for body in self.pods:
-            yield [body]  # one pod a page
-
-    async def cached_pages(self, plural: str) -> AsyncIterator[Listing]:
-        self.cached += 1
-        yield Listing(self.pods if plural == "pods" else self.nodes)
+    async def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        self.cached += cached
+        for body in self.pods if plural == "pods" else self.nodes:
+            yield Listing([body])  # one object a page
 
 
 @pytest.mark.asyncio
@@ -251,7 +244,7 @@ async def test_a_new_leader_drops_a_node_deleted_while_its_watch_was_down_before
         scheduler.state.upsert_node(at(node(name, gpus=2), 1))
     held = at(pod("held", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}), 3)
     served = Served(api, [at(node("a", gpus=2), 1)], [held, at(pod("p", 2), 4)])
-    await scheduler.take_leadership(served.pod_pages())
+    await scheduler.take_leadership(served.pages("pods"))
     await run_cycle(scheduler)
     assert sorted(scheduler.state.nodes) == ["a"]
     assert api.binds == []
@@ -272,7 +265,7 @@ async def test_the_take_over_stands_for_the_resync_the_standbys_first_watch_list
     scheduler.pod_changed(watched, listed=True)
     record = scheduler.state.pods["default/watched"]
     served = Served(api, [at(node("a", gpus=4), 1)], [watched, at(pod("p", 2), 4)])
-    await scheduler.take_leadership(served.pod_pages())
+    await scheduler.take_leadership(served.pages("pods"))
     await run_cycle(scheduler)
     assert (served.cached, bound_to(api)) == (0, {"default/p": "a"})
     assert scheduler.state.pods["default/watched"] is record
@@ -288,10 +281,13 @@ async def test_a_new_leader_that_cannot_list_nodes_keeps_those_it_watched() -> N
     scheduler.state.upsert_node(at(node("a", gpus=2), 1))
     served = Served(api, [], [at(pod("p", 2), 4)])
 
-    async def unreachable() -> list[Body]:
-        raise ApiError(0, "timeout")
+    async def unreachable(plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        if plural == "nodes":
+            raise ApiError(0, "timeout")
+        async for page in served.pages(plural, cached=cached):
+            yield page
 
-    api.list_nodes = unreachable  # type: ignore[method-assign]
-    await scheduler.take_leadership(served.pod_pages())
+    api.pages = unreachable  # type: ignore[method-assign]
+    await scheduler.take_leadership(served.pages("pods"))
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/p": "a"}
