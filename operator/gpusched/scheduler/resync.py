@@ -137,6 +137,9 @@ class Resync:
         The lists are asked for at once. Pods and DRA objects that cannot be read raise
         `ApiError` (missing ones could double-book GPUs); Nodes and groups that cannot be
         read are left to the watch."""
+        # A watch that starts over from now on may have missed what these lists show
+        # already: its resync is still due afterwards.
+        self._resynced_at, self._due = self.clock(), False
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
         with collector_paused():
@@ -148,7 +151,6 @@ class Resync:
             )
             for group in groups:
                 self.state.upsert_group(GroupKind(group["kind"]), group)
-        self._resynced_at, self._due = self.clock(), False
 
     async def _take_pods(self, pages: AsyncIterable[Listing], known: Mapping[str, str]) -> None:
         """Takes each page in as it comes (`take_listed`), so that the whole list is never
@@ -324,10 +326,9 @@ def forget_missing(
 ) -> list[str]:
     """Deletes the pods of ``known`` (key → uid, taken before the list was read) that the
     list no longer has (``present``: the `identities` of what it has), and returns their
-    keys. A pod that appeared after ``known`` was
-    taken, or that we hold at a version newer than the list (``listed_at``: a list from the
-    watch cache may be behind our watch), may be missing from it for that reason alone, so
-    only the others are candidates."""
+    keys. A pod that appeared after ``known`` was taken, or that we hold at a version newer
+    than the list (``listed_at``: a list from the watch cache may be behind our watch), may
+    be missing from it for that reason alone, so only the others are candidates."""
     gone = [
         key
         for key, uid in known.items()

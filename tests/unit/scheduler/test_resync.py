@@ -291,3 +291,23 @@ async def test_a_new_leader_that_cannot_list_nodes_keeps_those_it_watched() -> N
     await scheduler.take_leadership(served.pages("pods"))
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/p": "a"}
+
+
+@pytest.mark.asyncio
+async def test_a_watch_that_starts_over_while_a_new_leader_lists_still_gets_its_resync() -> None:
+    # What was deleted while that watch was down may have gone after the take-over's
+    # lists were read: only a list read after the watch restarted can tell.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(at(node("a", gpus=2), 1))
+    served = Served(api, [at(node("a", gpus=2), 1)], [at(pod("p", 2), 4)])
+
+    async def restarting(plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        async for page in served.pages(plural, cached=cached):
+            if plural == "pods" and not cached:
+                scheduler.relisted()  # the pods watch starts over meanwhile
+            yield page
+
+    await scheduler.take_leadership(restarting("pods"))
+    await run_cycle(scheduler)
+    assert served.cached == 2  # pods and nodes listed again, at once
