@@ -159,14 +159,21 @@ def drain(runtime: handlers.Runtime, count: int, timeout: float = 120) -> dict[s
     deadline = time.perf_counter() + timeout
     while len(backlog()) < count and time.perf_counter() < deadline:
         time.sleep(0.005)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() < deadline:
         if sum(1 for r in backlog() if r.node is not None) >= count:
             break
         time.sleep(0.005)
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     bound = sum(1 for r in backlog() if r.node is not None)
-    return {"pods": count, "bound": bound, "seconds": elapsed, "pods_per_second": bound / elapsed}
+    return {
+        "pods": count,
+        "bound": bound,
+        "seconds": elapsed,
+        "pods_per_second": bound / elapsed,
+        "cpu_ms_per_pod": 1000 * cpu / max(bound, 1),
+    }
 
 
 def throughput(url: str, count: int) -> dict[str, float]:
@@ -326,6 +333,7 @@ def _report(results: dict[str, Any]) -> None:
         f"{d['pods_per_second']:>12.0f}{b['pods_per_second']:>12.0f}"
         f"{d['pods_per_second'] / b['pods_per_second']:>8.2f}"
     )
+    print(f"{'  operator CPU per bound pod (ms)':<44}{d['cpu_ms_per_pod']:>12.2f}")
     print(
         f"{'64-pod gang, all created -> all bound (s)':<44}{g['seconds']:>12.2f}"
         f"{'':>12}{'':>8}  < 2 s {'met' if g['seconds'] < 2 and g['all_bound'] else 'NOT MET'}"

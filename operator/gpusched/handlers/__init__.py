@@ -2,8 +2,10 @@
 
 ``kopf run -m gpusched.handlers`` (or ``gpusched run``) loads this module. Every watch goes
 through ``on.event`` handlers, which Kopf does not track on the objects: no finalizers and no
-progress annotations are ever written to pods, nodes or groups. The one scheduling loop runs
-as a task started at startup (`gpusched.scheduler.loop`).
+progress annotations are ever written to pods, nodes or groups. Pods' and nodes' events skip
+Kopf's per-object processing: they go from the watch stream straight to their handler
+(`gpusched.handlers.watchers.direct`). The one scheduling loop runs as a task started at
+startup (`gpusched.scheduler.loop`).
 
 Options are the flags of ``gpusched run`` (`gpusched.options`): from `configure`
 (``gpusched run``) or, under plain ``kopf run``, from ``$GPUSCHED_RUN_ARGS``.
@@ -296,6 +298,7 @@ def _key(body: Any) -> str:
     return f"{metadata.get('namespace', 'default')}/{metadata['name']}"
 
 
+@watchers.direct("", "nodes")
 @kopf.on.event("", "v1", "nodes", registry=registry)
 async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)
@@ -306,6 +309,7 @@ async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         scheduler.node_changed(body)
 
 
+@watchers.direct("", "pods")
 @kopf.on.event("", "v1", "pods", registry=registry)
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _scheduler(memo)
