@@ -28,6 +28,8 @@ import os
 import re
 import socket
 import threading
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
@@ -131,7 +133,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.networking.request_timeout = 60
     configuration = await load_configuration(opts.kubeconfig)
     memo.configuration = configuration
-    api = KubeClusterApi(client.ApiClient(configuration))
+    api = KubeClusterApi(api_client(configuration))
     state = ClusterState(scheduler_name=opts.config.scheduler_name)
     telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
     await telemetry.start()  # an unreadable CA file fails here, loudly
@@ -158,6 +160,27 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     global running
     running = memo.runtime
+
+
+def api_client(configuration: client.Configuration) -> client.ApiClient:
+    """kubernetes_asyncio's client, without aiohttp's trust in the environment. Trusting it,
+    aiohttp looks ``~/.netrc`` and the proxy variables up in a worker thread for every
+    request: two thread hops a bind, which took a fifth of the operator's time at 300 binds
+    a second on two cores. The proxy the variables name for the API server (none in a
+    cluster, as a rule) is looked up once, here, instead; a ``~/.netrc`` entry would only
+    have clashed with our bearer token."""
+    if not configuration.proxy:
+        configuration.proxy = _environment_proxy(str(configuration.host))
+    made = client.ApiClient(configuration)
+    made.rest_client.pool_manager._trust_env = False
+    return made
+
+
+def _environment_proxy(url: str) -> str | None:
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 class _MetricsServer(ThreadingMixIn, WSGIServer):
@@ -201,7 +224,7 @@ def _elector(config: SchedulerConfig, configuration: client.Configuration) -> Le
         return None
     namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE", "default")
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    api = OpenedOnUse(lambda: KubeClusterApi(client.ApiClient(configuration)))
+    api = OpenedOnUse(lambda: KubeClusterApi(api_client(configuration)))
     return LeaderElector(api, election, namespace, identity)
 
 
