@@ -1,12 +1,13 @@
 """The operator's API client (gpusched.handlers.api_client) trusts no environment per
-request: a proxy the environment names for the API server is taken once, at start."""
+request: a proxy the environment names for the API server is taken once, at start. It has
+a connection for every bind in flight, besides those of status patches, Events and lists."""
 
 from __future__ import annotations
 
 import pytest
 from kubernetes_asyncio import client
 
-from gpusched.handlers import api_client
+from gpusched.handlers import OTHER_CONNECTIONS, api_client
 
 
 def configuration(host: str = "https://10.0.0.1:6443") -> client.Configuration:
@@ -60,5 +61,16 @@ async def test_a_proxy_the_kubeconfig_names_is_kept(monkeypatch: pytest.MonkeyPa
     made = api_client(given)
     try:
         assert made.rest_client.proxy == "http://kubeconfig-proxy:8080"
+    finally:
+        await made.close()
+
+
+@pytest.mark.asyncio
+async def test_every_bind_in_flight_has_a_connection_beside_the_other_requests() -> None:
+    given = configuration()
+    given.connection_pool_maxsize = 10  # the client's own default on two CPUs
+    made = api_client(given, binds=64)
+    try:
+        assert made.rest_client.pool_manager.connector.limit == 64 + OTHER_CONNECTIONS
     finally:
         await made.close()

@@ -133,7 +133,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.networking.request_timeout = 60
     configuration = await load_configuration(opts.kubeconfig)
     memo.configuration = configuration
-    api = KubeClusterApi(api_client(configuration))
+    api = KubeClusterApi(api_client(configuration, opts.config.operator.bind_concurrency))
     state = ClusterState(scheduler_name=opts.config.scheduler_name)
     telemetry = TelemetryCache(opts.config.telemetry, known_nodes=lambda: state.nodes.keys())
     await telemetry.start()  # an unreadable CA file fails here, loudly
@@ -162,15 +162,27 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     running = memo.runtime
 
 
-def api_client(configuration: client.Configuration) -> client.ApiClient:
-    """kubernetes_asyncio's client, without aiohttp's trust in the environment. Trusting it,
-    aiohttp looks ``~/.netrc`` and the proxy variables up in a worker thread for every
-    request: two thread hops a bind, which took a fifth of the operator's time at 300 binds
-    a second on two cores. The proxy the variables name for the API server (none in a
-    cluster, as a rule) is looked up once, here, instead; a ``~/.netrc`` entry would only
-    have clashed with our bearer token."""
+OTHER_CONNECTIONS = 10
+"""Connections to the API server besides the binds' (``bindConcurrency``): status patches
+(8 at once), the Event poster and a list."""
+
+
+def api_client(configuration: client.Configuration, binds: int = 0) -> client.ApiClient:
+    """kubernetes_asyncio's client, without aiohttp's trust in the environment, and with
+    room for ``binds`` binds in flight beside `OTHER_CONNECTIONS`.
+
+    Trusting the environment, aiohttp looks ``~/.netrc`` and the proxy variables up in a
+    worker thread for every request: two thread hops a bind, which took a fifth of the
+    operator's time at 300 binds a second on two cores. The proxy the variables name for
+    the API server (none in a cluster, as a rule) is looked up once, here, instead; a
+    ``~/.netrc`` entry would only have clashed with our bearer token. The client's own
+    connection limit is five per CPU: 10 on two cores, which held binds, Events, status
+    patches and lists together below ``bindConcurrency``."""
     if not configuration.proxy:
         configuration.proxy = _environment_proxy(str(configuration.host))
+    configuration.connection_pool_maxsize = max(
+        configuration.connection_pool_maxsize, binds + OTHER_CONNECTIONS
+    )
     made = client.ApiClient(configuration)
     made.rest_client.pool_manager._trust_env = False
     return made
