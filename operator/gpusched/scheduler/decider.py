@@ -62,7 +62,7 @@ class Decider:
         """The engine's decision on ``ready`` (DRA reasons put in), and the DRA view it saw."""
         started = self.clock()
         view = self.claims.view.build(
-            self.state.nodes.values(), self.state.bound(), ready, self.state.pods, self.claims.busy
+            self.state.nodes, self.state.bound(), ready, self.state.pods, self.claims.busy
         )
         snapshot = build_snapshot(
             view.nodes, view.bound, self._telemetry(), self.config, self._snapshots
@@ -107,7 +107,7 @@ class Decider:
             return
         self.quality_at = now
         nodes, bound = self.claims.view.cluster(
-            self.state.nodes.values(), self.state.bound(), self.claims.busy
+            self.state.nodes, self.state.bound(), self.claims.busy
         )
         snapshot = build_snapshot(nodes, bound, self._telemetry(), self.config, self._snapshots)
         quality_metrics.update(snapshot, self.config, self._placed)

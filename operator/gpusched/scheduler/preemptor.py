@@ -648,7 +648,7 @@ class Preemptor:
             if (record := self.state.pods.get(key)) is not None and record.request is not None
         ]
         return self.claims.view.build(
-            self.state.nodes.values(), (), requests, self.state.pods, self.claims.busy
+            self.state.nodes, (), requests, self.state.pods, self.claims.busy
         )
 
     def _watch_bound(self) -> None:

@@ -604,7 +604,7 @@ async def test_a_claims_devices_are_held_for_the_pods_it_is_reserved_for() -> No
     await run_cycle(scheduler)
     scheduler.claims.book.upsert_claim(claims.claims[f"{NS}/shared"])
     _, held = scheduler.claims.view.cluster(
-        scheduler.state.nodes.values(), scheduler.state.bound(), scheduler.claims.busy
+        scheduler.state.nodes, scheduler.state.bound(), scheduler.claims.busy
     )
     by_key = {h.pod.key: h.pod.reserved_for for h in held}
     assert by_key[f"ResourceClaim {NS}/shared"] == (f"{NS}/first", f"{NS}/second")
