@@ -58,17 +58,23 @@ def schedule(
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec] = (),
     observe: TurnObserver | None = None,
+    *,
+    undo: bool = True,
 ) -> ScheduleResult:
     """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
     every change: the caller's snapshot is as before (its journal rolled back to where it was,
     under its lock), and copying it per call is not needed. The cyclic garbage collector is
-    paused meanwhile (`collector_paused`: what a decision allocates is freed when it returns)."""
+    paused meanwhile (`collector_paused`: what a decision allocates is freed when it returns).
+    ``undo`` False: what was placed stays held on ``snapshot`` (journaled), for a scratch copy
+    the caller reads the placement on and then drops, where the rollback of hundreds of pods
+    would be wasted work."""
     with snapshot.lock, collector_paused():
         checkpoint = snapshot.checkpoint()
         try:
             return _schedule(snapshot, pods, groups, observe)
         finally:
-            snapshot.rollback(checkpoint)
+            if undo:
+                snapshot.rollback(checkpoint)
 
 
 def _schedule(

@@ -161,6 +161,59 @@ class Snapshot(NodeFacts):
             self._journal.append((False, holding))
         return holding
 
+    def forget_many(self, keys: Iterable[str]) -> list[Holding]:
+        """Releases every pod of ``keys`` that is held, as `forget` would one by one (each
+        journaled, in order, so a rollback undoes them), returning their holdings. The usage
+        arrays are updated in a few array operations and each node's GPU counters refreshed
+        once (`_refresh_nodes`): setting thousands of preemption victims aside one `forget`
+        at a time cost a few microseconds of numpy scalar work each."""
+        gone: list[Holding] = []
+        holdings, journal, tasks = self.holdings, self._journal, self._tasks
+        for key in keys:
+            holding = holdings.pop(key, None)
+            if holding is None:
+                continue
+            if tasks is not None:
+                tasks.remove(holding.pod)
+            journal.append((False, holding))
+            gone.append(holding)
+        if gone:
+            self._release(gone)
+        return gone
+
+    def _release(self, gone: list[Holding]) -> None:
+        """What `_apply` with sign -1 does for each of ``gone``, in bulk: holdings come in a
+        few shapes (resource vector, GPU indices and milli), each shape's nodes updated in
+        one array operation."""
+        by_vector: dict[tuple[tuple[int, int], ...], list[int]] = {}
+        by_gpus: dict[tuple[tuple[int, ...], int], list[int]] = {}
+        for holding in gone:
+            node = holding.node
+            by_vector.setdefault(holding.vector, []).append(node)
+            if holding.gpus:
+                by_gpus.setdefault((holding.gpus, holding.milli_per_gpu), []).append(node)
+                app = holding.pod.app
+                if app is not None:
+                    base = int(self.gpu_offset[node])
+                    for gpu in holding.gpus:
+                        self._count_app(base + gpu, app, -1)
+        for vector, nodes in by_vector.items():
+            if vector:
+                columns, amounts = zip(*vector, strict=True)
+                rows = np.array(nodes, dtype=np.int64)[:, None]
+                np.subtract.at(self.used, (rows, np.array(columns)), np.array(amounts))
+        with_gpus: list[int] = []
+        for (gpus, milli), nodes in by_gpus.items():
+            ids = (self.gpu_offset[nodes][:, None] + np.array(gpus, dtype=np.int64)).ravel()
+            np.add.at(self.gpu_free, ids, milli)
+            np.subtract.at(self.gpu_pods, ids, 1)
+            with_gpus.extend(nodes)
+        touched = np.unique(np.fromiter((h.node for h in gone), np.int64, len(gone)))
+        self.stamp[touched] = np.arange(1, touched.size + 1) + self._s.clock
+        self._s.clock += touched.size
+        if with_gpus:
+            self._refresh_nodes(np.unique(np.array(with_gpus, dtype=np.int64)))
+
     def load(self, bound: Iterable[BoundPod]) -> None:
         """Assumes every pod of ``bound`` on its node, as `add_bound` does one by one, but
         over Python lists with each node's GPU counters refreshed once at the end: building a
@@ -270,6 +323,48 @@ class Snapshot(NodeFacts):
             del apps[app]
             if not apps:
                 del self.gpu_apps[gid]
+
+    def _refresh_nodes(self, nodes: IntArray) -> None:
+        """`_refresh_node` for each of ``nodes`` (distinct), in array operations over their
+        GPUs: the same counters, for the thousands of nodes a bulk change touches."""
+        starts = self.gpu_offset[nodes]
+        counts = self.gpu_offset[nodes + 1] - starts
+        some = counts > 0
+        if not some.all():  # no GPUs: nothing free, nothing allocated
+            bare = nodes[~some]
+            for node in bare.tolist():
+                self.free_mask[node] = 0
+            for array in (self.free_whole, self.max_share, self.gpu_allocated):
+                array[bare] = 0
+            self.numa_free[bare] = 0
+            self.max_numa_free[bare] = 0
+            nodes, starts, counts = nodes[some], starts[some], counts[some]
+            if not nodes.size:
+                return
+        owner = np.repeat(np.arange(nodes.size), counts)
+        firsts = np.cumsum(counts) - counts
+        local = np.arange(owner.size) - firsts[owner]
+        gids = starts[owner] + local
+        free = self.gpu_free[gids]
+        usable = self._s.gpu_usable[gids]
+        whole = usable & (free >= WHOLE_GPU_MILLI)
+        bits = np.left_shift(np.uint64(1), local.astype(np.uint64))
+        masks = np.bitwise_or.reduceat(np.where(whole, bits, np.uint64(0)), firsts)
+        for node, mask in zip(nodes.tolist(), masks.tolist(), strict=True):
+            self.free_mask[node] = mask
+        self.free_whole[nodes] = np.bincount(owner[whole], minlength=nodes.size)
+        lowest = np.iinfo(np.int64).min
+        share = np.maximum.reduceat(np.where(usable, free, lowest), firsts)
+        self.max_share[nodes] = np.where(share == lowest, 0, share)
+        self.gpu_allocated[nodes] = WHOLE_GPU_MILLI * counts - np.add.reduceat(free, firsts)
+        slots = self._s.numa_slots
+        if slots:
+            cells = owner[whole] * slots + self._s.gpu_slot[gids[whole]]
+            numa = np.bincount(cells, minlength=nodes.size * slots).reshape(nodes.size, slots)
+            self.numa_free[nodes] = numa
+            self.max_numa_free[nodes] = numa.max(axis=1)
+        else:
+            self.max_numa_free[nodes] = 0
 
     def _refresh_node(self, node: int) -> None:
         """Recomputes the per-node GPU counters the filters read. Plain Python over the

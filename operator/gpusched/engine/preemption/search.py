@@ -342,17 +342,23 @@ class _Search:
     def _trial(
         self, scratch: Snapshot, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
     ) -> _Found | str:
-        """Places the unit on ``scratch``, where ``aside`` is set aside (and left so); on
-        success, the plan after reprieve. ``tiers``: the link tiers the placement must match
-        or beat (`_tiers`)."""
+        """Places the unit on ``scratch``, where ``aside`` is set aside (and left so, with the
+        placement held on success); on success, the plan after reprieve. ``tiers``: the link
+        tiers the placement must match or beat (`_tiers`)."""
         self.trials += 1
-        result = schedule(scratch, self.pods, self.tree)
+        # The placement is left held on the scratch copy (rolling it back cost as much as a
+        # tenth of the trial): reprieve reads the room beside it there, and the copy is
+        # dropped afterwards. A failed trial is undone, as the next level adds to the copy.
+        checkpoint = scratch.checkpoint()
+        result = schedule(scratch, self.pods, self.tree, undo=False)
         decision = next((d for d in result.groups if d.name == self.root.key), None)
         if decision is None or decision.phase is not Phase.SCHEDULED:
+            scratch.rollback(checkpoint)
             return decision.message if decision is not None else "not attempted"
         if tiers is not None and not _as_good(_tiers(result.bindings), tiers):
+            scratch.rollback(checkpoint)
             return "fits only on worse GPU links"
-        victims = reprieve(scratch, self.pods, self.budgets, aside, result.bindings)
+        victims = reprieve(scratch, self.budgets, aside, result.bindings)
         placement = dict(decision.placement)
         return _Found(
             "/".join(placement.values()) or "cluster",
@@ -456,9 +462,7 @@ them, and each such trial would cost as much as a successful one."""
 
 
 def _set_aside(scratch: Snapshot, pieces: Sequence[EvictionUnit]) -> None:
-    for piece in pieces:
-        for holding in piece.holdings:
-            scratch.forget(holding.pod.key)
+    scratch.forget_many(h.pod.key for piece in pieces for h in piece.holdings)
 
 
 def _tiers(bindings: Sequence[Binding]) -> tuple[int, ...]:
