@@ -20,7 +20,7 @@ from gpusched.engine.blockers import node_check
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import root_domain
 from gpusched.engine.gpuset import choose_gpus
-from gpusched.engine.gpushape import worst_tier
+from gpusched.engine.gpushape import NodeShape, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
@@ -314,14 +314,30 @@ def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
     info = snapshot.nodes[holding.node]
     tier = best = None
     if len(holding.gpus) > 1 and holding.pod.gpus > 1:
-        tier = worst_tier(info.shape, holding.gpus).name
-        full = (1 << info.gpu_count) - 1
-        offered = choose_gpus(info.shape, full, len(holding.gpus), NumaPolicy.NONE)
-        best = offered.best_possible_tier.name if offered is not None else None
-    base = int(snapshot.gpu_offset[holding.node])
-    notes = tuple(
-        f"GPU {g}: {snapshot.gpu_notes[base + g]}"
-        for g in holding.gpus
-        if base + g in snapshot.gpu_notes
-    )
+        tier, best = _link_tiers(snapshot, info.shape, holding.gpus)
+    notes: tuple[str, ...] = ()
+    if snapshot.gpu_notes:
+        base = int(snapshot.gpu_offset[holding.node])
+        notes = tuple(
+            f"GPU {g}: {snapshot.gpu_notes[base + g]}"
+            for g in holding.gpus
+            if base + g in snapshot.gpu_notes
+        )
     return Binding(holding.pod.key, info.name, holding.gpus, tier, best, notes)
+
+
+def _link_tiers(
+    snapshot: Snapshot, shape: NodeShape, gpus: tuple[int, ...]
+) -> tuple[str, str | None]:
+    """The names of a GPU set's worst link and of the best worst link any set of its size
+    has on an empty node of ``shape``: memoised with the static facts, per shape and set (a
+    gang's bindings are hundreds of equal sets on nodes of a few shapes)."""
+    memo: dict[tuple[NodeShape, tuple[int, ...]], tuple[str, str | None]]
+    memo = snapshot.derived.setdefault("link tiers", {})
+    tiers = memo.get((shape, gpus))
+    if tiers is None:
+        full = (1 << shape.gpu_count) - 1
+        offered = choose_gpus(shape, full, len(gpus), NumaPolicy.NONE)
+        best = offered.best_possible_tier.name if offered is not None else None
+        tiers = memo[(shape, gpus)] = (worst_tier(shape, gpus).name, best)
+    return tiers

@@ -80,12 +80,13 @@ def plan_preemption(
     full collections (25-165 ms each in a 5,000-node process) inside the plan."""
     with collector_paused():
         with snapshot.lock:
+            if snapshot.config.scoring.fragmentation_weight:
+                # Each trial's `schedule` reads the held pods' task counts: counted once on
+                # the caller's snapshot, where `schedule` keeps them too (a cache, exact
+                # through every assume and forget), so every copy carries them and the next
+                # plan does not count thousands of held pods again.
+                snapshot.task_counts()
             work = snapshot.copy()
-        if work.config.scoring.fragmentation_weight:
-            # Each trial's `schedule` reads the held pods' task counts: counted here once,
-            # every scratch copy carries them and its set-asides keep them exact, instead of
-            # each trial counting thousands of held pods again.
-            work.task_counts()
         return _Search(work, unit, pods, groups, budgets, foreign).run()
 
 
