@@ -107,7 +107,7 @@ class Planner:
         if group.topology_key is None:
             domains = [parent]
         else:
-            domains = subdomains(self.snapshot, parent, group.topology_key)
+            domains = self._subdomains(parent, group.topology_key)
             if not domains:
                 note = f"no node has label {group.topology_key}"
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
@@ -118,6 +118,21 @@ class Planner:
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
         return self._order_composite_domains(group, domains)
+
+    def _subdomains(self, parent: Domain, key: str) -> list[Domain]:
+        """`subdomains`, memoised with the static facts: a domain's nodes follow from its
+        path alone, and a gang's children (and the trials of a preemption plan) ask for the
+        racks of the same zone again and again. The memoised masks are read-only."""
+        memo: dict[tuple[tuple[tuple[str, str], ...], str], list[Domain]]
+        memo = self.snapshot.derived.setdefault("subdomains", {})
+        domains = memo.get((parent.labels, key))
+        if domains is None:
+            domains = subdomains(self.snapshot, parent, key)
+            for domain in domains:
+                if domain is not parent:
+                    domain.mask.flags.writeable = False
+            memo[(parent.labels, key)] = domains
+        return list(domains)
 
     def _pin(self, group: GroupSpec, parent: Domain, domains: list[Domain]) -> list[Domain] | str:
         """The domains a group may still use, given its (and its descendants') bound pods; a

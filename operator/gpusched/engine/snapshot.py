@@ -10,6 +10,7 @@ rolled back to a checkpoint (Volcano's Statement, without copying the cluster).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -299,7 +300,7 @@ class Snapshot(NodeFacts):
         gpus = holding.gpus
         if not gpus:
             return
-        base = int(self.gpu_offset[holding.node])
+        base = self._layouts()[holding.node][0]
         first, count = gpus[0], len(gpus)
         if count > 2 and gpus[-1] - first == count - 1:
             # Consecutive GPUs (a whole node, half of one): one slice, not a scalar a GPU.
@@ -368,17 +369,16 @@ class Snapshot(NodeFacts):
 
     def _refresh_node(self, node: int) -> None:
         """Recomputes the per-node GPU counters the filters read. Plain Python over the
-        node's few GPUs: it runs on every assume and forget, where numpy's per-call cost
-        on 8-element slices was most of the time."""
-        start, stop = int(self.gpu_offset[node]), int(self.gpu_offset[node + 1])
+        node's few GPUs, with its static layout read from `_layouts`: it runs on every
+        assume and forget, where numpy's per-call cost on 8-element slices was most of the
+        time."""
+        start, stop, usable, slots = self._layouts()[node]
         free = self.gpu_free[start:stop].tolist()
-        usable = self._s.gpu_usable[start:stop].tolist()
-        slots = self._s.gpu_slot[start:stop].tolist()
         counts = [0] * self._s.numa_slots
         mask = whole = 0
         share: int | None = None
         for i, milli in enumerate(free):
-            if not usable[i]:
+            if usable is not None and not usable[i]:
                 continue
             if share is None or milli > share:
                 share = milli
@@ -393,6 +393,23 @@ class Snapshot(NodeFacts):
         if counts:
             self.numa_free[node] = counts
         self.max_numa_free[node] = max(counts, default=0)
+
+    def _layouts(self) -> list[tuple[int, int, list[bool] | None, list[int]]]:
+        """Per node, its GPUs' static layout as plain lists: the first and past-the-last
+        global GPU ids, which are usable (None: all of them), their NUMA slots. Worked out
+        once with the static facts, shared by every copy."""
+        layouts: list[tuple[int, int, list[bool] | None, list[int]]] | None
+        layouts = self._s.derived.get("gpu layouts")
+        if layouts is None:
+            offset = self.gpu_offset.tolist()
+            usable = self._s.gpu_usable.tolist()
+            slots = self._s.gpu_slot.tolist()
+            layouts = [
+                (a, b, None if all(usable[a:b]) else usable[a:b], slots[a:b])
+                for a, b in itertools.pairwise(offset)
+            ]
+            self._s.derived["gpu layouts"] = layouts
+        return layouts
 
 
 def add_bound(snapshot: Snapshot, bound: BoundPod) -> None:
