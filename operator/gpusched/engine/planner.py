@@ -78,10 +78,14 @@ class Planner:
     # ----- facts about a group ---------------------------------------------------------------
 
     def _bound_by_group(self) -> dict[str, list[Holding]]:
+        """The held pods of each group given (those of other groups are never asked about:
+        a preemption trial's snapshot holds thousands of its victims' pods)."""
         bound: dict[str, list[Holding]] = defaultdict(list)
+        groups = self.groups
         for holding in self.snapshot.holdings.values():
-            if holding.pod.group_key is not None:
-                bound[holding.pod.group_key].append(holding)
+            key = holding.pod.group_key
+            if key is not None and key in groups:
+                bound[key].append(holding)
         return bound
 
     def descendants(self, group: GroupSpec) -> list[GroupSpec]:

@@ -152,13 +152,18 @@ def _screen(
     valid = [g for g in groups if g.key not in invalid]
     keep = []
     seen: set[str] = set()
+    # Whether a request is impossible, per request (a gang's pods share a few).
+    impossible: dict[tuple[object, ...], str | None] = {}
     for pod in pods:
         # A pod listed twice, or pending while the snapshot already holds it (a watch that
         # lags a bind), must never be placed twice: the first listing or the holding wins.
         if pod.key in seen or pod.key in snapshot.holdings:
             continue
         seen.add(pod.key)
-        problem = invalid.get(pod.group_key or "") or _impossible(snapshot, pod)
+        request = (tuple(pod.resources.items()), pod.gpus, pod.gpu_milli)
+        if request not in impossible:
+            impossible[request] = _impossible(snapshot, pod)
+        problem = invalid.get(pod.group_key or "") or impossible[request]
         if problem is None:
             keep.append(pod)
         else:

@@ -29,11 +29,15 @@ def reprieve(
     plain lists (`_Room`)."""
     room = _Room(work, sorted({work.index[b.node] for b in bindings}))
     covered = {key for b in budgets for key in b.pods}
-    touching = [u for u in aside if any(h.node in room.free for h in u.holdings)]
-    order = sorted(
-        touching,
-        key=lambda u: (not covered.intersection(u.pods), -u.priority, u.created, u.key),
-    )
+    free = room.free
+    touching = [u for u in aside if any(h.node in free for h in u.holdings)]
+    if covered:
+        order = sorted(
+            touching,
+            key=lambda u: (not covered.intersection(u.pods), -u.priority, u.created, u.key),
+        )
+    else:  # no PDB: the same order without asking each piece for its pods
+        order = sorted(touching, key=lambda u: (-u.priority, u.created, u.key))
     victims = []
     for piece in order:
         back: list[Holding] = []
