@@ -203,17 +203,18 @@ class Snapshot(NodeFacts):
                 columns, amounts = zip(*vector, strict=True)
                 rows = np.array(nodes, dtype=np.int64)[:, None]
                 np.subtract.at(self.used, (rows, np.array(columns)), np.array(amounts))
-        with_gpus: list[int] = []
+        with_gpus: set[int] = set()
         for (gpus, milli), nodes in by_gpus.items():
-            ids = (self.gpu_offset[nodes][:, None] + np.array(gpus, dtype=np.int64)).ravel()
+            rows = np.array(nodes, dtype=np.int64)
+            ids = (self.gpu_offset[rows][:, None] + np.array(gpus, dtype=np.int64)).ravel()
             np.add.at(self.gpu_free, ids, milli)
             np.subtract.at(self.gpu_pods, ids, 1)
-            with_gpus.extend(nodes)
-        touched = np.unique(np.fromiter((h.node for h in gone), np.int64, len(gone)))
+            with_gpus.update(nodes)
+        touched = np.array(sorted({h.node for h in gone}), dtype=np.int64)
         self.stamp[touched] = np.arange(1, touched.size + 1) + self._s.clock
         self._s.clock += touched.size
         if with_gpus:
-            self._refresh_nodes(np.unique(np.array(with_gpus, dtype=np.int64)))
+            self._refresh_nodes(np.array(sorted(with_gpus), dtype=np.int64))
 
     def load(self, bound: Iterable[BoundPod]) -> None:
         """Assumes every pod of ``bound`` on its node, as `add_bound` does one by one, but
