@@ -1,4 +1,4 @@
-"""One periodic resync of the operator's cache at cluster scale, in-process.
+"""One periodic resync of the operator's cache at cluster scale, and one take-over, in-process.
 
     python bench/resync.py                        # 5,000 nodes, 40,000 pods
     python bench/resync.py --nodes 500 --pods 4000 --repeat 3
@@ -12,6 +12,12 @@ machine may be shared), median of ``--repeat``: decode, reconcile and total, for
 cluster and with ``--changed`` of the pods at a newer version than the cache (events the watch
 never delivered). The period this allows is the total against a budget of a tenth of one
 core. Nothing asserts; the table is printed.
+
+A take-over (`Resync.take_over`) is timed the same way: a standby whose watches hold the whole
+cluster (its heap not frozen: a replica freezes it after its first full list as leader) is
+handed consistent lists of every pod, Node and group, and reconciles with them before its
+first decision. Beside the CPU seconds, the most memory each held above the cache at once
+(tracemalloc's peak, the lists' JSON text excluded).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import os
 import statistics
 import sys
 import time
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +42,7 @@ sys.path.insert(0, str(ROOT))  # run as a script: the repository root, for tests
 from tests.support.clock import Clock  # noqa: E402
 from tests.support.manifests import node, pod  # noqa: E402
 
-from gpusched.scheduler.ports import Listing  # noqa: E402
+from gpusched.k8s.client import PAGE_SIZE, KubeClusterApi, _answer  # noqa: E402
 from gpusched.scheduler.resync import Resync  # noqa: E402
 from gpusched.scheduler.state import ClusterState  # noqa: E402
 from gpusched.scheduler.tasks import Background  # noqa: E402
@@ -84,22 +92,53 @@ def _managed(manager: str) -> Body:
     }
 
 
-class Served:
-    """A `ClusterApi` that answers the resync's two lists from their JSON text."""
+class Served(KubeClusterApi):
+    """The operator's API client, its requests answered from the JSON text of each page as
+    the server sends it (`PAGE_SIZE` objects a page, chained by continue tokens); no groups.
+    ``decoding``: CPU seconds spent decoding answers."""
 
-    def __init__(self, nodes: bytes, pods: bytes) -> None:
-        self.text = {"nodes": nodes, "pods": pods}
+    def __init__(self, nodes: list[Body], pods: list[Body], version: str) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
+        self.answers = {"nodes": paged(nodes, version), "pods": paged(pods, version)}
         self.decoding = 0.0
 
-    async def list_cached(self, plural: str) -> Listing:
+    async def _request(
+        self, method: str, path: str, body: object = None, *args: Any, **kwargs: Any
+    ) -> dict[str, Any]:
+        collection, _, query = path.partition("?")
+        plural = collection.rsplit("/", 1)[-1]
+        pages = self.answers.get(plural)
+        if pages is None:
+            return {"metadata": {}, "items": []}
+        token = dict(part.split("=", 1) for part in query.split("&")).get("continue", "0")
         started = time.process_time()
-        document = json.loads(self.text[plural])
+        answer = _answer(200, pages[int(token)])
         self.decoding += time.process_time() - started
-        return Listing(document["items"], document["metadata"]["resourceVersion"])
+        return answer
 
 
-def listing(items: list[Body], version: str) -> bytes:
-    return json.dumps({"metadata": {"resourceVersion": version}, "items": items}).encode()
+class NoClaims:
+    """The claim allocator of a cluster without DRA objects."""
+
+    async def resync(self) -> None:
+        return None
+
+
+def paged(items: list[Body], version: str) -> list[bytes]:
+    """``items`` as the pages of one list, each naming the next in its continue token."""
+    starts = range(0, max(len(items), 1), PAGE_SIZE)
+    return [
+        json.dumps(
+            {
+                "metadata": {
+                    "resourceVersion": version,
+                    "continue": str(i + 1) if start + PAGE_SIZE < len(items) else "",
+                },
+                "items": items[start : start + PAGE_SIZE],
+            }
+        ).encode()
+        for i, start in enumerate(starts)
+    ]
 
 
 async def one_resync(state: ClusterState, api: Served) -> tuple[float, float]:
@@ -124,14 +163,58 @@ def measure(nodes: list[Body], pods: list[Body], changed: float, repeat: int) ->
     for i in range(0, len(listed), step) if step else ():
         listed[i]["metadata"]["resourceVersion"] = str(900_000 + i)  # newer than the cache
         listed[i]["metadata"]["labels"]["touched"] = "yes"
-    api = Served(listing(nodes, "999999"), listing(listed, "999999"))
+    api = Served(nodes, listed, "999999")
     decodes, totals = [], []
     for _ in range(repeat):
         decode, total = asyncio.run(one_resync(state, api))
         decodes.append(decode)
         totals.append(total)
     decode, total = statistics.median(decodes), statistics.median(totals)
-    return {"decode": decode, "reconcile": total - decode, "total": total}
+    peak = traced_peak(lambda: asyncio.run(one_resync(state, api)))
+    return {"decode": decode, "reconcile": total - decode, "total": total, "peak_mb": peak}
+
+
+def traced_peak(run: Callable[[], object]) -> float:
+    """The most memory (MB) ``run`` held at once above what was held before it."""
+    tracemalloc.start()
+    before, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    run()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return (peak - before) / 1e6
+
+
+async def one_take_over(state: ClusterState, api: Served) -> None:
+    clock = Clock()
+    resync = Resync(state, api, NoClaims(), clock, Background(clock))  # type: ignore[arg-type]
+    await resync.take_over(api.pages("pods"))
+
+
+def warm_standby(nodes: list[Body], pods: list[Body]) -> ClusterState:
+    state = ClusterState()
+    for body in nodes:
+        state.upsert_node(body)
+    for body in pods:
+        state.upsert_pod(body)
+    return state
+
+
+def measure_take_over(nodes: list[Body], pods: list[Body], repeat: int) -> dict[str, float]:
+    """CPU seconds of one take-over by a standby that watched everything (median of
+    ``repeat``), and its peak MB above the cache."""
+    api = Served(nodes, pods, "999999")
+    state = warm_standby(nodes, pods)
+    decodes, totals = [], []
+    for _ in range(repeat):
+        api.decoding = 0.0
+        started = time.process_time()
+        asyncio.run(one_take_over(state, api))
+        totals.append(time.process_time() - started)
+        decodes.append(api.decoding)
+    peak = traced_peak(lambda: asyncio.run(one_take_over(state, api)))
+    decode, total = statistics.median(decodes), statistics.median(totals)
+    return {"decode": decode, "total": total, "peak_mb": peak}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,17 +226,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     nodes, pods = cluster(args.nodes, args.pods)
     print(f"resync: {args.nodes} nodes, {args.pods} pods; load average {os.getloadavg()[0]:.1f}")
-    size = len(listing(pods, "1")) / max(len(pods), 1)
+    size = sum(map(len, paged(pods, "1"))) / max(len(pods), 1)
     print(f"a pod is {size:.0f} bytes of JSON; CPU seconds:")
-    print(f"{'cluster':<24}{'decode s':>10}{'reconcile s':>13}{'total s':>10}{'period s':>10}")
+    header = f"{'cluster':<24}{'decode s':>10}{'reconcile s':>13}{'total s':>10}{'period s':>10}"
+    print(f"{header}{'peak MB':>10}")
     for label, changed in (("unchanged", 0.0), (f"{args.changed:.0%} pods changed", args.changed)):
         figures = measure(nodes, pods, changed, args.repeat)
         period = figures["total"] / BUDGET
         print(
             f"{label:<24}{figures['decode']:>10.3f}{figures['reconcile']:>13.3f}"
-            f"{figures['total']:>10.3f}{period:>10.1f}"
+            f"{figures['total']:>10.3f}{period:>10.1f}{figures['peak_mb']:>10.0f}"
         )
     print(f"period: the shortest that keeps the resync under {BUDGET:.0%} of one core")
+    gc.unfreeze()  # a standby's heap is not frozen
+    take = measure_take_over(nodes, pods, args.repeat)
+    print(
+        f"{'take-over, warm standby':<24}{take['decode']:>10.3f}"
+        f"{take['total'] - take['decode']:>13.3f}{take['total']:>10.3f}{'-':>10}"
+        f"{take['peak_mb']:>10.0f}"
+    )
+    print("peak MB: the most memory held at once above the cache (tracemalloc)")
     return 0
 
 

@@ -915,6 +915,8 @@ def _failover(
         return {}
     survivor = next(r for r in monitor.replicas if r is not leader)
     created = len(watch.created)
+    survivor.poll()  # its memory as a standby, apart from what the take-over adds
+    standby_hwm = survivor.hwm_mb
     killed = leader.kill()
     takeover = start_profile(survivor.pid, args.profile, LOGS / "takeover.pyspy.txt")
     _say(f"killed the leader {leader.name} with {created} pods created")
@@ -931,6 +933,7 @@ def _failover(
         "created_at_kill": created,
         "kill_to_lease_s": survivor.became_leader - killed if survivor.became_leader else None,
         "kill_to_first_bind_s": first - killed if first is not None else None,
+        "standby_hwm_at_kill_mb": standby_hwm,
     }
     if survivor.became_leader is not None and first is not None:
         result["lease_to_first_bind_s"] = first - survivor.became_leader
@@ -1034,6 +1037,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
         f"{'figure':<50}{'gpusched':>11}{'kube-sched':>12}{'ratio':>8}  target",
         row("operator peak RSS, first leader (MB, VmHWM)", first["vm_hwm_mb"], None, RSS),
         row("  the standby, leader after the kill (MB, VmHWM)", other["vm_hwm_mb"], None, RSS),
+        row(
+            "    of which as a standby, at the kill (MB, VmHWM)",
+            failover.get("standby_hwm_at_kill_mb"),
+        ),
         row("cycle time p50 (ms, from the histogram)", _ms(cycles["p50_s"])),
         row("cycle time p99 (ms, from the histogram)", _ms(cycles["p99_s"])),
         row("  cycle time mean (ms)", _ms(cycles["mean_s"])),

@@ -38,8 +38,8 @@ from tests.chaos.sim import (
     Replica,
     World,
     _finished,
-    fresh_pod_list,
     inline_to_thread,
+    pod_pages,
 )
 from tests.chaos.trace import Tracer
 from tests.support.clock import Clock
@@ -284,10 +284,7 @@ class Run:
         replica.leader = True
         self._renew(replica)
 
-        async def pods() -> list[Body]:
-            return fresh_pod_list(self.world)
-
-        await replica.scheduler.take_leadership(pods())
+        await replica.scheduler.take_leadership(pod_pages(self.world))
 
     def _lease_expires(self, old: Replica | None) -> None:
         """Nobody leads until ``old``'s Lease expires: the clock moves on to that moment,

@@ -16,7 +16,7 @@ import contextlib
 import copy
 import random
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -533,10 +533,21 @@ class ChaosApi:
             raise ApiError(0, "timeout")
         return [copy.deepcopy(b) for b in self.world.groups.values()]
 
-    async def list_cached(self, plural: str) -> Listing:
-        """The watch cache's list: the world as it is (``resourceVersion=0``)."""
+    async def pages(
+        self, plural: str, *, cached: bool = False, size: int = 4
+    ) -> AsyncIterator[Listing]:
+        """A list, consistent or from the watch cache alike: the world as it is when the
+        first page is asked for, in pages of ``size``, each a request of its own (latency,
+        and a timeout that may cut the list short)."""
         items = await (self.list_pods() if plural == "pods" else self.list_nodes())
-        return Listing(items, str(self.world.version))
+        version = str(self.world.version)
+        for start in range(0, max(len(items), 1), size):
+            if start:
+                await self.faults.latency()
+                await self._gate()
+                if self.faults.pick(("list-0",), self.faults.other_rate):
+                    raise ApiError(0, "timeout")
+            yield Listing(items[start : start + size], version)
 
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         await self._gate()
@@ -671,6 +682,14 @@ def fresh_pod_list(world: World) -> list[Body]:
     return [copy.deepcopy(b) for b in world.pods.values()]
 
 
+async def pod_pages(world: World, size: int = 4) -> AsyncIterator[Listing]:
+    """The pods as a new leader lists them, without faults: one snapshot, read when the
+    first page is asked for, in pages of ``size``."""
+    pods, version = fresh_pod_list(world), str(world.version)
+    for start in range(0, max(len(pods), 1), size):
+        yield Listing(pods[start : start + size], version)
+
+
 __all__ = [
     "BIND_FAULTS",
     "GPUS_ANNOTATION",
@@ -684,4 +703,5 @@ __all__ = [
     "fresh_pod_list",
     "inline_to_thread",
     "merge_patch",
+    "pod_pages",
 ]

@@ -23,7 +23,7 @@ from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.state import ClusterState
 from tests.chaos import invariants
 from tests.chaos.runner import CONFIG, gpu_node, gpu_pod, pod_group
-from tests.chaos.sim import Faults, Replica, World, fresh_pod_list, inline_to_thread
+from tests.chaos.sim import Faults, Replica, World, inline_to_thread, pod_pages
 from tests.support.clock import Clock
 
 GANG = 4
@@ -54,10 +54,7 @@ async def _start(world: World, clock: Clock) -> Replica:
     replica.leader = True
     replica.valid_until = float("inf")  # renews throughout
 
-    async def pods() -> list[dict[str, Any]]:
-        return fresh_pod_list(world)
-
-    await replica.scheduler.take_leadership(pods())
+    await replica.scheduler.take_leadership(pod_pages(world))
     return replica
 
 
@@ -200,8 +197,10 @@ def test_a_pod_deleted_while_the_watch_was_down_is_dropped_as_soon_as_the_watch_
         world.create_pod(old)
         replica = await _start(world, clock)
         world.delete_pod("default/old")
-        replica.watch.relist()  # the deletion is lost; the fresh list does not tell it
         world.create_pod(gpu_pod("new", 8))
+        # The deletion is lost; the fresh list does not tell it, but it shows new, which
+        # is how the scheduler learns the watch started over (an empty list tells nothing).
+        replica.watch.relist()
         replica.deliver(everything=True)
         for _ in range(3):  # the reconciling list, then new's first retry (1 s backoff)
             await replica.scheduler.cycle()

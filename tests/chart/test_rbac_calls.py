@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -43,6 +43,11 @@ def _patch_status(obj: ObjectRef) -> _Call:
     return lambda api: api.patch_status(obj, {})
 
 
+async def _drained(pages: AsyncIterator[object]) -> None:
+    async for _ in pages:
+        pass
+
+
 def _create_custom(kind: str) -> _Call:
     return lambda api: api.create_custom(_custom(kind))
 
@@ -64,10 +69,13 @@ CALLS: dict[str, list[_Call]] = {
     "get_lease": [lambda api: api.get_lease("gpusched-system", "gpusched")],
     "create_lease": [lambda api: api.create_lease("gpusched-system", {})],
     "replace_lease": [lambda api: api.replace_lease("gpusched-system", "gpusched", {})],
-    "list_pods": [lambda api: api.list_pods()],
-    "list_nodes": [lambda api: api.list_nodes()],
+    "pages": [
+        lambda api: _drained(api.pages("pods")),
+        lambda api: _drained(api.pages("nodes")),
+        lambda api: _drained(api.pages("pods", cached=True)),
+        lambda api: _drained(api.pages("nodes", cached=True)),
+    ],
     "list_groups": [lambda api: api.list_groups()],
-    "list_cached": [lambda api: api.list_cached("pods"), lambda api: api.list_cached("nodes")],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
 NOT_REQUESTS = {"close"}
@@ -131,10 +139,15 @@ def rbac_of(method: str, path: str) -> tuple[str, str, str, str]:
     return group, resource, verb, match["namespace"] or ""
 
 
+def _asynchronous(member: object) -> bool:
+    """A coroutine function, or an async generator's (a list read page by page)."""
+    return inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
+
+
 def test_every_request_method_is_in_the_table() -> None:
     public = {
         name
-        for name, member in inspect.getmembers(KubeClusterApi, inspect.iscoroutinefunction)
+        for name, member in inspect.getmembers(KubeClusterApi, _asynchronous)
         if not name.startswith("_")
     }
     assert public - NOT_REQUESTS == set(CALLS)

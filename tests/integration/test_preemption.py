@@ -181,6 +181,122 @@ def test_a_budget_that_allows_no_disruption_turns_the_gang_to_the_dearer_rack(
         assert_no_gpu_shared(api)
 
 
+LINGER = "gpusched.test/linger"
+"""A finalizer that keeps an evicted pod terminating (still holding its GPUs, as a pod in its
+grace period does) until the story lets it go."""
+
+
+def lone_pod(
+    name: str, gpus: int, priority_class: str, node: str | None = None, at: range | None = None
+) -> dict[str, Any]:
+    body = gpu_pod(name, gpus, node=node, at=at, cpu="1", memory="1Gi")
+    body["spec"]["priorityClassName"] = priority_class
+    return body
+
+
+@pytest.fixture
+def never_class(api: ApiClient) -> Iterator[str]:
+    """A PriorityClass as high as the highest, whose pods never preempt."""
+    name = "gpusched-test-high-never"
+    if api.get_or_none("priorityclasses", name, group="scheduling.k8s.io") is None:
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": CLASSES["gpusched-test-high"],
+            "preemptionPolicy": "Never",
+        }
+        api.create(body)
+    yield name
+    api.delete("priorityclasses", name, group="scheduling.k8s.io")
+
+
+def test_a_lone_high_priority_pod_evicts_the_fewest_lowest_pods_and_is_bound_where_nominated(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    priority_classes: None,
+    never_class: str,
+) -> None:
+    #   n1 (8 GPUs): small-0 (GPUs 0-1), small-1 (2-3), big (4-7), priority 10, no group
+    #   n2 (8 GPUs): mid-0 (0-3), mid-1 (4-7), priority 20
+    # A pod of priority 10 and one of priority 1000 whose class says preemptionPolicy Never
+    # evict nothing; a 4-GPU pod of priority 1000 evicts big alone (the lowest priority, the
+    # fewest victims), is nominated to n1 while big terminates, and is bound there.
+    api.create(gpu_node("n1"))
+    api.create(gpu_node("n2"))
+    held = {
+        "small-0": ("n1", range(2), "low"),
+        "small-1": ("n1", range(2, 4), "low"),
+        "big": ("n1", range(4, 8), "low"),
+        "mid-0": ("n2", range(4), "mid"),
+        "mid-1": ("n2", range(4, 8), "mid"),
+    }
+    for name, (node, gpus, cls) in held.items():
+        body = lone_pod(name, len(gpus), f"gpusched-test-{cls}", node, gpus)
+        if name == "big":
+            body["metadata"]["finalizers"] = [LINGER]
+        api.create(body)
+    try:
+        with running_operator(kubeconfig):
+            api.create(lone_pod("equal", 4, "gpusched-test-low"))
+            api.create(lone_pod("never", 4, never_class))
+            for name in ("equal", "never"):
+                wait_for(
+                    lambda name=name: [  # type: ignore[misc]
+                        e for e in events_for(api, name) if e["reason"] == "FailedScheduling"
+                    ],
+                    timeout=30,
+                    message=lambda name=name: dump(events_for(api, name)),  # type: ignore[misc]
+                )
+            assert not _evictions(apiserver)
+
+            api.create(lone_pod("urgent", 4, "gpusched-test-high"))
+            urgent = wait_for(
+                lambda: (
+                    (got := pods(api, "default")["default/urgent"])["status"].get(
+                        "nominatedNodeName"
+                    )
+                    and _evictions(apiserver)
+                    and got
+                ),
+                timeout=30,
+                message=lambda: f"urgent nominated: {dump(pods(api, 'default'))}",
+            )
+            assert urgent["status"]["nominatedNodeName"] == "n1"
+            assert not urgent["spec"].get("nodeName")  # big still holds its GPUs
+            assert _evictions(apiserver) == ["big"]
+            preempting = wait_for(
+                lambda: [e for e in events_for(api, "urgent") if e["reason"] == "Preempting"],
+                message=lambda: f"a Preempting Event on urgent: {dump(events_for(api, 'urgent'))}",
+            )
+            assert "default/big" in preempting[0]["message"], dump(preempting)
+
+            api.patch("pods", "big", {"metadata": {"finalizers": None}}, "default")
+            wait_for(
+                lambda: pods(api, "default")["default/urgent"]["spec"].get("nodeName") == "n1",
+                timeout=30,
+                message=lambda: f"urgent bound to n1: {dump(pods(api, 'default'))}",
+            )
+            everything = pods(api, "default")
+            assert "default/big" not in everything
+            assert not everything["default/equal"]["spec"].get("nodeName")
+            assert not everything["default/never"]["spec"].get("nodeName")
+            assert _evictions(apiserver) == ["big"]
+            assert_no_gpu_shared(api)
+    finally:
+        if api.get_or_none("pods", "big", "default") is not None:
+            api.patch("pods", "big", {"metadata": {"finalizers": None}}, "default")
+
+
+def _evictions(apiserver: RealCluster) -> list[str]:
+    return sorted(
+        r.name or ""
+        for r in apiserver.requests()
+        if r.method == "POST" and r.path.endswith("/eviction")
+    )
+
+
 def gpusched_run(kubeconfig: Path, tmp_path: Path, log: str) -> subprocess.Popen[bytes]:
     """A `gpusched run` process with the operator's identity, one replica."""
     config = tmp_path / "config.yaml"
@@ -252,6 +368,120 @@ def test_a_gang_left_part_evicted_by_a_killed_operator_is_evicted_whole_after_a_
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(20)
+
+
+@pytest.fixture
+def spendable_budget(api: ApiClient) -> Iterator[None]:
+    """A PodDisruptionBudget over the gang ``low`` that allows evicting all four of its pods
+    once: the API server counts each eviction against it, so once they are evicted (and
+    while they terminate) it allows none. The test plays the disruption controller, which
+    this control plane does not run, by writing the first status."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "low", "namespace": "default"},
+        "spec": {"maxUnavailable": 4, "selector": {"matchLabels": {GROUP_LABEL: "low"}}},
+    }
+    api.request("POST", BUDGETS, json=body).raise_for_status()
+    yield
+    api.request("DELETE", f"{BUDGETS}/low").raise_for_status()
+
+
+def allow_disruptions(api: ApiClient, allowed: int) -> None:
+    status = {
+        "observedGeneration": 1,
+        "disruptionsAllowed": allowed,
+        "currentHealthy": 4,
+        "desiredHealthy": 0,
+        "expectedPods": 4,
+    }
+    api.request(
+        "PATCH",
+        f"{BUDGETS}/low/status",
+        json={"status": status},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+
+def test_an_operator_restarted_while_victims_terminate_waits_for_them_and_evicts_no_more(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    tmp_path: Path,
+    priority_classes: None,
+    spendable_budget: None,
+) -> None:
+    # low (10, rack-1) is evicted for high; its pods linger, terminating, and the budget
+    # over them is spent by those evictions. The operator is SIGKILLed then. Planned afresh,
+    # high would now find evicting low (its terminating pods) dearer than evicting mid (4 PDB
+    # violations against none) and evict mid as well. The restarted operator carries the
+    # first plan on from its record instead: it waits for low's pods and binds high into
+    # rack-1, and mid is never touched.
+    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
+        api.create(gpu_node(name, "zone-a", rack))
+    first = gpusched_run(kubeconfig, tmp_path, "first.log")
+    try:
+        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
+            for body in prioritized_gang(name, 4, cls):
+                if name == "low" and body["kind"] == "Pod":
+                    body["metadata"]["finalizers"] = [LINGER]
+                api.create(body)
+            wait_for(lambda name=name: len(bound(api, name)) == 4, timeout=30)  # type: ignore[misc]
+        for i in range(4):  # Ready: the Eviction API counts only healthy pods against it
+            apiserver.kubelet.run("default", f"low-{i}")
+        allow_disruptions(api, 4)
+        mid_before = bound(api, "mid")
+        low_rack = domains(api, list(bound(api, "low")), RACK)
+        for body in prioritized_gang("high", 4, "gpusched-test-high"):
+            api.create(body)
+        wait_for(
+            lambda: (
+                _evictions(apiserver) == [f"low-{i}" for i in range(4)]
+                and all(
+                    p["metadata"].get("deletionTimestamp")
+                    for k, p in pods(api, "default").items()
+                    if k.startswith("default/low-")
+                )
+            ),
+            timeout=30,
+            message=lambda: f"low evicted, terminating: {dump(pods(api, 'default'))}",
+        )
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    spent = api.request("GET", f"{BUDGETS}/low").json()["status"]["disruptionsAllowed"]
+    assert spent == 0, spent
+
+    second = gpusched_run(kubeconfig, tmp_path, "second.log")
+    try:
+        # A pod that fits nowhere: once the restarted operator has told it so, it has run a
+        # cycle (and planned, had it planned afresh).
+        api.create(lone_pod("probe", 8, "gpusched-test-low"))
+        wait_for(
+            lambda: [e for e in events_for(api, "probe") if e["reason"] == "FailedScheduling"],
+            timeout=30,
+            message=lambda: f"the probe tried: {dump(events_for(api, 'probe'))}",
+        )
+        release = [k.split("/", 1)[1] for k in pods(api, "default") if k.startswith("default/low-")]
+        for name in release:
+            api.patch("pods", name, {"metadata": {"finalizers": None}}, "default")
+        wait_for(
+            lambda: len(bound(api, "high")) == 4,
+            timeout=60,
+            message=lambda: f"the high gang bound: {dump(pods(api, 'default'))}",
+        )
+        assert domains(api, list(bound(api, "high")), RACK) == low_rack
+        assert bound(api, "mid") == mid_before
+        assert _evictions(apiserver) == [f"low-{i}" for i in range(4)]
+        assert_no_gpu_shared(api)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(20)
+        for key, pod in pods(api, "default").items():
+            if LINGER in (pod["metadata"].get("finalizers") or []):
+                api.patch(
+                    "pods", key.split("/", 1)[1], {"metadata": {"finalizers": None}}, "default"
+                )
 
 
 def unschedulable(api: ApiClient, name: str) -> dict[str, Any]:

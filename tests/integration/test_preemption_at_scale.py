@@ -43,15 +43,16 @@ from tests.integration.harness import (
     pods,
     running_operator,
 )
-from tests.integration.test_preemption import gpusched_run, priority_classes
+from tests.integration.test_preemption import LINGER, gpusched_run, priority_classes
 
 __all__ = ["priority_classes"]  # the fixture, used by name
 
 LOW_GANGS = [f"low{i}" for i in range(8)]
 HIGH_PODS = 64
-LINGER = "gpusched.test/linger"
-"""A finalizer that keeps an evicted pod terminating (still holding its GPUs, as a pod in
-its grace period does) until the story lets it go."""
+PLACE = "gpusched.io/nomination"
+"""Where a preemption in flight puts each of its pods (its durable record)."""
+MARK = "gpusched.io/preemption"
+"""On each victim of a preemption in flight."""
 POLL = 0.2
 """Seconds between polls of the pod list (129 pods: polling faster only loads the server)."""
 
@@ -251,6 +252,15 @@ def explain_live(kubeconfig: Path, target: str) -> dict[str, Any]:
     return report
 
 
+def evictions(apiserver: RealCluster) -> list[str]:
+    """The pods whose eviction was asked, as often as it was."""
+    return [
+        r.name or ""
+        for r in apiserver.requests()
+        if r.method == "POST" and r.path.endswith("/eviction")
+    ]
+
+
 def _terminating(pod: dict[str, Any]) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
@@ -263,8 +273,10 @@ def test_the_operator_killed_between_evictions_of_a_64_pod_preemption_finishes_a
     priority_classes: None,
 ) -> None:
     # Evictions are slowed so the kill lands between them: the first operator has begun on
-    # the victims, not finished. A restarted one must end with the gang bound in one rack,
-    # every low gang whole or gone, no GPU given twice.
+    # the victims, not finished. It recorded its plan before the first eviction (its victims
+    # marked, the gang's pods' places), so the restarted one carries that plan on: it evicts
+    # only the first plan's victims (a rack's four gangs, whole), binds the gang where the
+    # first plan nominated, and gives no GPU twice.
     full_cluster(api)
     first = gpusched_run(kubeconfig, tmp_path, "first.log")
     try:
@@ -286,6 +298,21 @@ def test_the_operator_killed_between_evictions_of_a_64_pod_preemption_finishes_a
     apiserver.faults.clear()
     sent = sum(1 for r in apiserver.requests() if r.path.endswith("/eviction"))
     assert sent < 32, f"all {sent} evictions were sent before the kill: nothing was interrupted"
+    listed = pods(api, "default")
+    places = {
+        k: json.loads(p["metadata"]["annotations"][PLACE])["node"]
+        for k, p in of_group(listed, "high").items()
+        if PLACE in (p["metadata"].get("annotations") or {})
+    }
+    assert len(places) == HIGH_PODS, dump(places)  # recorded before the first eviction
+    first_victims = {
+        k for k, p in listed.items() if MARK in (p["metadata"].get("annotations") or {})
+    }
+    first_victims |= {f"default/{name}" for name in evictions(apiserver)}
+    first_gangs = {
+        name for name in LOW_GANGS if any(k.startswith(f"default/{name}-") for k in first_victims)
+    }
+    assert len(first_gangs) == 4, sorted(first_victims)
 
     second = gpusched_run(kubeconfig, tmp_path, "second.log")
     try:
@@ -298,9 +325,10 @@ def test_the_operator_killed_between_evictions_of_a_64_pod_preemption_finishes_a
         bound_at = time.monotonic()
         everything = pods(api, "default")
         assert len(domains(api, list(bound_nodes(everything, "high")), RACK)) == 1
+        assert bound_nodes(everything, "high") == places  # where the first plan nominated
         gone, whole = assert_gangs_whole_or_gone(api, before)
-        assert len(gone) + len(whole) == len(LOW_GANGS)
-        assert len(gone) >= 4, (gone, whole)  # a rack's worth made room
+        assert sorted(gone) == sorted(first_gangs), (gone, whole)  # nothing beyond the plan
+        assert {f"default/{name}" for name in evictions(apiserver)} <= first_victims
         assert_no_gpu_shared(api)
         print(
             f"\nkilled after {sent} of 32 evictions, {killed - started:.1f} s in; "

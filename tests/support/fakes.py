@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,10 +91,11 @@ class FakeApi:
     async def list_groups(self) -> list[dict[str, Any]]:
         return []
 
-    async def list_cached(self, plural: str) -> Listing:
-        """What the test's ``list_pods`` (set on the instance) or `list_nodes` answers."""
+    async def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        """What the test's ``list_pods`` (set on the instance) or `list_nodes` answers, as
+        one page, from the watch cache or not."""
         lister = self.list_pods if plural == "pods" else self.list_nodes  # type: ignore[attr-defined]
-        return Listing(await lister())
+        yield Listing(await lister())
 
     def last_status(self, key: str) -> dict[str, Any]:
         return next(s for _, k, s in reversed(self.statuses) if k == key)

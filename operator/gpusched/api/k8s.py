@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.errors import (
     InvalidObjectError,
     field_error,
@@ -217,6 +218,9 @@ class PodSpec(K8sModel):
     affinity: Affinity | None = None
     tolerations: list[Toleration] = Field(default_factory=list)
     priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    preemption_policy: PreemptionPolicy | None = Field(default=None, alias="preemptionPolicy")
+    """Set with ``priority`` from the pod's PriorityClass when the pod is admitted; None is
+    ``PreemptLowerPriority``."""
     scheduler_name: str = Field(default="default-scheduler", alias="schedulerName")
     node_name: str | None = Field(default=None, alias="nodeName")
     resource_claims: list[PodResourceClaim] = Field(default_factory=list, alias="resourceClaims")

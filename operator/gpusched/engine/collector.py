@@ -12,9 +12,10 @@ result is left to move to an older generation: no full collection in 200 gang de
 row, and 0.02 ms of collections a decision instead of 0.4 ms (`bench/engine.py`, benchmark 2,
 rows "in a row").
 
-Paused by its threshold, not by `gc.disable`: a resync disables the collector for as long as it
-reads its lists, and a decision in another thread meanwhile must not turn it back on under it
-(nor find it disabled and leave it so), so the two switches are kept apart.
+Paused by its threshold, not by `gc.disable`, and counted: the operator's resync pauses it too
+while it reads its whole-cluster lists (a million short-lived dicts at 40,000 pods), decisions
+run in a worker thread meanwhile, and whichever leaves first must not resume collections under
+the other; `gc.isenabled` stays its embedder's switch.
 """
 
 from __future__ import annotations

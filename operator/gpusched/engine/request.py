@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import GPU_MILLI_ANNOTATION, Pod
 from gpusched.api.selectors import NodeSelectorTerm, Toleration
@@ -31,6 +32,9 @@ class PodRequest:
     required_terms: tuple[NodeSelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    """Whether the pod, when it has no group, may evict lower-priority pods to fit (a pod of
+    a group preempts by its group's policy)."""
     group: str | None = None
     app: str | None = None
     created: float = 0.0
@@ -108,6 +112,7 @@ class PodRequest:
             required_terms=pod.required_terms,
             tolerations=tuple(pod.spec.tolerations),
             priority=pod.spec.priority or 0,
+            preemption_policy=pod.spec.preemption_policy or PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
             group=pod.group,
             app=pod.app,
             created=created.timestamp() if created is not None else 0.0,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -41,6 +41,8 @@ PAGE_SIZE = 500
 """Objects per page of a whole-cluster list. Each page is decoded on its own, on the event
 loop: 500 pods take tens of milliseconds, where one document of 15,000 held the loop for
 seconds and its bytes, its objects and the cache all at once."""
+Slim = Callable[[dict[str, Any]], dict[str, Any]]
+"""What a list keeps of each object it reads (changed in place): `slim_pod`, `_unmanage`."""
 
 
 async def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
@@ -286,48 +288,60 @@ class KubeClusterApi:
         path = f"{LEASES}/namespaces/{namespace}/leases/{name}"
         await self._request("PUT", path, dict(body))
 
-    async def _list_all(self, path: str) -> list[dict[str, Any]]:
+    async def _list_all(self, path: str, slim: Slim = lambda body: body) -> list[dict[str, Any]]:
         """Every object of the collection ``path``, read in pages of `PAGE_SIZE` (also for
-        `gpusched.k8s.reader`, which runs with its user's credentials)."""
-        return (await self._pages(path, "")).items
+        `gpusched.k8s.reader`, which runs with its user's credentials), each ``slim``-med."""
+        return (await self._pages(path, "", slim)).items
 
-    async def _pages(self, path: str, first: str) -> Listing:
-        """Every object of ``path`` page by page, and the first page's resourceVersion.
-        ``first``: more of the first page's query (later pages carry only the continue
-        token: they continue the first page's snapshot)."""
+    async def _pages(self, path: str, first: str, slim: Slim) -> Listing:
+        """Every object of ``path`` (see `_each_page`), and the first page's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        version = None
+        async for page, listed_at in self._each_page(path, first, slim):
+            items += page
+            version = listed_at if version is None else version
+        return Listing(items, version or "")
+
+    async def _each_page(
+        self, path: str, first: str, slim: Slim
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """The pages of the collection ``path``, each with its resourceVersion, and each of
+        its objects ``slim``-med as the page comes (a whole list of full bodies was held
+        only to be slimmed after). ``first``: more of the first page's query (later pages
+        carry only the continue token: they continue the first page's snapshot)."""
         page = await self._request("GET", f"{path}?limit={PAGE_SIZE}{first}")
-        items = [item for item in page.get("items") or [] if isinstance(item, dict)]
-        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
-        while token := str((page.get("metadata") or {}).get("continue") or ""):
+        while True:
+            metadata = page.get("metadata") or {}
+            yield _items(page, slim), str(metadata.get("resourceVersion") or "")
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return
             page = await self._request("GET", f"{path}?limit={PAGE_SIZE}&continue={quote(token)}")
-            items += [item for item in page.get("items") or [] if isinstance(item, dict)]
-        return Listing(items, version)
 
-    async def list_cached(self, plural: str) -> Listing:
-        """Every pod or Node from the watch cache (``resourceVersion=0``), page by page;
-        pods slimmed as `list_pods` slims them."""
-        listing = await self._pages(f"/api/v1/{plural}", "&resourceVersion=0")
+    async def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        """Every pod or Node, page by page (`_each_page`), each page with the first page's
+        resourceVersion: pods with what the scheduler reads of them (`slim_pod`), Nodes
+        without managed fields. ``cached``: from the watch cache (``resourceVersion=0``)."""
         slim = slim_pod if plural == "pods" else _unmanage
-        return Listing([slim(item) for item in listing.items], listing.version)
-
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every Node of the cluster, for the leader's resync, without managed fields."""
-        return [_unmanage(node) for node in await self._list_all("/api/v1/nodes")]
+        query = "&resourceVersion=0" if cached else ""
+        version = None
+        async for page, listed_at in self._each_page(f"/api/v1/{plural}", query, slim):
+            version = listed_at if version is None else version
+            yield Listing(page, version)
 
     async def list_groups(self) -> list[dict[str, Any]]:
         """Every PodGroup and CompositePodGroup of the cluster, without managed fields (each
         list item carries its kind, as a watch event's object does)."""
         groups: list[dict[str, Any]] = []
         for kind in ("PodGroup", "CompositePodGroup"):
-            for body in await self._list_all(f"/apis/{GROUP}/{VERSION}/{PLURALS[kind]}"):
+            for body in await self._list_all(f"/apis/{GROUP}/{VERSION}/{PLURALS[kind]}", _unmanage):
                 body.setdefault("kind", kind)
-                groups.append(_unmanage(body))
+                groups.append(body)
         return groups
 
-    async def list_pods(self) -> list[dict[str, Any]]:
-        """Every pod of the cluster, for a new leader's resync: what the scheduler reads of
-        each (`slim_pod`)."""
-        return [slim_pod(pod) for pod in await self._list_all("/api/v1/pods")]
+
+def _items(page: Mapping[str, Any], slim: Slim) -> list[dict[str, Any]]:
+    return [slim(item) for item in page.get("items") or [] if isinstance(item, dict)]
 
 
 def slim_pod(body: dict[str, Any]) -> dict[str, Any]:

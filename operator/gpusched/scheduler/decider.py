@@ -76,15 +76,13 @@ class Decider:
 
     async def plan_preemptions(self, result: ScheduleResult) -> list[PreemptionPlan]:
         """The preemption plans for what the last `decide` (which gave ``result``) left
-        unschedulable, on the same snapshot, in a worker thread."""
+        unschedulable, groups and pods without one, on the same snapshot, in a worker
+        thread."""
         if self._decided is None:
             return []
         snapshot, ready = self._decided
         self._decided = None
-        if not any(
-            d.phase is Phase.UNSCHEDULABLE and d.reason is Reason.UNSCHEDULABLE
-            for d in result.groups
-        ):
+        if not _unplaced(result, ready):
             return []  # nothing to plan for: no thread, no await
         foreign = frozenset(
             record.key
@@ -140,3 +138,13 @@ class Decider:
         if held is None or now - held[0] >= TELEMETRY_HOLD_SECONDS:
             held = self._held_telemetry = (now, self.telemetry())
         return held[1]
+
+
+def _unplaced(result: ScheduleResult, ready: list[PodRequest]) -> bool:
+    """Whether ``result`` left a unit unschedulable: a group, or a pod without one."""
+    if any(
+        d.phase is Phase.UNSCHEDULABLE and d.reason is Reason.UNSCHEDULABLE for d in result.groups
+    ):
+        return True
+    failed = {f.pod for f in result.unschedulable if f.reason is Reason.UNSCHEDULABLE}
+    return any(p.group is None and p.key in failed for p in ready)

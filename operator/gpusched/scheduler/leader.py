@@ -106,6 +106,8 @@ class LeaderElector:
         self._valid_until = float("-inf")
         self._leading = False
         self._observed: tuple[object, float] | None = None
+        self._expires_at: float | None = None
+        """When, on our clock, the Lease another replica holds expires unless renewed."""
         self._deliver: Callable[[Callable[[bool], None], bool], object] = _call
         """How `on_change` is called: at once, or (`run_in_thread`) on the caller's loop."""
 
@@ -118,7 +120,17 @@ class LeaderElector:
     async def run(self) -> None:
         while True:
             await self.attempt()
-            await self.clock.sleep(self.config.retry_period_seconds)
+            await self.clock.sleep(self._pause())
+
+    def _pause(self) -> float:
+        """Seconds until the next try: the retry period, or less when the Lease another
+        replica holds expires sooner on our clock. A standby then tries at that very
+        moment, not up to a retry period later (kill to Lease took 15.7-17.8 s with a 15 s
+        lease and a 2 s retry period)."""
+        retry = self.config.retry_period_seconds
+        if self._expires_at is None:
+            return retry
+        return max(0.0, min(retry, self._expires_at - self.clock()))
 
     async def run_in_thread(self) -> None:
         """`run` in a thread of its own, on an event loop of its own, until cancelled; then
@@ -187,6 +199,7 @@ class LeaderElector:
 
     async def _try(self, now: float) -> bool:
         name = self.config.lease_name
+        self._expires_at = None  # known again only from a Lease read now
         lease = await self.api.get_lease(self.namespace, name)
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         if lease is None:
@@ -200,6 +213,7 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration_seconds)
         expired = now - self._observed[1] >= duration
         if holder not in (None, self.identity) and not expired:
+            self._expires_at = self._observed[1] + duration
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         acquired = spec.get("acquireTime") or stamp

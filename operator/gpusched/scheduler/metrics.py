@@ -41,7 +41,8 @@ PREEMPTIONS = Counter(
 )
 """``result``: planned (room nominated, evictions begin), evicted (every victim evicted),
 stale (a victim refused, a node or the preemptor went: the room is released and planned
-again), failed (an eviction or delete the API server refused for another reason)."""
+again), failed (an eviction or delete the API server refused for another reason), recovered
+(a new leader holds the room of a plan in flight again, from its durable record)."""
 EVICTED_PODS = Counter("gpusched_preempted_pods", "Pods evicted to make room for a preemptor.")
 EVICTED_GPUS = Counter("gpusched_preempted_gpus", "GPUs held by the pods evicted for a preemptor.")
 NOMINATION_SECONDS = Histogram(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,17 +103,14 @@ class ClusterApi(Protocol):
     async def create_custom(self, body: Mapping[str, Any]) -> None:
         """Creates one of our custom objects (ApiError 409 when it exists)."""
 
-    async def list_pods(self) -> list[dict[str, Any]]:
-        """Every pod of the cluster, read from etcd (a new leader's first step)."""
-
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every Node of the cluster (a new leader's first step)."""
+    def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        """Every pod (``"pods"``) or Node (``"nodes"``) of the cluster, page by page: the
+        pages of one list, each with the list's resourceVersion, which the caller takes in
+        one at a time rather than holding them all (43 MB at 15,000 pods). A consistent
+        read (a new leader's first step); ``cached``: as the API server's watch cache holds
+        them (``resourceVersion=0``), cheap to repeat but perhaps a little behind what a
+        watch has shown (the periodic resync)."""
 
     async def list_groups(self) -> list[dict[str, Any]]:
         """Every PodGroup and CompositePodGroup of the cluster (a new leader's first step:
         its group watch may lag, and a gang it does not know is no gang to it)."""
-
-    async def list_cached(self, plural: str) -> Listing:
-        """Every pod (``"pods"``) or Node (``"nodes"``) as the API server's watch cache holds
-        them (``resourceVersion=0``): no read of etcd, so cheap to repeat, but perhaps a
-        little behind what a watch has shown (the periodic resync)."""

@@ -70,7 +70,12 @@ class Nomination:
     victims: Mapping[str, str]
     """Victim pod key → its uid when the plan was made."""
     since: float
-    """When it was nominated (our clock)."""
+    """When it was nominated (our clock), or recovered by this replica."""
+    plan: str = ""
+    """The plan's identity in its durable record (`gpusched.scheduler.nominations`)."""
+    claims: tuple[str, ...] = ()
+    """ResourceClaims (``namespace/name``) the victims' eviction frees: the room is free once
+    kube-controller-manager has deallocated them too."""
 
 
 def holds(record: PodRecord) -> bool:

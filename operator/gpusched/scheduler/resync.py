@@ -3,12 +3,13 @@ at once when a watch starts over, and one every ``RESYNC_SECONDS`` while it lead
 
 from __future__ import annotations
 
-import gc
+import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpusched.engine.collector import collector_paused
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
@@ -24,8 +25,8 @@ RESYNC_SECONDS = 10.0
 `Resync.tick`): this bounds how long a deletion, a pod or a bind that no watch event told
 can go unseen (a watch that starts over triggers one at once, `Resync.relisted`). Ten
 seconds: the lists come from the API server's watch cache and only what changed is parsed
-again, so one resync at 5,000 nodes and 40,000 pods takes 0.7 CPU seconds
-(``python bench/resync.py``), 7 % of one core at this period."""
+again, so one resync at 5,000 nodes and 40,000 pods takes 0.5 CPU seconds
+(``python bench/resync.py``), 5 % of one core at this period."""
 
 
 class Resync:
@@ -68,20 +69,13 @@ class Resync:
             self.background.spawn(self._resync())
 
     async def _resync(self) -> None:
-        """Reconciles the cache with fresh lists of pods and nodes (`_reconcile`), with the
-        cyclic garbage collector paused from the first request to the end: a list of 40,000
-        pods is a million dicts and lists, none of which can be garbage while it is read,
-        and the collector walked them several times per resync (2.3 of 2.7 CPU seconds at
-        5,000 nodes). The lists are dropped before it resumes, by reference counting, so it
-        never sees them; whatever cycles other tasks leave meanwhile (a few hundred
-        milliseconds, the request timeout at worst) wait for its next run."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        """Reconciles the cache with fresh lists of pods and nodes (`_reconcile`), the cyclic
+        garbage collector paused (`collector_paused`): a page of the list is thousands of dicts,
+        none of them garbage while it is read, and the collector walked them several times per
+        resync (2.3 of 2.7 CPU seconds at 5,000 nodes); they are freed by reference counting
+        before it resumes."""
+        with collector_paused():
             await self._reconcile()
-        finally:
-            if enabled:
-                gc.enable()
 
     async def _reconcile(self) -> None:
         """Drops the pods and nodes the API server no longer has (such a pod would hold its
@@ -93,55 +87,126 @@ class Resync:
         list is ever replaced or dropped by it."""
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
+        pods, nodes = Reading(), Reading()
         try:
-            pods = await self.api.list_cached("pods")
-            nodes = await self.api.list_cached("nodes")
+            async for page in self.api.pages("pods", cached=True):
+                self._take_pods_page(pods, page)
+            async for page in self.api.pages("nodes", cached=True):
+                nodes.version = nodes.version or page.version
+                nodes.present.update((name_of(body), "") for body in page.items)
+                nodes.taken += take_nodes(self.state, page.items)
         except ApiError as error:
             logger.warning("cannot list pods and nodes to reconcile the cache: %s", error)
             self._due = True
             return
         finally:
             self._running = False
-        listed = identify(pods.items)
-        gone = forget_missing(self.state, known, listed, pods.version)
-        gone += forget_missing_nodes(self.state, known_nodes, nodes)
+        gone = forget_missing(self.state, known, pods.present, pods.version)
+        names = {name for name, _ in nodes.present}
+        gone += forget_missing_nodes(self.state, known_nodes, names, nodes.version)
+        forget_unlisted(self._unusable, pods.present)
         if gone:
             logger.info("deleted while a watch was down: %s", ", ".join(gone))
-        if added := take_unseen(self.state, listed, pods.version, self._unusable):
-            logger.info("created while a watch was down: %s", ", ".join(added))
-        if refreshed := take_newer(self.state, listed):
-            logger.info("changed without a watch event reaching us: %s", ", ".join(refreshed))
-        if changed := take_nodes(self.state, nodes.items):
-            logger.info("nodes the watch did not show as they are: %s", ", ".join(changed))
-        if gone or added or refreshed or changed:
+        if pods.taken:
+            logger.info("created while a watch was down: %s", ", ".join(pods.taken))
+        if pods.refreshed:
+            logger.info("changed without a watch event reaching us: %s", ", ".join(pods.refreshed))
+        if nodes.taken:
+            logger.info("nodes the watch did not show as they are: %s", ", ".join(nodes.taken))
+        if gone or pods.taken or pods.refreshed or nodes.taken:
             self.background.wake()
 
-    async def take_over(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
-        """Before its first bind, a new leader replaces what it watched with a fresh list of
-        every pod: the watch of a replica that was not acting may lag, and the old leader's
-        last binds must be counted."""
+    def _take_pods_page(self, pods: Reading, page: Listing) -> None:
+        """Takes one page of the pods' list in as it comes, so that the whole list is never
+        held at once (the lists of 40,000 pods and 5,000 Nodes held 276 MB above the cache,
+        every period; 19 MB page by page): forgetting what it lacks waits for the last
+        page."""
+        pods.version = pods.version or page.version
+        listed = identify(page.items)
+        pods.present.update(identities(listed))
+        pods.taken += take_unseen(self.state, listed, pods.version, self._unusable)
+        pods.refreshed += take_newer(self.state, listed)
+
+    async def take_over(self, pods: AsyncIterable[Listing]) -> None:
+        """Before its first bind, a new leader reconciles what it watched with consistent
+        lists of every pod, Node and group (``pods``: the pods' list, page by page, not yet
+        asked for): the watch of a replica that was not acting may lag, and the old
+        leader's last binds must be counted. This stands for the resync a watch's first
+        list asked for (`relisted`): a second one at once would list everything again, on
+        the loop, while the first decisions wait. The collector is paused meanwhile, as for
+        `_resync`: the standby's heap is not frozen yet, and collections walking it took
+        most of the time the lists' decoding took.
+
+        The lists are asked for at once. Pods and DRA objects that cannot be read raise
+        `ApiError` (missing ones could double-book GPUs); Nodes and groups that cannot be
+        read are left to the watch."""
+        # A watch that starts over from now on may have missed what these lists show
+        # already: its resync is still due afterwards.
+        self._resynced_at, self._due = self.clock(), False
         known = {key: record.uid for key, record in self.state.pods.items()}
-        bodies = await pods
-        try:
-            for node in await self.api.list_nodes():
-                self.state.upsert_node(node)  # deletions are left to the periodic resync
-        except ApiError as error:
-            # Missing nodes only make pods wait; missing pods could double-book GPUs.
-            logger.warning("cannot list nodes; relying on the watch: %s", error)
-        try:
-            # A gang whose group the watch has not shown yet is no gang here: its bound pods
-            # would not pin it, nor its room go to it first (chaos seed 1401 in gangs mode).
-            for group in await self.api.list_groups():
+        known_nodes = set(self.state.nodes)
+        with collector_paused():
+            groups, *_ = await asyncio.gather(
+                self._groups(),
+                self.claims.resync(),  # DRA holdings come from the claims, never from memory
+                self._take_nodes(known_nodes),
+                self._take_pods(pods, known),
+            )
+            for group in groups:
                 self.state.upsert_group(GroupKind(group["kind"]), group)
+
+    async def _take_pods(self, pages: AsyncIterable[Listing], known: Mapping[str, str]) -> None:
+        """Takes each page in as it comes (`take_listed`), so that the whole list is never
+        held at once, then forgets the pods of ``known`` that none of the pages had: only
+        pods known before the list was asked for can be missing from it for being deleted
+        (one the watch showed meanwhile may be newer than the list)."""
+        present: set[tuple[str, str]] = set()
+        async for page in pages:
+            listed = identify(page.items)
+            take_listed(self.state, listed)
+            present.update(identities(listed))
+        forget_missing(self.state, known, present)
+
+    async def _take_nodes(self, known: Collection[str]) -> None:
+        """Takes each page of a consistent list of Nodes in as it comes, then forgets those
+        of ``known`` (held before it was asked for) that it lacked: deleted while the watch
+        was down. Nodes that cannot be listed are left to the watch: missing ones only make
+        pods wait."""
+        listed: set[str] = set()
+        try:
+            async for page in self.api.pages("nodes"):
+                for body in page.items:
+                    self.state.upsert_node(body)  # an unchanged version is not parsed again
+                    listed.add(name_of(body))
+        except ApiError as error:
+            logger.warning("cannot list nodes; relying on the watch: %s", error)
+            return
+        forget_missing_nodes(self.state, known, listed)
+
+    async def _groups(self) -> list[dict[str, Any]]:
+        """Every group, for a new leader: a gang whose group the watch has not shown yet is
+        no gang here, its bound pods would not pin it, nor its room go to it first (chaos
+        seed 1401 in gangs mode). Groups that cannot be listed are left to the watch."""
+        try:
+            return await self.api.list_groups()
         except ApiError as error:
             logger.warning("cannot list groups; relying on the watch: %s", error)
-        await self.claims.resync()  # DRA holdings come from the claims, never from memory
-        for body in bodies:
-            self.state.upsert_pod(body)
-        # Only pods known before the list was asked for can be missing from it for being
-        # deleted: one the watch showed meanwhile may be newer than the list.
-        forget_missing(self.state, known, identify(bodies))
-        self._resynced_at = self.clock()
+            return []
+
+
+@dataclass(slots=True)
+class Reading:
+    """What a resync has taken from the pages of one kind's list so far."""
+
+    version: str = ""
+    """The list's resourceVersion (its first page's)."""
+    present: set[tuple[str, str]] = field(default_factory=set)
+    """(key, uid) of each pod listed, or (name, "") of each Node."""
+    taken: list[str] = field(default_factory=list)
+    """Keys of the pods (names of the Nodes) taken because the cache lacked them, or held
+    them at an older version (Nodes)."""
+    refreshed: list[str] = field(default_factory=list)
+    """Keys of the known pods taken at a newer version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +227,19 @@ def identify(bodies: Iterable[Mapping[str, Any]]) -> list[Listed]:
         uid = str(metadata.get("uid") or "")
         listed.append(Listed(key, uid, str(metadata.get("resourceVersion") or ""), body))
     return listed
+
+
+def take_listed(state: ClusterState, listed: Iterable[Listed]) -> None:
+    """Takes every listed pod but those held at the very version listed (the watch showed
+    them: nothing to parse, nor to fingerprint), for a new leader. Unlike `take_newer`, a
+    version that cannot be ordered is taken: a consistent list is never older than what a
+    replica watched before asking for it, and `ClusterState.upsert_pod` refuses what it
+    knows to be older."""
+    for item in listed:
+        before = state.pods.get(item.key)
+        if before is not None and before.uid == item.uid and item.version == before.version:
+            continue
+        state.upsert_pod(item.body)
 
 
 def take_newer(state: ClusterState, listed: Iterable[Listed]) -> list[str]:
@@ -191,9 +269,7 @@ def take_unseen(
     that do not parse): they are not parsed, nor reported, again until they change."""
     taken = []
     unusable = {} if unusable is None else unusable
-    uids: set[str] = set()
     for item in listed:
-        uids.add(item.uid)
         before = state.pods.get(item.key)
         if item.uid in state.gone or (before is not None and before.uid == item.uid):
             continue
@@ -206,9 +282,14 @@ def take_unseen(
             taken.append(item.key)
         elif item.uid:
             unusable[item.uid] = item.version
-    for uid in unusable.keys() - uids:
-        del unusable[uid]  # gone: never listed again
     return taken
+
+
+def forget_unlisted(unusable: dict[str, str], present: Iterable[tuple[str, str]]) -> None:
+    """Forgets the refused pods of ``unusable`` (see `take_unseen`) that a whole list no
+    longer has (``present``: the `identities` of what it has): gone, never listed again."""
+    for uid in unusable.keys() - {uid for _, uid in present}:
+        del unusable[uid]
 
 
 def newer_than(version: str, listed_at: str) -> bool:
@@ -218,18 +299,22 @@ def newer_than(version: str, listed_at: str) -> bool:
     return version.isdigit() and listed_at.isdigit() and int(version) > int(listed_at)
 
 
+def identities(listed: Iterable[Listed]) -> set[tuple[str, str]]:
+    """The (key, uid) of each listed pod, for `forget_missing`."""
+    return {(item.key, item.uid) for item in listed}
+
+
 def forget_missing(
     state: ClusterState,
     known: Mapping[str, str],
-    listed: Iterable[Listed],
+    present: Collection[tuple[str, str]],
     listed_at: str = "",
 ) -> list[str]:
     """Deletes the pods of ``known`` (key → uid, taken before the list was read) that the
-    list no longer has, and returns their keys. A pod that appeared after ``known`` was
-    taken, or that we hold at a version newer than the list (``listed_at``: a list from the
-    watch cache may be behind our watch), may be missing from it for that reason alone, so
-    only the others are candidates."""
-    present = {(item.key, item.uid) for item in listed}
+    list no longer has (``present``: the `identities` of what it has), and returns their
+    keys. A pod that appeared after ``known`` was taken, or that we hold at a version newer
+    than the list (``listed_at``: a list from the watch cache may be behind our watch), may
+    be missing from it for that reason alone, so only the others are candidates."""
     gone = [
         key
         for key, uid in known.items()
@@ -243,16 +328,18 @@ def forget_missing(
     return gone
 
 
-def forget_missing_nodes(state: ClusterState, known: Iterable[str], listing: Listing) -> list[str]:
-    """Deletes the nodes of ``known`` (names taken before ``listing`` was read) that it no
-    longer has, unless we hold them at a version newer than it; returns their names."""
-    listed = {name_of(b) for b in listing.items}
+def forget_missing_nodes(
+    state: ClusterState, known: Iterable[str], listed: Collection[str], listed_at: str = ""
+) -> list[str]:
+    """Deletes the nodes of ``known`` (names taken before the list was read) that it no
+    longer has (``listed``: the names it has), unless we hold them at a version newer than
+    the list (``listed_at``); returns their names."""
     gone = sorted(
         name
         for name in known
         if name not in listed
         and name in state.nodes
-        and not newer_than(state.node_versions.get(name, ""), listing.version)
+        and not newer_than(state.node_versions.get(name, ""), listed_at)
     )
     for name in gone:
         state.delete_node(name)

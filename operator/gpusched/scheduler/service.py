@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Coroutine, Mapping
+from collections.abc import AsyncIterable, Coroutine, Mapping
 from typing import Any
 
 from gpusched.engine.groups import GroupKind
@@ -26,7 +26,7 @@ from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop
-from gpusched.scheduler.ports import ApiError, ClusterApi
+from gpusched.scheduler.ports import ApiError, ClusterApi, Listing
 from gpusched.scheduler.records import name_of
 from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
@@ -108,8 +108,9 @@ class Scheduler:
     def lost_leadership(self) -> None:
         self.leadership.lost()
 
-    async def take_leadership(self, pods: Awaitable[list[dict[str, Any]]]) -> None:
-        """Reads the cluster afresh (``pods``: the list of every pod), then acts."""
+    async def take_leadership(self, pods: AsyncIterable[Listing]) -> None:
+        """Reads the cluster afresh (``pods``: the list of every pod, page by page), then
+        acts."""
         await self.resync.take_over(pods)
         self.unknown.adopt()
         self.leadership.synced()
@@ -122,7 +123,7 @@ class Scheduler:
         delay, longest = LIST_RETRY_SECONDS
         while True:
             try:
-                await self.take_leadership(self.api.list_pods())
+                await self.take_leadership(self.api.pages("pods"))
                 logger.info("leading: pods and nodes listed, scheduling")
                 return
             except ApiError as error:

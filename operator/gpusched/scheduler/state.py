@@ -92,6 +92,8 @@ class ClusterState(GroupBook):
     whose eviction unit a preemption has started on (see `gpusched.scheduler.preemptor`)."""
     nominations: dict[str, Nomination] = field(default_factory=dict)
     """Root group key → the room held for it while its preemption's victims go."""
+    _promised_holdings: dict[str, tuple[BoundPod, BoundPod]] = field(default_factory=dict)
+    """Victim key → (its holding, the same without GPUs), for `bound` (see `_gpus_promised`)."""
     gone: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Uids of pods known to be deleted, oldest first. A uid never comes back, so a watch event
     about one is older than what we know (a fresh list showed the name's new pod before the
@@ -275,13 +277,26 @@ class ClusterState(GroupBook):
         pinned = self._pinned()
         promised = self._promised()
         for key, record in self._holding.items():
-            if record.holding is None or (promised and promised.get(key) == record.uid):
+            if record.holding is None:
+                continue
+            if promised and promised.get(key) == record.uid:
+                yield self._gpus_promised(key, record.holding)
                 continue
             yield pinned.get(record.uid, record.holding) if pinned else record.holding
         for reservation in self.reservations.values():
             yield reservation.holding
         for nomination in self.nominations.values():
             yield from nomination.holdings
+
+    def _gpus_promised(self, key: str, holding: BoundPod) -> BoundPod:
+        """A victim on its way out: its GPUs are promised to a nomination (which holds them),
+        the rest it holds until it is gone (the kubelet counts it till then). One object per
+        holding, so the snapshot cache keeps it."""
+        kept = self._promised_holdings.get(key)
+        if kept is None or kept[0] is not holding:
+            request = replace(holding.pod, gpus=0, gpu_milli=0)
+            kept = self._promised_holdings[key] = (holding, BoundPod(request, holding.node, None))
+        return kept[1]
 
     def _pinned(self) -> dict[str, BoundPod]:
         return self.pins.pinned(self._unnamed, self._explicit(), self._gpu_count)
@@ -412,13 +427,17 @@ class ClusterState(GroupBook):
         """Drops the room held for ``root``; its pods are pending again."""
         released = self.nominations.pop(root, None)
         if released is not None:
+            for key in released.victims:
+                self._promised_holdings.pop(key, None)
             self._changed(capacity=True)
         return released
 
     def drop_nominations(self) -> None:
-        """Leadership lost: whoever leads next plans afresh."""
+        """Leadership lost: whoever leads next takes the plans in flight over from their
+        record in the cluster (`gpusched.scheduler.nominations`)."""
         if self.nominations:
             self.nominations.clear()
+            self._promised_holdings.clear()
             self._changed(capacity=True)
 
     def nominated_pods(self) -> set[str]:

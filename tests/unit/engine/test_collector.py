@@ -74,20 +74,20 @@ def test_overlapping_decisions_keep_it_paused_until_the_last_one_leaves() -> Non
     assert gc.get_threshold()[0] == CALLERS_THRESHOLD
 
 
-def test_a_resync_that_starts_during_a_decision_keeps_the_collector_disabled() -> None:
+def test_a_collector_disabled_during_a_decision_stays_disabled() -> None:
     pause = collector_paused()
     pause.__enter__()
-    gc.disable()  # the resync, reading its lists
+    gc.disable()  # whoever embeds the engine, for reasons of its own
     pause.__exit__(None, None, None)  # the decision ends first
 
-    assert not gc.isenabled(), "the decision turned the collector on under the resync"
+    assert not gc.isenabled(), "the decision turned the collector on under its owner"
     assert gc.get_threshold()[0] == CALLERS_THRESHOLD
 
 
-def test_a_decision_during_a_resync_leaves_the_collector_to_the_resync() -> None:
-    gc.disable()  # the resync, reading its lists
+def test_a_decision_leaves_a_disabled_collector_disabled() -> None:
+    gc.disable()  # whoever embeds the engine, for reasons of its own
     schedule(two_racks(), members("train", 1, gpus=8, group="train"), [gang("train", 1)])
 
-    assert not gc.isenabled(), "the decision turned the collector on under the resync"
-    gc.enable()  # the resync ends
+    assert not gc.isenabled(), "the decision turned the collector on under its owner"
+    gc.enable()
     assert gc.get_threshold()[0] == CALLERS_THRESHOLD

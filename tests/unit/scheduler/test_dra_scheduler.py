@@ -6,7 +6,7 @@ tests/integration/test_dra.py; these add exact control of failures."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from gpusched.api.k8s import parse_node
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.schedule import schedule
 from gpusched.scheduler.factory import build_scheduler
-from gpusched.scheduler.ports import ApiError, Fence, FencedError, ObjectRef
+from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from tests.support import dra
@@ -457,8 +457,8 @@ async def test_a_fence_that_turns_false_between_claim_writes_stops_every_later_w
         assert reserved == [{"resource": "pods", "name": f"w{i}", "uid": f"uid-w{i}"}]
 
 
-async def _noop_list() -> list[dict[str, Any]]:
-    return []
+async def _noop_list() -> AsyncIterator[Listing]:
+    yield Listing([])
 
 
 # ----- shared claims ----------------------------------------------------------------------------

@@ -245,3 +245,65 @@ async def test_a_failing_lease_thread_fails_its_task() -> None:
     a = LeaderElector(OpenedOnUse(refuse), CONFIG, "default", "a", lambda on: None, Clock())
     with pytest.raises(RuntimeError, match="no credentials"):
         await a.run_in_thread()
+
+
+@pytest.mark.asyncio
+async def test_a_standby_tries_for_the_lease_the_moment_it_expires_not_a_retry_period_later() -> (
+    None
+):
+    # b first sees a's record at 1000.5 s on its clock; a dies without renewing. Tries
+    # every 2 s would reach 1016.5 s; the Lease is b's at 1015.5 s, when it expires on b's
+    # clock.
+    store, log = LeaseStore(), []
+    clock_a, clock_b = Clock(), Clock()
+    a = elector(store, "a", clock_a, log)
+    taken: list[float] = []
+    b = LeaderElector(store, CONFIG, "default", "b", lambda on: taken.append(clock_b.now), clock_b)
+    assert await a.attempt()
+    clock_b.now += 0.5  # b's tries are not in step with a's renewals
+    running = asyncio.create_task(b.run())
+    while not taken:
+        await asyncio.sleep(0)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert taken == [pytest.approx(1015.5)]
+
+
+class ReadsAt:
+    """``store`` as one replica reaches it: when (on its clock) it read the Lease."""
+
+    def __init__(self, store: LeaseStore, clock: Clock) -> None:
+        self.store, self.clock, self.reads = store, clock, list[float]()
+
+    async def get_lease(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self.reads.append(self.clock.now)
+        return await self.store.get_lease(namespace, name)
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self.store.create_lease(namespace, body)
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        await self.store.replace_lease(namespace, name, body)
+
+
+@pytest.mark.asyncio
+async def test_a_standby_that_cannot_read_the_lease_tries_again_a_retry_period_later() -> None:
+    # b saw a's record at 1000 s; from 1014 s the server is unreachable. b knows nothing of
+    # the Lease it cannot read, so it keeps its retry period rather than racing at 1015 s.
+    store, log = LeaseStore(), []
+    clock_a, clock_b = Clock(), Clock()
+    a = elector(store, "a", clock_a, log)
+    reaching = ReadsAt(store, clock_b)
+    b = LeaderElector(reaching, CONFIG, "default", "b", clock=clock_b)
+    assert await a.attempt()
+    running = asyncio.create_task(b.run())
+    while clock_b.now < 1014:
+        await asyncio.sleep(0)
+    store.down = True
+    for _ in range(100):  # bounded: a replica that retried at once would stay at 1015 s
+        await asyncio.sleep(0)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert reaching.reads[:12] == [1000.0 + 2 * i for i in range(12)]

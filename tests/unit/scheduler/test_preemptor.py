@@ -77,6 +77,19 @@ def full_cluster(
     return scheduler
 
 
+def marks_written(api: FakeApi) -> list[tuple[str, dict[str, Any] | None]]:
+    """Each `PREEMPTION_ANNOTATION` written, by pod, in order (its plan's identity left out)."""
+    found = []
+    for key, written in api.annotations:
+        if "gpusched.io/preemption" in written:
+            raw = written["gpusched.io/preemption"]
+            value = json.loads(raw) if raw is not None else None
+            if value is not None:
+                assert value.pop("plan")  # every mark names its plan
+            found.append((key, value))
+    return sorted(found, key=lambda kv: (kv[0], kv[1] is None))
+
+
 def evicted_are_gone(scheduler: Scheduler, api: FakeApi) -> None:
     """The kubelet's part: what was evicted or deleted is gone, and the watch says so."""
     for key in api.evictions + api.deleted:
@@ -172,12 +185,12 @@ async def test_a_refused_first_eviction_leaves_the_gang_whole_and_the_plan_is_ma
     assert sorted(r.key for r in scheduler.state.pending()) == HIGH
     cleared = [k for k, s in api.pod_statuses if s == {"nominatedNodeName": None}]
     assert sorted(cleared) == HIGH
-    # The unit was marked before its first eviction, and unmarked once it was refused.
-    mark = '{"preemptor": "default/high", "unit": "default/low1", "size": 2}'
-    written = [(k, a["gpusched.io/preemption"]) for k, a in api.annotations]
-    assert sorted(written, key=str) == sorted(
-        [(key, value) for key in LOW1 for value in (mark, None)], key=str
-    )
+    # The unit was marked before its first eviction, and unmarked once it was refused; the
+    # places recorded for high's pods are cleared with the room.
+    mark = {"preemptor": "default/high", "unit": "default/low1", "size": 2}
+    assert marks_written(api) == [(key, value) for key in LOW1 for value in (mark, None)]
+    places = [(k, a["gpusched.io/nomination"]) for k, a in api.annotations if k in HIGH]
+    assert [(k, v is None) for k, v in places] == [(k, c) for c in (False, True) for k in HIGH]
 
     clock.now += 10
     await run_cycle(scheduler)
@@ -452,12 +465,10 @@ async def test_a_unit_marked_before_keeps_the_size_it_had_when_marked_again() ->
         marked = {"gpusched.io/preemption": earlier}
         body = pod(f"low1-{i}", 8, group="low1", node="ab"[i], at=range(8), annotations=marked)
         scheduler.pod_changed(prioritized(body, 1))
-    scheduler.loop.preemptor._units.add("default/low1")  # the earlier attempt is still settling
-    await scheduler.cycle()
-    scheduler.loop.preemptor._units.discard("default/low1")
-    await scheduler.settle()
-    sizes = {json.loads(a["gpusched.io/preemption"])["size"] for _, a in api.annotations}
-    assert sizes == {3}
+    # (the earlier attempt is still settling it: retried later)
+    scheduler.loop.preemptor._retry_at["default/low1"] = clock.now + 100
+    await run_cycle(scheduler)
+    assert {value["size"] for _, value in marks_written(api) if value is not None} == {3}
 
 
 def claim_world() -> tuple[Scheduler, LoggingApi, FakeClaims, dict[str, Any]]:

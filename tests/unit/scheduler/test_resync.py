@@ -4,17 +4,20 @@ something newer than the list."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from gpusched.scheduler.ports import Listing
+from gpusched.scheduler.ports import ApiError, Listing
 from gpusched.scheduler.resync import (
     RESYNC_SECONDS,
     forget_missing,
     forget_missing_nodes,
+    forget_unlisted,
     identify,
+    identities,
     take_newer,
     take_nodes,
     take_unseen,
@@ -124,7 +127,7 @@ def test_a_list_reconciles_the_pods_it_can_vouch_for(case: Case) -> None:
     for key, uid in case.deleted:
         state.delete_pod(key, uid)
     version, listed = str(case.listed_at), identify(case.listed)
-    forget_missing(state, known, listed, version)
+    forget_missing(state, known, identities(listed), version)
     take_unseen(state, listed, version)
     take_newer(state, listed)
     assert {key: record.uid for key, record in state.pods.items()} == case.want_pods
@@ -143,7 +146,8 @@ def test_a_listed_node_is_taken_only_when_unknown_or_newer_and_dropped_only_when
     relabelled = at(node("stale", labels={"team": "vision"}), 9)
     listing = Listing([at(node("watched-later"), 7), relabelled, at(node("new"), 8)], "10")
     known = set(state.nodes)
-    assert forget_missing_nodes(state, known, listing) == ["deleted"]
+    names = {body["metadata"]["name"] for body in listing.items}
+    assert forget_missing_nodes(state, known, names, listing.version) == ["deleted"]
     assert take_nodes(state, listing.items) == ["stale", "new"]
     assert sorted(state.nodes) == ["added-after-list", "new", "stale", "watched-later"]
     assert state.node_versions["watched-later"] == "12"  # the list's 7 is older
@@ -163,7 +167,7 @@ def test_a_foreign_pod_that_does_not_parse_is_reported_once_per_version(
         "ignoring pod default/x: Pod default/x: spec.containers: Input should be a valid list"
     ]
     assert unusable == {"uid-x": "5"}
-    take_unseen(state, [], "9", unusable)
+    forget_unlisted(unusable, identities([]))
     assert unusable == {}  # gone from the list: forgotten
 
 
@@ -211,3 +215,99 @@ def test_an_older_pod_of_the_name_told_late_never_replaces_its_listed_successor(
     assert "uid-new" not in state.gone
     state.upsert_pod(at(pod("p", 2, node="a", at=(0, 1), uid="uid-new"), 12))
     assert state.pods["default/p"].node == "a"
+
+
+# ----- a new leader's take-over ------------------------------------------------------------
+
+
+class Served:
+    """What the API server lists to a new leader, and how often it was asked for a
+    periodic resync's lists (``cached``)."""
+
+    def __init__(self, api: FakeApi, nodes: list[Body], pods: list[Body]) -> None:
+        self.nodes, self.pods, self.cached = nodes, pods, 0
+        api.pages = self.pages  # type: ignore[method-assign]
+
+    async def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        self.cached += cached
+        for body in self.pods if plural == "pods" else self.nodes:
+            yield Listing([body])  # one object a page
+
+
+@pytest.mark.asyncio
+async def test_a_new_leader_drops_a_node_deleted_while_its_watch_was_down_before_deciding() -> None:
+    # b was deleted while the standby's node watch was down: no pod may be bound to it,
+    # not even until the first periodic resync.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    for name in ("a", "b"):
+        scheduler.state.upsert_node(at(node(name, gpus=2), 1))
+    held = at(pod("held", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}), 3)
+    served = Served(api, [at(node("a", gpus=2), 1)], [held, at(pod("p", 2), 4)])
+    await scheduler.take_leadership(served.pages("pods"))
+    await run_cycle(scheduler)
+    assert sorted(scheduler.state.nodes) == ["a"]
+    assert api.binds == []
+
+
+@pytest.mark.asyncio
+async def test_the_take_over_stands_for_the_resync_the_standbys_first_watch_list_asked_for() -> (
+    None
+):
+    # The standby's watches listed everything when it started (which asks for a resync);
+    # the take-over lists everything again: a second whole-cluster list at once would
+    # only delay the first decisions. Pods the watch showed at the listed version are not
+    # parsed again.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(at(node("a", gpus=4), 1))
+    watched = at(pod("watched", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}), 3)
+    scheduler.pod_changed(watched, listed=True)
+    record = scheduler.state.pods["default/watched"]
+    served = Served(api, [at(node("a", gpus=4), 1)], [watched, at(pod("p", 2), 4)])
+    await scheduler.take_leadership(served.pages("pods"))
+    await run_cycle(scheduler)
+    assert (served.cached, bound_to(api)) == (0, {"default/p": "a"})
+    assert scheduler.state.pods["default/watched"] is record
+    clock.now += RESYNC_SECONDS
+    await run_cycle(scheduler)
+    assert served.cached == 2  # the periodic resync lists pods and nodes as before
+
+
+@pytest.mark.asyncio
+async def test_a_new_leader_that_cannot_list_nodes_keeps_those_it_watched() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(at(node("a", gpus=2), 1))
+    served = Served(api, [], [at(pod("p", 2), 4)])
+
+    async def unreachable(plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        if plural == "nodes":
+            raise ApiError(0, "timeout")
+        async for page in served.pages(plural, cached=cached):
+            yield page
+
+    api.pages = unreachable  # type: ignore[method-assign]
+    await scheduler.take_leadership(served.pages("pods"))
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a"}
+
+
+@pytest.mark.asyncio
+async def test_a_watch_that_starts_over_while_a_new_leader_lists_still_gets_its_resync() -> None:
+    # What was deleted while that watch was down may have gone after the take-over's
+    # lists were read: only a list read after the watch restarted can tell.
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    scheduler.state.upsert_node(at(node("a", gpus=2), 1))
+    served = Served(api, [at(node("a", gpus=2), 1)], [at(pod("p", 2), 4)])
+
+    async def restarting(plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        async for page in served.pages(plural, cached=cached):
+            if plural == "pods" and not cached:
+                scheduler.relisted()  # the pods watch starts over meanwhile
+            yield page
+
+    await scheduler.take_leadership(restarting("pods"))
+    await run_cycle(scheduler)
+    assert served.cached == 2  # pods and nodes listed again, at once

@@ -6,6 +6,7 @@ the cases that need exact control of timing and failures."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.engine.health import GpuSample
 from gpusched.scheduler import metrics
 from gpusched.scheduler.factory import build_scheduler
-from gpusched.scheduler.ports import ApiError
+from gpusched.scheduler.ports import ApiError, Listing
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from tests.support.clock import Clock
@@ -340,10 +341,15 @@ async def test_only_a_leader_with_a_fresh_pod_list_binds() -> None:
     await run_cycle(scheduler)
     assert (api.binds, api.statuses, api.events) == ([], [], [])
 
-    async def fresh_list() -> list[dict[str, Any]]:
+    async def fresh_list() -> AsyncIterator[Listing]:
         # Bound by the previous leader just before it lost the Lease; our watch missed it.
-        return [pod("p", 2), pod("old", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})]
+        yield Listing([pod("p", 2)])
+        yield Listing([pod("old", 2, node="a", annotations={"gpusched.io/gpus": "0,1"})])
 
+    async def list_nodes() -> list[dict[str, Any]]:
+        return [node("a", gpus=2)]
+
+    api.list_nodes = list_nodes  # type: ignore[method-assign]
     leading[0] = True
     await scheduler.take_leadership(fresh_list())
     await run_cycle(scheduler)

@@ -57,15 +57,15 @@ def test_a_relisted_slim_pod_is_not_parsed_again() -> None:
 
 
 class PagedApi(KubeClusterApi):
-    """Answers list requests from ``pages``, one per request, and records the queries."""
+    """Answers list requests from ``answers``, one per request, and records the queries."""
 
-    def __init__(self, pages: list[dict[str, Any]]) -> None:
-        self.pages = pages
+    def __init__(self, answers: list[dict[str, Any]]) -> None:
+        self.answers = answers
         self.asked: list[str] = []
 
     async def _request(self, method: str, path: str, *_: Any, **__: Any) -> dict[str, Any]:
         self.asked.append(path)
-        return self.pages.pop(0)
+        return self.answers.pop(0)
 
 
 @pytest.mark.asyncio
@@ -76,7 +76,7 @@ async def test_pods_are_listed_in_pages_following_the_continue_token() -> None:
             {"items": [whole("q", "2")], "metadata": {}},
         ]
     )
-    listed = await api.list_pods()
+    listed = [pod async for page in api.pages("pods") for pod in page.items]
     assert [p["metadata"]["name"] for p in listed] == ["p", "q"]
     assert all("managedFields" not in p["metadata"] for p in listed)
     assert api.asked == ["/api/v1/pods?limit=500", "/api/v1/pods?limit=500&continue=next%2Bpage"]

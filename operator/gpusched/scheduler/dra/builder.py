@@ -69,7 +69,11 @@ class DraView:
         hit = self._devices.get(node.name)
         if hit is not None and hit[0] is node and hit[1] == generation:
             return hit[2]
-        found = node_devices(node.name, self._slices_of(node.name), *_topology(node))
+        slices = self._slices_of(node.name)
+        # No slice, no DRA GPU: the topology annotation is parsed only to join the devices
+        # of a node that publishes some (a new leader's first view of 5,000 device-plugin
+        # nodes parsed every one, 1.66 s).
+        found = node_devices(node.name, slices, *_topology(node)) if slices else None
         self._devices[node.name] = (node, generation, found)
         return found
 
