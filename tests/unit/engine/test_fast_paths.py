@@ -167,6 +167,27 @@ def test_gangs_decide_as_on_a_cold_snapshot_call_after_call() -> None:
         assert got == schedule(snapshot.copy(cold=True), pods, groups)
 
 
+def test_a_schedule_that_keeps_its_placement_holds_exactly_its_bindings() -> None:
+    """`schedule(undo=False)` (a preemption trial's scratch copy) decides as `schedule` does
+    and leaves what it placed held, journaled: the snapshot is the one a caller assuming each
+    binding would have, and a rollback to the checkpoint before it restores the snapshot."""
+    pods, groups = _two_level("llm")
+    kept, applied = _gang_cluster(), _gang_cluster()
+    before, mark = _state(kept), kept.checkpoint()
+    want = schedule(applied, pods, groups)
+    got = schedule(kept, pods, groups, undo=False)
+    assert got == want
+    assert len(got.bindings) == 6, f"the gang should be placed: {got.groups}"
+    by_key = {p.key: p for p in pods}
+    for binding in want.bindings:
+        applied.assume(by_key[binding.pod], applied.index[binding.node], binding.gpus)
+    assert _state(kept)[:3] == _state(applied)[:3], "usage, free GPUs and apps as if assumed"
+    assert kept.holdings.keys() == applied.holdings.keys()
+    assert [added for added, _ in kept.journal_since(mark)] == [True] * 6
+    kept.rollback(mark)
+    assert _state(kept) == before
+
+
 def test_loading_bound_pods_at_once_matches_adding_them_one_by_one() -> None:
     """`build_snapshot` loads every bound pod in one pass; the snapshot cache adds later pods
     one by one. Both reach the same usage, holdings and notes, including pods without a
