@@ -68,8 +68,9 @@ class Planner:
         self.pods = pods_by_group
         self.bound = self._bound_by_group()
         self.budget = snapshot.config.backtracking_budget
-        self.record = Record(self.descendants, snapshot.config.max_domains_reported)
-        self.siblings = Siblings(self)
+        # Nothing it holds refers back to it: a planner (with the trial's snapshot) is freed
+        # as soon as its `schedule` returns, not by a later garbage collection.
+        self.record = Record(self.tree.descendants, snapshot.config.max_domains_reported)
 
     @property
     def decisions(self) -> dict[str, GroupDecision]:
@@ -295,7 +296,7 @@ class Planner:
         self.record.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
-        return self.siblings.place(group, domain)
+        return Siblings(self).place(group, domain)
 
     def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:
         snapshot = self.snapshot
