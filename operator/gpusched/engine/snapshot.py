@@ -4,8 +4,9 @@ arrays.
 Static parts (labels, taints, GPU shapes, label-value codes) are built once and shared by copies;
 mutable parts (resource usage, per-GPU free milli, derived per-node GPU counters) are numpy
 arrays so that filters and scores run over all nodes at once. Every change goes through
-`Snapshot.assume` / `Snapshot.forget`, which are exact inverses, so a gang attempt can be
-rolled back to a checkpoint (Volcano's Statement, without copying the cluster).
+`Snapshot.assume` / `Snapshot.forget` (or `Snapshot.forget_many`, many forgets at once), which
+are exact inverses, so a gang attempt can be rolled back to a checkpoint (Volcano's Statement,
+without copying the cluster).
 """
 
 from __future__ import annotations
@@ -327,22 +328,11 @@ class Snapshot(NodeFacts):
                 del self.gpu_apps[gid]
 
     def _refresh_nodes(self, nodes: IntArray) -> None:
-        """`_refresh_node` for each of ``nodes`` (distinct), in array operations over their
-        GPUs: the same counters, for the thousands of nodes a bulk change touches."""
+        """`_refresh_node` for each of ``nodes`` (distinct, each with GPUs: those a bulk change
+        released GPUs on), in array operations over their GPUs: the same counters, for the
+        thousands of nodes a bulk change touches."""
         starts = self.gpu_offset[nodes]
         counts = self.gpu_offset[nodes + 1] - starts
-        some = counts > 0
-        if not some.all():  # no GPUs: nothing free, nothing allocated
-            bare = nodes[~some]
-            for node in bare.tolist():
-                self.free_mask[node] = 0
-            for array in (self.free_whole, self.max_share, self.gpu_allocated):
-                array[bare] = 0
-            self.numa_free[bare] = 0
-            self.max_numa_free[bare] = 0
-            nodes, starts, counts = nodes[some], starts[some], counts[some]
-            if not nodes.size:
-                return
         owner = np.repeat(np.arange(nodes.size), counts)
         firsts = np.cumsum(counts) - counts
         local = np.arange(owner.size) - firsts[owner]
@@ -359,14 +349,11 @@ class Snapshot(NodeFacts):
         share = np.maximum.reduceat(np.where(usable, free, lowest), firsts)
         self.max_share[nodes] = np.where(share == lowest, 0, share)
         self.gpu_allocated[nodes] = WHOLE_GPU_MILLI * counts - np.add.reduceat(free, firsts)
-        slots = self._s.numa_slots
-        if slots:
-            cells = owner[whole] * slots + self._s.gpu_slot[gids[whole]]
-            numa = np.bincount(cells, minlength=nodes.size * slots).reshape(nodes.size, slots)
-            self.numa_free[nodes] = numa
-            self.max_numa_free[nodes] = numa.max(axis=1)
-        else:
-            self.max_numa_free[nodes] = 0
+        slots = self._s.numa_slots  # at least 1: every GPU has a slot
+        cells = owner[whole] * slots + self._s.gpu_slot[gids[whole]]
+        numa = np.bincount(cells, minlength=nodes.size * slots).reshape(nodes.size, slots)
+        self.numa_free[nodes] = numa
+        self.max_numa_free[nodes] = numa.max(axis=1)
 
     def _refresh_node(self, node: int) -> None:
         """Recomputes the per-node GPU counters the filters read. Plain Python over the
