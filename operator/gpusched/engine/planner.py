@@ -68,8 +68,9 @@ class Planner:
         self.pods = pods_by_group
         self.bound = self._bound_by_group()
         self.budget = snapshot.config.backtracking_budget
-        self.record = Record(self.descendants, snapshot.config.max_domains_reported)
-        self.siblings = Siblings(self)
+        # Nothing it holds refers back to it: a planner (with the trial's snapshot) is freed
+        # as soon as its `schedule` returns, not by a later garbage collection.
+        self.record = Record(self.tree.descendants, snapshot.config.max_domains_reported)
 
     @property
     def decisions(self) -> dict[str, GroupDecision]:
@@ -78,10 +79,14 @@ class Planner:
     # ----- facts about a group ---------------------------------------------------------------
 
     def _bound_by_group(self) -> dict[str, list[Holding]]:
+        """The held pods of each group given (those of other groups are never asked about:
+        a preemption trial's snapshot holds thousands of its victims' pods)."""
         bound: dict[str, list[Holding]] = defaultdict(list)
+        groups = self.groups
         for holding in self.snapshot.holdings.values():
-            if holding.pod.group_key is not None:
-                bound[holding.pod.group_key].append(holding)
+            key = holding.pod.group_key
+            if key is not None and key in groups:
+                bound[key].append(holding)
         return bound
 
     def descendants(self, group: GroupSpec) -> list[GroupSpec]:
@@ -107,7 +112,7 @@ class Planner:
         if group.topology_key is None:
             domains = [parent]
         else:
-            domains = subdomains(self.snapshot, parent, group.topology_key)
+            domains = self._subdomains(parent, group.topology_key)
             if not domains:
                 note = f"no node has label {group.topology_key}"
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
@@ -118,6 +123,21 @@ class Planner:
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
         return self._order_composite_domains(group, domains)
+
+    def _subdomains(self, parent: Domain, key: str) -> list[Domain]:
+        """`subdomains`, memoised with the static facts: a domain's nodes follow from its
+        path alone, and a gang's children (and the trials of a preemption plan) ask for the
+        racks of the same zone again and again. The memoised masks are read-only."""
+        memo: dict[tuple[tuple[tuple[str, str], ...], str], list[Domain]]
+        memo = self.snapshot.derived.setdefault("subdomains", {})
+        domains = memo.get((parent.labels, key))
+        if domains is None:
+            domains = subdomains(self.snapshot, parent, key)
+            for domain in domains:
+                if domain is not parent:
+                    domain.mask.flags.writeable = False
+            memo[(parent.labels, key)] = domains
+        return list(domains)
 
     def _pin(self, group: GroupSpec, parent: Domain, domains: list[Domain]) -> list[Domain] | str:
         """The domains a group may still use, given its (and its descendants') bound pods; a
@@ -276,7 +296,7 @@ class Planner:
         self.record.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
-        return self.siblings.place(group, domain)
+        return Siblings(self).place(group, domain)
 
     def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:
         snapshot = self.snapshot

@@ -20,7 +20,7 @@ from gpusched.engine.blockers import node_check
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import root_domain
 from gpusched.engine.gpuset import choose_gpus
-from gpusched.engine.gpushape import worst_tier
+from gpusched.engine.gpushape import NodeShape, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
@@ -58,17 +58,23 @@ def schedule(
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec] = (),
     observe: TurnObserver | None = None,
+    *,
+    undo: bool = True,
 ) -> ScheduleResult:
     """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
     every change: the caller's snapshot is as before (its journal rolled back to where it was,
     under its lock), and copying it per call is not needed. The cyclic garbage collector is
-    paused meanwhile (`collector_paused`: what a decision allocates is freed when it returns)."""
+    paused meanwhile (`collector_paused`: what a decision allocates is freed when it returns).
+    ``undo`` False: what was placed stays held on ``snapshot`` (journaled), for a scratch copy
+    the caller reads the placement on and then drops, where the rollback of hundreds of pods
+    would be wasted work."""
     with snapshot.lock, collector_paused():
         checkpoint = snapshot.checkpoint()
         try:
             return _schedule(snapshot, pods, groups, observe)
         finally:
-            snapshot.rollback(checkpoint)
+            if undo:
+                snapshot.rollback(checkpoint)
 
 
 def _schedule(
@@ -146,13 +152,18 @@ def _screen(
     valid = [g for g in groups if g.key not in invalid]
     keep = []
     seen: set[str] = set()
+    # Whether a request is impossible, per request (a gang's pods share a few).
+    impossible: dict[tuple[object, ...], str | None] = {}
     for pod in pods:
         # A pod listed twice, or pending while the snapshot already holds it (a watch that
         # lags a bind), must never be placed twice: the first listing or the holding wins.
         if pod.key in seen or pod.key in snapshot.holdings:
             continue
         seen.add(pod.key)
-        problem = invalid.get(pod.group_key or "") or _impossible(snapshot, pod)
+        request = (tuple(pod.resources.items()), pod.gpus, pod.gpu_milli)
+        if request not in impossible:
+            impossible[request] = _impossible(snapshot, pod)
+        problem = invalid.get(pod.group_key or "") or impossible[request]
         if problem is None:
             keep.append(pod)
         else:
@@ -308,14 +319,30 @@ def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
     info = snapshot.nodes[holding.node]
     tier = best = None
     if len(holding.gpus) > 1 and holding.pod.gpus > 1:
-        tier = worst_tier(info.shape, holding.gpus).name
-        full = (1 << info.gpu_count) - 1
-        offered = choose_gpus(info.shape, full, len(holding.gpus), NumaPolicy.NONE)
-        best = offered.best_possible_tier.name if offered is not None else None
-    base = int(snapshot.gpu_offset[holding.node])
-    notes = tuple(
-        f"GPU {g}: {snapshot.gpu_notes[base + g]}"
-        for g in holding.gpus
-        if base + g in snapshot.gpu_notes
-    )
+        tier, best = _link_tiers(snapshot, info.shape, holding.gpus)
+    notes: tuple[str, ...] = ()
+    if snapshot.gpu_notes:
+        base = int(snapshot.gpu_offset[holding.node])
+        notes = tuple(
+            f"GPU {g}: {snapshot.gpu_notes[base + g]}"
+            for g in holding.gpus
+            if base + g in snapshot.gpu_notes
+        )
     return Binding(holding.pod.key, info.name, holding.gpus, tier, best, notes)
+
+
+def _link_tiers(
+    snapshot: Snapshot, shape: NodeShape, gpus: tuple[int, ...]
+) -> tuple[str, str | None]:
+    """The names of a GPU set's worst link and of the best worst link any set of its size
+    has on an empty node of ``shape``: memoised with the static facts, per shape and set (a
+    gang's bindings are hundreds of equal sets on nodes of a few shapes)."""
+    memo: dict[tuple[NodeShape, tuple[int, ...]], tuple[str, str | None]]
+    memo = snapshot.derived.setdefault("link tiers", {})
+    tiers = memo.get((shape, gpus))
+    if tiers is None:
+        full = (1 << shape.gpu_count) - 1
+        offered = choose_gpus(shape, full, len(gpus), NumaPolicy.NONE)
+        best = offered.best_possible_tier.name if offered is not None else None
+        tiers = memo[(shape, gpus)] = (worst_tier(shape, gpus).name, best)
+    return tiers

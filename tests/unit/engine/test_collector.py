@@ -5,15 +5,29 @@ that overlaps it."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Iterator
 
 import pytest
 
 from gpusched.engine.collector import collector_paused
+from gpusched.engine.groups import GroupSpec
+from gpusched.engine.preemption import plan_preemption
+from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
-from tests.support.engine import RACK, cluster, gang, members, placements
+from tests.support.engine import (
+    RACK,
+    ZONE,
+    bound,
+    cluster,
+    composite,
+    gang,
+    members,
+    placements,
+    pod,
+)
 
 CALLERS_THRESHOLD = 555
 """Not Python's default (700): a threshold put back from anywhere else would show."""
@@ -91,3 +105,35 @@ def test_a_decision_leaves_a_disabled_collector_disabled() -> None:
     assert not gc.isenabled(), "the decision turned the collector on under its owner"
     gc.enable()
     assert gc.get_threshold()[0] == CALLERS_THRESHOLD
+
+
+#            z1
+#      r1          r2
+#   a  b  c  d   e  f  g  h     every node holds one low-priority 8-GPU pod
+def _full_zone() -> tuple[Snapshot, list[PodRequest], list[GroupSpec]]:
+    zones = {"z1": {"r1": ["a100x8"] * 4, "r2": ["a100x8"] * 4}}
+    names = [f"node-{letter}" for letter in "abcdefgh"]
+    held = [bound(pod(f"low-{n}", gpus=8, priority=1), name) for n, name in enumerate(names)]
+    groups = [dataclasses.replace(composite("llm", 2, topology=ZONE), priority=100)]
+    pods: list[PodRequest] = []
+    for child in ("a", "b"):
+        groups.append(gang(f"llm-{child}", 2, topology=RACK, parent="llm"))
+        pods += members(f"llm-{child}", 2, gpus=8, group=f"llm-{child}", priority=100)
+    return cluster(zones, bound=held), pods, groups
+
+
+def test_a_decision_and_a_preemption_plan_leave_nothing_for_the_collector() -> None:
+    """What a decision allocates is freed by reference counting as it returns, and so is
+    each preemption trial's scratch snapshot: nothing in reference cycles waits for a
+    collection (a planner that referred back to itself kept every trial's copy, journal and
+    holdings until one)."""
+    snapshot, pods, groups = _full_zone()
+    gc.disable()
+    gc.collect()
+
+    result = schedule(snapshot, pods, groups)
+    plan = plan_preemption(snapshot, "default/llm", pods, groups)
+
+    assert gc.collect() == 0, "the decision or the plan left objects in reference cycles"
+    assert not result.bindings, "the zone is full: nothing fits without preemption"
+    assert len(plan.victims) == 4, plan.message

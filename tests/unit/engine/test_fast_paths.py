@@ -22,6 +22,7 @@ from gpusched.api.k8s import Node
 from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.health import GpuSample
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
@@ -166,6 +167,27 @@ def test_gangs_decide_as_on_a_cold_snapshot_call_after_call() -> None:
         assert got == schedule(snapshot.copy(cold=True), pods, groups)
 
 
+def test_a_schedule_that_keeps_its_placement_holds_exactly_its_bindings() -> None:
+    """`schedule(undo=False)` (a preemption trial's scratch copy) decides as `schedule` does
+    and leaves what it placed held, journaled: the snapshot is the one a caller assuming each
+    binding would have, and a rollback to the checkpoint before it restores the snapshot."""
+    pods, groups = _two_level("llm")
+    kept, applied = _gang_cluster(), _gang_cluster()
+    before, mark = _state(kept), kept.checkpoint()
+    want = schedule(applied, pods, groups)
+    got = schedule(kept, pods, groups, undo=False)
+    assert got == want
+    assert len(got.bindings) == 6, f"the gang should be placed: {got.groups}"
+    by_key = {p.key: p for p in pods}
+    for binding in want.bindings:
+        applied.assume(by_key[binding.pod], applied.index[binding.node], binding.gpus)
+    assert _state(kept)[:3] == _state(applied)[:3], "usage, free GPUs and apps as if assumed"
+    assert kept.holdings.keys() == applied.holdings.keys()
+    assert [added for added, _ in kept.journal_since(mark)] == [True] * 6
+    kept.rollback(mark)
+    assert _state(kept) == before
+
+
 def test_loading_bound_pods_at_once_matches_adding_them_one_by_one() -> None:
     """`build_snapshot` loads every bound pod in one pass; the snapshot cache adds later pods
     one by one. Both reach the same usage, holdings and notes, including pods without a
@@ -182,6 +204,72 @@ def test_loading_bound_pods_at_once_matches_adding_them_one_by_one() -> None:
     one_by_one = build_snapshot(nodes, pods, cache=cache)
     assert _state(one_by_one) == _state(at_once)
     assert np.array_equal(at_once.stamp > 0, at_once.used.any(axis=1)), "loaded nodes get stamps"
+
+
+def _mixed_cluster() -> Snapshot:
+    """Nodes of every GPU layout (one NUMA node or four, 4 GPUs, none, hot GPUs), holding
+    whole GPUs in and out of order, shares beside each other on one GPU, CPU-only pods."""
+    nodes = [
+        node("n0", "a100x8"),
+        node("n1", "hgxa100x8"),
+        node("n2", "h100x4"),
+        node("n3", "cpu"),
+        node("n4", "gpu8"),
+    ]
+    too_hot = GpuSample(temperature_c=95.0, fb_free_mib=80000.0, fb_used_mib=0.0)
+    hot = {("n4", 2): too_hot, ("n2", 3): too_hot}
+    pods = [
+        bound(pod("whole", gpus=8), "n0", range(8)),
+        bound(pod("apart", gpus=3), "n1", [0, 3, 6]),
+        bound(pod("pair", gpus=2), "n1", [1, 2]),
+        bound(pod("two", gpus=2), "n2", range(2)),
+        bound(pod("slice-a", milli=500), "n2", [2]),
+        bound(pod("slice-b", milli=400), "n2", [2]),
+        bound(pod("cpu-only", cpu=8000), "n3"),
+        bound(pod("cpu-beside", cpu=4000), "n0"),
+        bound(pod("share-a", milli=300, app="x"), "n4", [2]),
+        bound(pod("share-b", milli=500, app="x"), "n4", [2]),
+        bound(pod("share-c", milli=250, app="y"), "n4", [5]),
+        bound(pod("rest", gpus=4), "n4", [0, 1, 6, 7]),
+    ]
+    return cluster(nodes=nodes, bound=pods, telemetry=hot)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["whole", "apart", "slice-b", "cpu-only", "share-a", "share-b", "share-c", "rest"],
+        ["share-b", "pair", "nobody", "pair", "cpu-beside", "slice-b"],
+        ["whole", "cpu-beside", "apart", "pair", "two", "slice-a", "slice-b", "cpu-only"],
+    ],
+    ids=["most of them", "a key unknown and one twice", "nodes emptied"],
+)
+def test_forgetting_many_pods_at_once_matches_forgetting_them_one_by_one(keys: list[str]) -> None:
+    """`Snapshot.forget_many` (the planner's set-asides) reaches the usage, GPU counters,
+    holdings, task counts and journal that `forget` reaches pod by pod; every node it
+    touched gets a stamp never seen before, and a rollback undoes it all."""
+    keys = [f"default/{k}" for k in keys]
+    snapshot = _mixed_cluster()
+    snapshot.task_counts()
+    before, mark = _state(snapshot), snapshot.checkpoint()
+    one_by_one, at_once = snapshot.copy(), snapshot.copy()
+    for key in keys:
+        one_by_one.forget(key)
+    gone = at_once.forget_many(keys)
+    assert _state(at_once) == _state(one_by_one)
+    assert at_once.journal_since(mark) == one_by_one.journal_since(mark)
+    assert [h.pod.key for h in gone] == list(dict.fromkeys(k for k in keys if "nobody" not in k))
+    assert at_once.task_counts().counts == one_by_one.task_counts().counts
+    touched = sorted({h.node for h in gone})
+    moved = np.flatnonzero(at_once.stamp != snapshot.stamp).tolist()
+    assert moved == touched
+    assert len(set(at_once.stamp[touched].tolist())) == len(touched)
+    assert not set(at_once.stamp[touched].tolist()) & set(one_by_one.stamp.tolist())
+    at_once.rollback(mark)
+    one_by_one.rollback(mark)
+    assert _state(at_once) == _state(one_by_one)
+    assert _state(at_once)[:3] == before[:3], "usage, free GPUs and apps as before"
+    assert at_once.holdings == snapshot.holdings
 
 
 def test_the_fragmentation_score_is_the_same_with_and_without_cached_rows() -> None:

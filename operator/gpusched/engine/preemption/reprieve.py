@@ -10,35 +10,34 @@ import numpy as np
 
 from gpusched.engine.preemption.result import Cost
 from gpusched.engine.preemption.victims import DisruptionBudget, EvictionUnit, budget_overrun
-from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Holding, Snapshot
 
 
 def reprieve(
     work: Snapshot,
-    pods: Sequence[PodRequest],
     budgets: Sequence[DisruptionBudget],
     aside: list[EvictionUnit],
     bindings: Sequence[Binding],
 ) -> list[EvictionUnit]:
-    """Holds the unit's placement, then puts back every piece that still fits beside it,
-    most important first: PDB-covered ones, then the highest priority, the oldest, the
-    name. What cannot go back is evicted. Only the nodes the placement uses are checked:
-    on every other node, putting all its pieces back restores what was there before.
-    ``work`` (where ``aside`` is set aside) is not changed: the room left on the
-    placement's nodes is counted in plain lists (`_Room`), as `Snapshot.assume` would."""
-    by_key = {p.key: p for p in pods}
-    placed = [(by_key[b.pod], work.index[b.node], b.gpus) for b in bindings]
-    room = _Room(work, sorted({node for _, node, _ in placed}))
-    for pod, node, gpus in placed:
-        room.take(pod, node, gpus)
+    """Puts back every piece set aside that still fits beside the unit's placement
+    (``bindings``), most important first: PDB-covered ones, then the highest priority, the
+    oldest, the name. What cannot go back is evicted. ``work``: the trial's snapshot, where
+    ``aside`` is set aside and the placement held. Only the nodes the placement uses are
+    checked: on every other node, putting all its pieces back restores what was there
+    before. ``work`` is not changed: the room left on the placement's nodes is counted in
+    plain lists (`_Room`)."""
+    room = _Room(work, sorted({work.index[b.node] for b in bindings}))
     covered = {key for b in budgets for key in b.pods}
-    touching = [u for u in aside if any(h.node in room.free for h in u.holdings)]
-    order = sorted(
-        touching,
-        key=lambda u: (not covered.intersection(u.pods), -u.priority, u.created, u.key),
-    )
+    free = room.free
+    touching = [u for u in aside if any(h.node in free for h in u.holdings)]
+    if covered:
+        order = sorted(
+            touching,
+            key=lambda u: (not covered.intersection(u.pods), -u.priority, u.created, u.key),
+        )
+    else:  # no PDB: the same order without asking each piece for its pods
+        order = sorted(touching, key=lambda u: (-u.priority, u.created, u.key))
     victims = []
     for piece in order:
         back: list[Holding] = []
@@ -59,8 +58,8 @@ def reprieve(
 
 class _Room:
     """What is free on ``nodes`` (those of a placement): per node, each resource column and
-    each GPU's milli, as `Snapshot.used` and `Snapshot.gpu_free` would say after the same
-    assumes. Read for all the nodes at once: a gang's placement has hundreds."""
+    each GPU's milli, read from `Snapshot.used` and `Snapshot.gpu_free` for all the nodes at
+    once (a gang's placement has hundreds), then kept in lists as pieces go back."""
 
     def __init__(self, work: Snapshot, nodes: list[int]) -> None:
         self.work = work
@@ -73,17 +72,6 @@ class _Room:
             node: free[start:stop].tolist()
             for node, start, stop in zip(nodes, starts, stops, strict=True)
         }
-
-    def take(self, pod: PodRequest, node: int, gpus: Sequence[int]) -> None:
-        """The preemptor's pod placed: the same vector and milli `Snapshot.assume` uses."""
-        columns = self.work.columns
-        free = self.free[node]
-        for name, amount in pod.resources.items():
-            if name in columns and amount:
-                free[columns[name]] -= amount
-        milli = pod.gpu_milli if pod.gpu_milli else WHOLE_GPU_MILLI
-        for gpu in gpus:
-            self.gpus[node][gpu] -= milli
 
     def fits(self, holding: Holding) -> bool:
         free, gpus = self.free[holding.node], self.gpus[holding.node]

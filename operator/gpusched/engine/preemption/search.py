@@ -80,12 +80,13 @@ def plan_preemption(
     full collections (25-165 ms each in a 5,000-node process) inside the plan."""
     with collector_paused():
         with snapshot.lock:
+            if snapshot.config.scoring.fragmentation_weight:
+                # Each trial's `schedule` reads the held pods' task counts: counted once on
+                # the caller's snapshot, where `schedule` keeps them too (a cache, exact
+                # through every assume and forget), so every copy carries them and the next
+                # plan does not count thousands of held pods again.
+                snapshot.task_counts()
             work = snapshot.copy()
-        if work.config.scoring.fragmentation_weight:
-            # Each trial's `schedule` reads the held pods' task counts: counted here once,
-            # every scratch copy carries them and its set-asides keep them exact, instead of
-            # each trial counting thousands of held pods again.
-            work.task_counts()
         return _Search(work, unit, pods, groups, budgets, foreign).run()
 
 
@@ -342,17 +343,23 @@ class _Search:
     def _trial(
         self, scratch: Snapshot, aside: list[EvictionUnit], tiers: tuple[int, ...] | None = None
     ) -> _Found | str:
-        """Places the unit on ``scratch``, where ``aside`` is set aside (and left so); on
-        success, the plan after reprieve. ``tiers``: the link tiers the placement must match
-        or beat (`_tiers`)."""
+        """Places the unit on ``scratch``, where ``aside`` is set aside (and left so, with the
+        placement held on success); on success, the plan after reprieve. ``tiers``: the link
+        tiers the placement must match or beat (`_tiers`)."""
         self.trials += 1
-        result = schedule(scratch, self.pods, self.tree)
+        # The placement is left held on the scratch copy (rolling it back cost as much as a
+        # tenth of the trial): reprieve reads the room beside it there, and the copy is
+        # dropped afterwards. A failed trial is undone, as the next level adds to the copy.
+        checkpoint = scratch.checkpoint()
+        result = schedule(scratch, self.pods, self.tree, undo=False)
         decision = next((d for d in result.groups if d.name == self.root.key), None)
         if decision is None or decision.phase is not Phase.SCHEDULED:
+            scratch.rollback(checkpoint)
             return decision.message if decision is not None else "not attempted"
         if tiers is not None and not _as_good(_tiers(result.bindings), tiers):
+            scratch.rollback(checkpoint)
             return "fits only on worse GPU links"
-        victims = reprieve(scratch, self.pods, self.budgets, aside, result.bindings)
+        victims = reprieve(scratch, self.budgets, aside, result.bindings)
         placement = dict(decision.placement)
         return _Found(
             "/".join(placement.values()) or "cluster",
@@ -456,9 +463,7 @@ them, and each such trial would cost as much as a successful one."""
 
 
 def _set_aside(scratch: Snapshot, pieces: Sequence[EvictionUnit]) -> None:
-    for piece in pieces:
-        for holding in piece.holdings:
-            scratch.forget(holding.pod.key)
+    scratch.forget_many(h.pod.key for piece in pieces for h in piece.holdings)
 
 
 def _tiers(bindings: Sequence[Binding]) -> tuple[int, ...]:
