@@ -62,22 +62,36 @@ class SnapshotCache:
         return snapshot
 
     def _sync(self, snapshot: Snapshot, bound: Iterable[BoundPod]) -> None:
-        """Assumes the pods that came or changed, forgets those that went or changed."""
+        """Assumes the pods that came or changed, forgets those that went or changed. A pod
+        that comes as a new but equal object (its watch event changed nothing the engine
+        reads) is kept as it is, and its new object remembered, so that the next cycle finds
+        it by identity: the comparison of two pods' requests (a few pydantic models each) ran
+        again every cycle, for every bound pod that had ever had a MODIFIED event."""
         current: dict[str, BoundPod] = {}
         for pod in bound:
             current.setdefault(pod.pod.key, pod)
-        for key, before in list(self._held.items()):
+        held = self._held
+        gone: list[str] = []
+        for key, before in held.items():
             now = current.get(key)
-            if now is None or (now is not before and now != before):
-                snapshot.forget(key)
-                del self._held[key]
-        if not self._held:  # a new snapshot: every pod at once
+            if now is before:
+                continue
+            if now is not None and now == before:
+                held[key] = now  # a value replaced, no key added or removed: safe here
+            else:
+                gone.append(key)
+        if gone:
+            snapshot.forget_many(gone)
+            for key in gone:
+                del held[key]
+        if not held:  # a new snapshot: every pod at once
             snapshot.load(current.values())
             self._held = dict(current)
-        for key, pod in current.items():
-            if key not in self._held:
+        else:
+            for key in [k for k in current if k not in held]:
+                pod = current[key]
                 add_bound(snapshot, pod)
-                self._held[key] = pod
+                held[key] = pod
         snapshot.settle()
 
     def _same(self, nodes: tuple[Node, ...], telemetry: object, config: SchedulerConfig) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Node
 from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.fit import feasible_nodes
@@ -354,3 +355,37 @@ def test_a_pod_event_that_changes_nothing_read_costs_no_parse(
     state.upsert_pod(_running_pod(version=5, labels={"team": "a"}, phase="Succeeded"))
     assert parsed == ["1", "4", "5"]
     assert list(state.bound()) == [], "the finished pod holds nothing"
+
+
+def test_a_bound_pod_sent_again_as_an_equal_object_is_compared_once_and_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bound pod's MODIFIED event that changes nothing the engine reads makes a new but
+    equal holding: the cache keeps the pod held and remembers the new object, so that later
+    cycles know it by identity instead of comparing the two again; a changed one is forgotten
+    and assumed anew. Either way the snapshot is what a cold build shows."""
+    from gpusched.engine.snapshot import BoundPod
+
+    compared: list[str] = []
+    real_eq = BoundPod.__eq__
+
+    def counting(self: BoundPod, other: object) -> bool:
+        compared.append(self.pod.key)
+        return real_eq(self, other)
+
+    monkeypatch.setattr(BoundPod, "__eq__", counting)
+    nodes = [node("node-a"), node("node-b")]
+    first = bound(pod("train", gpus=2), "node-a", [0, 1])
+    other = bound(pod("serve", gpus=1), "node-b", [3])
+    cache, config = SnapshotCache(), SchedulerConfig()
+    build_snapshot(nodes, [first, other], config=config, cache=cache)
+    again = bound(pod("train", gpus=2), "node-a", [0, 1])  # equal, not the same object
+    for _ in range(3):
+        warm = build_snapshot(nodes, [again, other], config=config, cache=cache)
+    assert compared == ["default/train"], "the equal pod was compared again in later cycles"
+    assert _state(warm) == _state(build_snapshot(nodes, [again, other]))
+
+    moved = bound(pod("train", gpus=2), "node-a", [4, 5])
+    warm = build_snapshot(nodes, [moved, other], config=config, cache=cache)
+    # forgotten and assumed anew: held after the other pod now, as a cold build in that order
+    assert _state(warm) == _state(build_snapshot(nodes, [other, moved]))
