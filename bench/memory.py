@@ -10,15 +10,18 @@ the API server shows them to a watch (server defaults, managed fields, a status)
 pending (`Scheduler.pod_changed`), bound by the scheduler's own cycles (``await cycle()``),
 and shown bound by the watch afterwards (the body with the node and the GPUs the bind
 annotated). No body is kept by this script once handed over, and the fake API's call logs
-are emptied after each cycle, so what is held is what the operator holds.
+are emptied after each cycle, so what is held is what the operator holds, but for the
+script's own map of where each pod went (about 90 B a pod, for the take-over's lists).
 
 Figures, after each step, in MB: Python's allocations (tracemalloc) and the process's RSS
 (VmRSS; with tracemalloc's own bookkeeping, which is about as large again as what it traces:
 ``--no-trace`` gives the RSS alone). Baselines from the same run: the process after the
 imports and the service built, and after the nodes only. Per pod: the growth from the nodes
 to each pod count, divided by the pods; per node: the growth from the baseline to the nodes.
-Then the top holders of the last step's growth over the nodes, by line and by traceback.
-Nothing asserts: benchmarks are not tests.
+Then the top holders of the nodes' growth over the baseline, and of the last step's growth
+over the nodes, by line and by traceback.
+The digest of every bind, in order, tells whether two versions decided alike. Nothing asserts:
+benchmarks are not tests.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import hashlib
 import json
 import os
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +47,9 @@ from tests.support.fakes import FakeApi  # noqa: E402
 from tests.support.manifests import node  # noqa: E402
 
 from gpusched.api.config import load_config  # noqa: E402
+from gpusched.k8s.client import PAGE_SIZE  # noqa: E402
 from gpusched.scheduler.factory import build_scheduler  # noqa: E402
+from gpusched.scheduler.ports import Listing  # noqa: E402
 from gpusched.scheduler.service import Scheduler  # noqa: E402
 from gpusched.scheduler.state import ClusterState  # noqa: E402
 
@@ -187,8 +193,16 @@ async def cycle(scheduler: Scheduler, api: FakeApi) -> None:
     await scheduler.reporter.flush()
 
 
-async def add_pods(scheduler: Scheduler, api: FakeApi, start: int, stop: int) -> None:
-    """Pods ``start``..``stop`` created pending, bound by cycles, then shown bound."""
+async def add_pods(
+    scheduler: Scheduler,
+    api: FakeApi,
+    start: int,
+    stop: int,
+    decisions: Any,
+    placed: dict[int, tuple[str, str | None]],
+) -> None:
+    """Pods ``start``..``stop`` created pending, bound by cycles, then shown bound; each
+    bind (pod, node, GPUs) goes into the ``decisions`` digest and into ``placed``."""
     for first in range(start, stop, BATCH):
         last = min(first + BATCH, stop)
         for index in range(first, last):
@@ -198,6 +212,8 @@ async def add_pods(scheduler: Scheduler, api: FakeApi, start: int, stop: int) ->
         for key, where, written in binds:
             index = int(key.rsplit("-", 1)[1])
             gpus = written.get("gpusched.io/gpus")
+            decisions.update(f"{key} {where} {gpus}\n".encode())
+            placed[index] = (where, gpus)
             scheduler.pod_changed(decoded(pod_body(index, where, gpus)))
         api.events.clear()
         api.statuses.clear()
@@ -205,6 +221,50 @@ async def add_pods(scheduler: Scheduler, api: FakeApi, start: int, stop: int) ->
         if len(binds) != last - first:
             raise SystemExit(f"{len(binds)} of pods {first}..{last} bound: the cluster is full")
     await cycle(scheduler, api)
+
+
+async def peaks(
+    scheduler: Scheduler, api: FakeApi, nodes: int, placed: dict[int, tuple[str, str | None]]
+) -> list[tuple[str, float]]:
+    """What the leader's passing work holds at its most above what it holds for good
+    (tracemalloc's peak; the RSS's high-water mark without tracing): a cycle that decides
+    `BATCH` new pods, and a take-over, the lists of every pod and Node of the cluster taken
+    in page by page (`PAGE_SIZE` a page, each decoded as it comes), as a new leader does
+    before its first decision."""
+    start = len(placed)
+    first = peak_of(lambda: add_pods(scheduler, api, start, start + BATCH, hashlib.sha256(), {}))
+    cycle_peak = await first
+
+    def paged(bodies: Callable[[int], Body], count: int) -> AsyncIterator[Listing]:
+        async def pages() -> AsyncIterator[Listing]:
+            for at in range(0, count, PAGE_SIZE):
+                page = [decoded(bodies(i)) for i in range(at, min(at + PAGE_SIZE, count))]
+                yield Listing(page, "999999")
+
+        return pages()
+
+    indices = sorted(placed)
+
+    def listed(plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        if plural == "nodes":
+            return paged(node_body, nodes)
+        return paged(lambda at: pod_body(indices[at], *placed[indices[at]]), len(indices))
+
+    api.pages = listed  # type: ignore[method-assign]
+    take_over = await peak_of(lambda: scheduler.take_leadership(listed("pods")))
+    return [(f"one cycle of {BATCH} new pods", cycle_peak), ("a take-over", take_over)]
+
+
+async def peak_of(work: Callable[[], Awaitable[None]]) -> float:
+    """MB: tracemalloc's peak during ``work`` above what was traced before it, or, without
+    tracing, how far ``work`` raised the RSS's high-water mark above the RSS before it."""
+    gc.collect()
+    before_rss, before = rss(), tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    await work()
+    if tracemalloc.is_tracing():
+        return (tracemalloc.get_traced_memory()[1] - before) / MB
+    return max(0.0, rss("VmHWM") - before_rss)
 
 
 def traced() -> float:
@@ -250,6 +310,7 @@ async def measure(args: argparse.Namespace) -> None:
         tracemalloc.start(args.frames)
     scheduler, api = service()
     rows = [("imports, service built", 0, traced(), rss())]
+    baseline = tracemalloc.take_snapshot() if args.trace else None
     for index in range(args.nodes):
         scheduler.node_changed(decoded(node_body(index)))
     started = time.process_time()
@@ -257,8 +318,10 @@ async def measure(args: argparse.Namespace) -> None:
     rows.append((f"{args.nodes} nodes", 0, traced(), rss()))
     nodes_only = tracemalloc.take_snapshot() if args.trace else None
     done = 0
+    decisions = hashlib.sha256()
+    placed: dict[int, tuple[str, str | None]] = {}
     for target in counts:
-        await add_pods(scheduler, api, done, target)
+        await add_pods(scheduler, api, done, target, decisions, placed)
         for _ in range(args.cycles):
             await cycle(scheduler, api)
         done = target
@@ -278,8 +341,16 @@ async def measure(args: argparse.Namespace) -> None:
     print(f"per node: {per_node:,.0f} B traced, {per_node_rss:,.0f} B RSS")
     print(f"peak RSS (VmHWM) {rss('VmHWM'):.1f} MB")
     print(f"{len(scheduler.state.pods)} pods held, {elapsed:.1f} CPU s for nodes and pods")
-    if nodes_only is not None:
-        for line in top(nodes_only, tracemalloc.take_snapshot(), args.top):
+    print(f"decisions: sha256 {decisions.hexdigest()[:16]} of every bind, in order (compare runs)")
+    held = tracemalloc.take_snapshot() if args.trace else None
+    for label, peak in await peaks(scheduler, api, args.nodes, placed):
+        print(f"peak above what is held, {label}: {peak:.1f} MB")
+    if baseline is not None and nodes_only is not None and held is not None:
+        print("the nodes' growth over the baseline:")
+        for line in top(baseline, nodes_only, args.top // 2):
+            print(line)
+        print(f"the pods' growth over the nodes ({done} pods):")
+        for line in top(nodes_only, held, args.top):
             print(line)
 
 

@@ -57,6 +57,40 @@ def _invalid(obj: str, error: ValidationError) -> InvalidObjectError:
 
 
 # ---------------------------------------------------------------------------------------------
+# Parts that many objects share
+# ---------------------------------------------------------------------------------------------
+
+SHARED_PARTS = 4096
+"""How many distinct parts of objects `_shared` remembers. The pods of one template (a
+Job's, a Deployment's) have equal container lists, every pod the API server admits carries
+the same two not-ready tolerations, and most pods' and machines' statuses read alike: each
+is held once, not once an object (3.6 KB a pod of the 12.9 KB the leader held per pod at
+5,000 nodes). Past this many, the memory starts over: parts parsed later are then not shared
+with those parsed before, and nothing else changes."""
+
+_parts: dict[Hashable, Any] = {}
+_PartT = TypeVar("_PartT")
+
+
+def _shared(key: Hashable, part: _PartT) -> _PartT:
+    """``part``, or the equal one parsed before it under ``key``. Sharing is safe because the
+    models are frozen and nothing changes the lists they hold."""
+    kept = _parts.get(key)
+    if kept is not None:
+        return kept  # type: ignore[no-any-return]
+    if len(_parts) >= SHARED_PARTS:
+        _parts.clear()
+    _parts[key] = part
+    return part
+
+
+def _resources_key(resources: Mapping[str, object]) -> Hashable:
+    """Quantities keep their type: ``1`` and ``1.0`` are one key to Python, not one input to
+    a person."""
+    return tuple((name, type(value), value) for name, value in resources.items())
+
+
+# ---------------------------------------------------------------------------------------------
 # Node
 # ---------------------------------------------------------------------------------------------
 
@@ -85,6 +119,23 @@ class Node(K8sModel):
     metadata: ObjectMeta
     spec: NodeSpec = Field(default_factory=NodeSpec)
     status: NodeStatus = Field(default_factory=NodeStatus)
+
+    @field_validator("status")
+    @classmethod
+    def _shared_status(cls, status: NodeStatus) -> NodeStatus:
+        """Machines of one kind report the same resources and, when healthy, the same
+        conditions."""
+        allocatable, conditions = status.allocatable, status.conditions
+        key = (
+            "node-status",
+            None if allocatable is None else _resources_key(allocatable),
+            _resources_key(status.capacity),
+            None
+            if conditions is None
+            else tuple((c.type, c.status, c.reason, c.message) for c in conditions),
+            frozenset(status.model_fields_set),
+        )
+        return _shared(key, status)
 
     @property
     def name(self) -> str:
@@ -209,38 +260,13 @@ class PodSchedulingGate(K8sModel):
     name: str = Field(min_length=1)
 
 
-SHARED_PARTS = 4096
-"""How many distinct container lists and toleration lists `_shared` remembers. The pods of
-one template (a Job's, a Deployment's) have equal ones, and every pod the API server admits
-carries the same two not-ready tolerations: each is held once, not once a pod (3.6 KB a pod
-of the 12 KB the leader held per pod at 5,000 nodes). Past this many, the memory starts over:
-parts parsed later are then not shared with those parsed before, and nothing else changes."""
-
-_parts: dict[Hashable, Any] = {}
-_PartT = TypeVar("_PartT")
-
-
-def _shared(key: Hashable, part: _PartT) -> _PartT:
-    """``part``, or the equal one parsed before it under ``key``. Sharing is safe because the
-    models are frozen and nothing changes the lists they hold."""
-    kept = _parts.get(key)
-    if kept is not None:
-        return kept  # type: ignore[no-any-return]
-    if len(_parts) >= SHARED_PARTS:
-        _parts.clear()
-    _parts[key] = part
-    return part
-
-
 def _container_key(container: Container) -> Hashable:
-    """What makes two parsed containers equal. Quantities keep their type: ``1`` and ``1.0``
-    are one key to Python, not one input to a person."""
     resources = container.resources
     return (
         container.name,
         container.restart_policy,
-        tuple((name, type(value), value) for name, value in resources.requests.items()),
-        tuple((name, type(value), value) for name, value in resources.limits.items()),
+        _resources_key(resources.requests),
+        _resources_key(resources.limits),
         frozenset(container.model_fields_set),
         frozenset(resources.model_fields_set),
     )

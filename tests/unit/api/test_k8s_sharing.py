@@ -1,7 +1,8 @@
 """Pods made from one template hold their equal parts once: the container list, the
 tolerations, the status, and the repeated strings (namespace, node, scheduler, label and
-annotation keys and values). A leader holds every pod of the cluster, and a decoded body has
-its own copy of every string; what one pod says differently is never shared."""
+annotation keys and values); so do machines of one kind their status. A leader holds every
+pod and Node of the cluster, and a decoded body has its own copy of every string; what one
+object says differently is never shared."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 import pytest
 
 from gpusched.api import k8s
-from gpusched.api.k8s import Pod, parse_pod
-from tests.support.manifests import pod
+from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
+from tests.support.manifests import HOSTNAME, node, pod
 
 Body = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -120,3 +121,15 @@ def test_the_memory_of_parts_starts_over_when_full(monkeypatch: pytest.MonkeyPat
     ]
     assert len(k8s._parts) <= 3
     assert [p.requests()["cpu"] for p in pods] == [1000, 2000, 3000, 4000, 5000]
+
+
+def test_machines_of_one_kind_share_their_status_until_one_reports_otherwise() -> None:
+    def decoded(name: str, ready: bool = True) -> Node:
+        body = json.loads(json.dumps(node(name, capacity=True, ready=ready)))
+        return parse_node(body)
+
+    a, b, sick = decoded("a"), decoded("b"), decoded("c", ready=False)
+    assert a.status is b.status
+    assert sick.status is not a.status
+    assert (a.ready, sick.ready) == (True, False)
+    assert a.labels[HOSTNAME] == "a"
