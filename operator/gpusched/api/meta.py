@@ -3,6 +3,7 @@ part of ``metadata`` scheduling uses."""
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from typing import Annotated
 
@@ -30,6 +31,13 @@ def _check_annotations_size(annotations: dict[str, str]) -> dict[str, str]:
     return annotations
 
 
+def _interned(values: dict[str, str]) -> dict[str, str]:
+    """Label and annotation keys repeat on every object, and so do most values (an app's
+    name, a zone, a node kind's GPU topology, the GPUs a pod holds): one string each, not one
+    an object (a decoded body has its own copy of every string)."""
+    return {sys.intern(key): sys.intern(value) for key, value in values.items()}
+
+
 def utf8_len(text: str) -> int:
     # surrogatepass: a lone surrogate (possible in JSON) must count, not crash the check.
     return len(text.encode("utf-8", "surrogatepass"))
@@ -51,12 +59,12 @@ class ObjectMeta(K8sModel):
     kubectl does for namespaced objects (and is meaningless for Nodes)."""
 
     name: str = Field(min_length=1)
-    namespace: str = Field(default="default", min_length=1)
+    namespace: Annotated[str, AfterValidator(sys.intern)] = Field(default="default", min_length=1)
     uid: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: Annotated[dict[str, str], AfterValidator(_check_annotations_size)] = Field(
-        default_factory=dict
-    )
+    labels: Annotated[dict[str, str], AfterValidator(_interned)] = Field(default_factory=dict)
+    annotations: Annotated[
+        dict[str, str], AfterValidator(_check_annotations_size), AfterValidator(_interned)
+    ] = Field(default_factory=dict)
     creation_timestamp: datetime | None = Field(default=None, alias="creationTimestamp")
     deletion_timestamp: datetime | None = Field(default=None, alias="deletionTimestamp")
     """Set while the object is being deleted; a terminating pod still holds its resources."""
