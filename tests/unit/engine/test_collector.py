@@ -1,17 +1,18 @@
 """No automatic garbage collection runs while the engine decides (`collector_paused`), and the
 collector is left as each caller found it: its threshold as before, whatever the decision
-raised, and `gc.disable` (as a resync uses it) neither undone nor left behind by a decision
-that overlaps it."""
+raised, and `gc.disable` (its embedder's switch) neither undone nor left behind by a decision
+that overlaps it; and `freeze_survivors` collects before it freezes."""
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from gpusched.engine.collector import collector_paused
+from gpusched.engine.collector import collector_paused, freeze_survivors
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.preemption import plan_preemption
 from gpusched.engine.request import PodRequest
@@ -137,3 +138,26 @@ def test_a_decision_and_a_preemption_plan_leave_nothing_for_the_collector() -> N
     assert gc.collect() == 0, "the decision or the plan left objects in reference cycles"
     assert not result.bindings, "the zone is full: nothing fits without preemption"
     assert len(plan.victims) == 4, plan.message
+
+
+class _Node:
+    """An object that can sit in a reference cycle and be watched by a weak reference."""
+
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def test_freezing_collects_the_garbage_in_cycles_first_and_freezes_what_lives() -> None:
+    kept = [_Node() for _ in range(100)]
+    garbage = _Node()
+    garbage.other = _Node()
+    garbage.other.other = garbage
+    gone = weakref.ref(garbage)
+    del garbage
+    before = gc.get_freeze_count()
+    try:
+        freeze_survivors()
+        assert gone() is None, "a cycle that was garbage was frozen, never to be freed"
+        assert gc.get_freeze_count() >= before + len(kept)
+    finally:
+        gc.unfreeze()
