@@ -72,6 +72,27 @@ def bound(api: ApiClient, prefix: str) -> dict[str, str]:
     }
 
 
+def two_racks(api: ApiClient) -> None:
+    """n1, n2 in rack-1 and n3, n4 in rack-2, zone-a: 8 GPUs each."""
+    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
+        api.create(gpu_node(name, "zone-a", rack))
+
+
+def low_and_mid_bound(api: ApiClient, *, linger: bool = False) -> None:
+    """low (10, All) then mid (20, All), four 4-GPU pods each, each gang bound before the next
+    (so each fills a rack); ``linger``: low's pods held by a finalizer once deleted."""
+    for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
+        for body in prioritized_gang(name, 4, cls):
+            if linger and name == "low" and body["kind"] == "Pod":
+                body["metadata"]["finalizers"] = [LINGER]
+            api.create(body)
+        wait_for(
+            lambda name=name: len(bound(api, name)) == 4,  # type: ignore[misc]
+            timeout=30,
+            message=lambda name=name: f"{name} bound: {dump(pods(api, 'default'))}",  # type: ignore[misc]
+        )
+
+
 def test_a_high_priority_gang_evicts_the_cheapest_gang_whole_and_takes_its_rack(
     apiserver: RealCluster, api: ApiClient, kubeconfig: Path, priority_classes: None
 ) -> None:
@@ -79,17 +100,9 @@ def test_a_high_priority_gang_evicts_the_cheapest_gang_whole_and_takes_its_rack(
     #       rack-1       rack-2
     #      n1    n2     n3    n4      8 GPUs each
     #      low (10, All) mid (20, All): four 4-GPU pods each, filling a rack
-    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
-        api.create(gpu_node(name, "zone-a", rack))
+    two_racks(api)
     with running_operator(kubeconfig):
-        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
-            for body in prioritized_gang(name, 4, cls):
-                api.create(body)
-            wait_for(
-                lambda name=name: len(bound(api, name)) == 4,  # type: ignore[misc]
-                timeout=30,
-                message=lambda: f"the low gangs bound: {dump(pods(api, 'default'))}",
-            )
+        low_and_mid_bound(api)
         low_rack = domains(api, list(bound(api, "low")), RACK)
         mid_before = bound(api, "mid")
 
@@ -155,17 +168,9 @@ def test_a_budget_that_allows_no_disruption_turns_the_gang_to_the_dearer_rack(
 ) -> None:
     # As above, but a PodDisruptionBudget keeps all four low pods (minAvailable 4): evicting
     # mid (priority 20) violates nothing, so the gang takes mid's rack and low stays whole.
-    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
-        api.create(gpu_node(name, "zone-a", rack))
+    two_racks(api)
     with running_operator(kubeconfig):
-        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
-            for body in prioritized_gang(name, 4, cls):
-                api.create(body)
-            wait_for(
-                lambda name=name: len(bound(api, name)) == 4,  # type: ignore[misc]
-                timeout=30,
-                message=lambda: f"the low gangs bound: {dump(pods(api, 'default'))}",
-            )
+        low_and_mid_bound(api)
         low_before = bound(api, "low")
         mid_rack = domains(api, list(bound(api, "mid")), RACK)
         for body in prioritized_gang("high", 4, "gpusched-test-high"):
@@ -321,14 +326,10 @@ def test_a_gang_left_part_evicted_by_a_killed_operator_is_evicted_whole_after_a_
     # its fallback's status patch and delete), and the operator is SIGKILLed there. The
     # preemptor then goes too, so a restarted operator has nobody to plan for: it must finish
     # the gang from the marks its pods carry, never leave three of four running.
-    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
-        api.create(gpu_node(name, "zone-a", rack))
+    two_racks(api)
     first = gpusched_run(kubeconfig, tmp_path, "first.log")
     try:
-        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
-            for body in prioritized_gang(name, 4, cls):
-                api.create(body)
-            wait_for(lambda name=name: len(bound(api, name)) == 4, timeout=30)  # type: ignore[misc]
+        low_and_mid_bound(api)
         mid_before = bound(api, "mid")
         rest = r"/pods/low-[123]"
         apiserver.faults.drop(method="POST", path=rf"{rest}/eviction$", times=None)
@@ -417,16 +418,10 @@ def test_an_operator_restarted_while_victims_terminate_waits_for_them_and_evicts
     # violations against none) and evict mid as well. The restarted operator carries the
     # first plan on from its record instead: it waits for low's pods and binds high into
     # rack-1, and mid is never touched.
-    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
-        api.create(gpu_node(name, "zone-a", rack))
+    two_racks(api)
     first = gpusched_run(kubeconfig, tmp_path, "first.log")
     try:
-        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
-            for body in prioritized_gang(name, 4, cls):
-                if name == "low" and body["kind"] == "Pod":
-                    body["metadata"]["finalizers"] = [LINGER]
-                api.create(body)
-            wait_for(lambda name=name: len(bound(api, name)) == 4, timeout=30)  # type: ignore[misc]
+        low_and_mid_bound(api, linger=True)
         for i in range(4):  # Ready: the Eviction API counts only healthy pods against it
             apiserver.kubelet.run("default", f"low-{i}")
         allow_disruptions(api, 4)
@@ -497,8 +492,7 @@ def test_a_gang_whose_priority_cannot_be_resolved_evicts_nothing_and_says_why(
     # PriorityClass that does not exist; a priority that contradicts its class) say so in
     # their condition and evict nothing; a gang of the same pods with a sound priority, made
     # after them, evicts low alone: nothing else was evicted for the first two.
-    for name, rack in (("n1", "rack-1"), ("n2", "rack-1"), ("n3", "rack-2"), ("n4", "rack-2")):
-        api.create(gpu_node(name, "zone-a", rack))
+    two_racks(api)
     huge = prioritized_gang("huge", 4, "gpusched-test-high")[0]
     huge["spec"]["priority"] = 2**31
     with pytest.raises(ApiStatusError) as refused:
@@ -506,10 +500,7 @@ def test_a_gang_whose_priority_cannot_be_resolved_evicts_nothing_and_says_why(
     assert refused.value.status == 422, refused.value
     assert "spec.priority" in str(refused.value), refused.value
     with running_operator(kubeconfig):
-        for name, cls in (("low", "gpusched-test-low"), ("mid", "gpusched-test-mid")):
-            for body in prioritized_gang(name, 4, cls):
-                api.create(body)
-            wait_for(lambda name=name: len(bound(api, name)) == 4, timeout=30)  # type: ignore[misc]
+        low_and_mid_bound(api)
         mid_before = bound(api, "mid")
         problems = {
             "missing": "spec.priorityClassName: PriorityClass 'gpusched-test-missing' not found",
