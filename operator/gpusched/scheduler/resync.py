@@ -134,8 +134,8 @@ class Resync:
         leader's last binds must be counted. This stands for the resync a watch's first
         list asked for (`relisted`): a second one at once would list everything again, on
         the loop, while the first decisions wait. The collector is paused meanwhile, as for
-        `_resync`: the standby's heap is not frozen yet, and collections walking it took
-        most of the time the lists' decoding took.
+        `_resync`: collections walking the lists' objects as they were decoded took most of
+        the time the decoding took.
 
         The lists are asked for at once. Pods and DRA objects that cannot be read raise
         `ApiError` (missing ones could double-book GPUs); Nodes and groups that cannot be
