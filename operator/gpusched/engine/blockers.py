@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.engine import wording
 from gpusched.engine.fit import broken_topology, static_reason
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import PodRequest
@@ -100,12 +101,20 @@ def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, s
         if have < pod.gpus:
             where = " in one NUMA node" if single else ""
             detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
-            return f"insufficient {GPU_RESOURCE}", detail + _excluded_suffix(snapshot, node)
+            return _gpu_label(pod), detail + _excluded_suffix(snapshot, node)
     elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
         most = int(snapshot.max_share[node])
         detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
         return "no GPU with enough milli-GPU free", detail + _excluded_suffix(snapshot, node)
     return None
+
+
+def _gpu_label(pod: PodRequest) -> str:
+    """What a pod short of whole GPUs lacks: ``nvidia.com/gpu``, or the devices its
+    ResourceClaims ask for."""
+    if pod.devices is not None and pod.devices.extended is None:
+        return wording.FREE_DRA_DEVICES
+    return f"insufficient {GPU_RESOURCE}"
 
 
 def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
@@ -114,7 +123,9 @@ def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
         for gid in snapshot.node_gpus(node)
         if gid in snapshot.gpu_notes and not snapshot.gpu_usable[gid]
     ]
-    return f"; excluded: {', '.join(notes)}" if notes else ""
+    devices = snapshot.nodes[node].devices
+    problems = wording.dra_node_problems(devices.problem) if devices and devices.problem else ""
+    return (f"; excluded: {', '.join(notes)}" if notes else "") + problems
 
 
 def _fmt(resource: str, amount: int) -> str:
@@ -153,7 +164,7 @@ def _category_codes(
     if pod.gpus:
         single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
         have = snapshot.max_numa_free[nodes] if single else snapshot.free_whole[nodes]
-        check(f"insufficient {GPU_RESOURCE}", have >= pod.gpus)
+        check(_gpu_label(pod), have >= pod.gpus)
     elif pod.gpu_milli:
         check("no GPU with enough milli-GPU free", snapshot.max_share[nodes] >= pod.gpu_milli)
     return codes, labels

@@ -138,3 +138,39 @@ def placed(done: int, of: int, counted: Counted, domain: str) -> str:
 
 def beside_siblings(domain: str) -> str:
     return f"did not fit beside its sibling groups in {domain}"
+
+
+# ----- DRA devices ------------------------------------------------------------------------------
+
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_NODE_FOR_PLUGIN_POD = (
+    f"its GPUs are {DRA_DRIVER} devices (ResourceSlices); the pod asks for nvidia.com/gpu, "
+    "which the node does not advertise"
+)
+NO_DRA_DEVICES = f"publishes no {DRA_DRIVER} devices for the pod's ResourceClaims"
+FREE_DRA_DEVICES = f"insufficient free {DRA_DRIVER} devices"
+
+
+def dra_devices_unusable(problem: str) -> str:
+    """A DRA node none of whose devices can be allocated, and why."""
+    return f"its {DRA_DRIVER} devices cannot be used: {problem or 'none is published'}"
+
+
+def dra_selector_fails(check: str) -> str:
+    """A DRA node where some device fails a check of the pod's claims."""
+    return f"not every device passes the claims' selector {check}"
+
+
+def dra_node_problems(problem: str) -> str:
+    """Beside a node's free GPUs: why some of its devices are not counted."""
+    return f"; not counted: {problem}"
+
+
+def too_many_devices(count: int, most: int) -> str:
+    """A pod whose claims ask for more GPUs than any node has."""
+    return f"its ResourceClaims ask for {count} {DRA_DRIVER} devices; the largest node has {most}"
+
+
+def claims_refused(lines: Sequence[tuple[str, str]]) -> str:
+    """A group some of whose pods' claims cannot be allocated: each pod and why."""
+    return "; ".join(f"{pod}: {why}" for pod, why in lines)
