@@ -226,6 +226,21 @@ class ResourceClaim(_Model):
         )
 
 
+class ResourceClaimTemplateSpec(_Model):
+    spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
+
+
+class ResourceClaimTemplate(_Model):
+    """What kube-controller-manager makes each pod's claim from (``spec.spec``)."""
+
+    metadata: Meta
+    spec: ResourceClaimTemplateSpec = Field(default_factory=ResourceClaimTemplateSpec)
+
+    @property
+    def key(self) -> str:
+        return self.metadata.key
+
+
 def _parse(model: type[_ModelT], kind: str, raw: Mapping[str, Any]) -> _ModelT:
     metadata = raw.get("metadata") if isinstance(raw, Mapping) else None
     name = metadata.get("name", "?") if isinstance(metadata, Mapping) else "?"
@@ -245,3 +260,7 @@ def parse_device_class(raw: Mapping[str, Any]) -> DeviceClass:
 
 def parse_resource_claim(raw: Mapping[str, Any]) -> ResourceClaim:
     return _parse(ResourceClaim, "ResourceClaim", raw)
+
+
+def parse_resource_claim_template(raw: Mapping[str, Any]) -> ResourceClaimTemplate:
+    return _parse(ResourceClaimTemplate, "ResourceClaimTemplate", raw)

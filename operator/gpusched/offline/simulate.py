@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
-from gpusched.api.config import SchedulerConfig
+from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
 from gpusched.api.k8s import Pod
 from gpusched.engine.build import build_snapshot
+from gpusched.engine.dra import dra_inputs
 from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
 from gpusched.engine.preemption import PreemptionPlan, plan_cycle
@@ -22,6 +23,7 @@ from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, Sc
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
 from gpusched.inputs.objects import ClusterObjects
+from gpusched.offline.claims import offline_dra
 
 OTHER_SCHEDULER = "Pod (other scheduler, pending)"
 """How pending pods of another scheduler are counted among the ignored objects."""
@@ -87,7 +89,12 @@ def simulate(
             pending[pod.key] = read.request
         else:
             ignored[OTHER_SCHEDULER] = ignored.get(OTHER_SCHEDULER, 0) + 1
-    snapshot = build_snapshot(objects.nodes, bound.values(), telemetry, config)
+    # DRA as the operator gives it to the engine: devices, what claims hold, pods' claims.
+    dra = offline_dra(objects.dra, (pods[key] for key in pending))
+    found = dra_inputs(objects.nodes, dra.objects, list(pending.values()), dra.pods, GPU_RESOURCE)
+    pending = {r.key: r for r in found.ready}
+    held = [*bound.values(), *found.held]
+    snapshot = build_snapshot(objects.nodes, held, telemetry, config, devices=found.devices)
     specs = objects.group_specs()
     wanted = turns(specs) if turns is not None else ()
     kept: dict[str, Snapshot] = {}
