@@ -86,7 +86,17 @@ class PodDevices:
     @property
     def signature(self) -> tuple[object, ...]:
         """What the nodes a pod may use depend on (pods alike share cached node masks)."""
-        return (self.checks, self.extended is not None, self.refusal is not None)
+        return (
+            self.checks,
+            self.extended is not None,
+            self.refusal is not None,
+            repr(self.node_terms),
+        )
+
+    @property
+    def joined(self) -> tuple[str, ...]:
+        """The shared claims, allocated already, that the pod joins."""
+        return tuple(c.key for c in self.claims if c.joins)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,9 @@ def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
         return None
     if wanted.refusal is not None:
         return wanted.refusal.message
+    terms = wanted.node_terms
+    if terms is not None and not required_terms_match(terms, node.labels, node.name):
+        return wording.joined_elsewhere(wanted.joined)
     if devices is None:
         return None if wanted.extended is not None else wording.NO_DRA_DEVICES
     if not devices.devices:

@@ -11,7 +11,7 @@ from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import GPU_MILLI_ANNOTATION, Pod
 from gpusched.api.selectors import NodeSelectorTerm, Toleration
-from gpusched.engine.claims import PodDevices, and_terms
+from gpusched.engine.claims import PodDevices
 from gpusched.engine.groups import GroupKey
 
 WHOLE_GPU_MILLI = 1000
@@ -88,15 +88,11 @@ class PodRequest:
 
     def with_devices(self, devices: PodDevices) -> PodRequest:
         """This pod asking for ``devices`` too: the GPUs of its claims (placed as whole GPUs of
-        one node), on the nodes where the shared claims it joins were allocated."""
+        one node; where the shared claims it joins were allocated is a check of its own)."""
         if devices.refusal is not None or devices.extended is not None:
             return dataclasses.replace(self, devices=devices)
         return dataclasses.replace(
-            self,
-            devices=devices,
-            gpus=self.gpus + devices.gpus,
-            gpu_milli=0,
-            required_terms=and_terms(self.required_terms, devices.node_terms),
+            self, devices=devices, gpus=self.gpus + devices.gpus, gpu_milli=0
         )
 
     @property

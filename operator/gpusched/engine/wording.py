@@ -161,6 +161,12 @@ def dra_selector_fails(check: str) -> str:
     return f"not every device passes the claims' selector {check}"
 
 
+def joined_elsewhere(claims: Sequence[str]) -> str:
+    """A node the shared claims a pod joins were not allocated on."""
+    named = ", ".join(claims)
+    return f"its shared ResourceClaim {named} is allocated on another node"
+
+
 def dra_node_problems(problem: str) -> str:
     """Beside a node's free GPUs: why some of its devices are not counted."""
     return f"; not counted: {problem}"

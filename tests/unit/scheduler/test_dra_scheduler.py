@@ -548,7 +548,8 @@ async def test_a_pod_joining_a_shared_claim_goes_only_to_its_node_or_nowhere() -
     assert "allocation" not in claims.claims[f"{NS}/big-own"].get("status", {})
     other = "n2" if node == "n1" else "n1"
     messages = [e["message"] for e in api.events if e["involvedObject"]["name"] == "big"]
-    assert any(f"required node affinity does not match: {other}" in m for m in messages), messages
+    want = f"its shared ResourceClaim {NS}/shared is allocated on another node: {other}"
+    assert any(want in m for m in messages), messages
 
 
 @pytest.mark.asyncio
