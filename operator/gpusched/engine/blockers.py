@@ -21,6 +21,7 @@ CHECKS_SHOWN = 4
 """Checks listed per report; the nodes failing others are counted."""
 FITTING_SHOWN = 3
 EXAMPLES_SHOWN = 2
+DEVICE_PROBLEMS_SHOWN = 3
 
 
 def node_check(
@@ -49,7 +50,22 @@ def node_check(
         for code, count in ranked[:CHECKS_SHOWN]
     )
     others = sum(int(c) for _, c in ranked[CHECKS_SHOWN:])
-    return NodeCheck(int(fitting.size), fitting_names, blockers, others)
+    problems = _device_problems(snapshot, pod, chosen[codes >= 0]) if pod.devices else ()
+    return NodeCheck(int(fitting.size), fitting_names, blockers, others, problems)
+
+
+def _device_problems(
+    snapshot: Snapshot, pod: PodRequest, failed: IntArray
+) -> tuple[tuple[str, str], ...]:
+    """(node, why) of the DRA nodes among ``failed`` whose devices cannot all be used."""
+    found: list[tuple[str, str]] = []
+    for node in failed:
+        devices = snapshot.nodes[int(node)].devices
+        if devices is not None and devices.problem:
+            found.append((devices.node, devices.problem))
+            if len(found) == DEVICE_PROBLEMS_SHOWN:
+                break
+    return tuple(found)
 
 
 def _fit_name(snapshot: Snapshot, node: int, capacity: IntArray | None) -> str:
@@ -123,9 +139,7 @@ def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
         for gid in snapshot.node_gpus(node)
         if gid in snapshot.gpu_notes and not snapshot.gpu_usable[gid]
     ]
-    devices = snapshot.nodes[node].devices
-    problems = wording.dra_node_problems(devices.problem) if devices and devices.problem else ""
-    return (f"; excluded: {', '.join(notes)}" if notes else "") + problems
+    return f"; excluded: {', '.join(notes)}" if notes else ""
 
 
 def _fmt(resource: str, amount: int) -> str:

@@ -64,7 +64,7 @@ def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
     if devices is None:
         return None if wanted.extended is not None else wording.NO_DRA_DEVICES
     if not devices.devices:
-        return wording.dra_devices_unusable(devices.problem)
+        return wording.DRA_DEVICES_UNUSABLE
     failing = devices.failing(wanted.checks)
     if failing is not None:
         return wording.dra_selector_fails(str(failing))

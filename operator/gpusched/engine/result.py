@@ -57,6 +57,10 @@ class NodeCheck:
     blockers: tuple[Blocker, ...]
     others: int = 0
     """Nodes failing checks beyond those listed."""
+    device_problems: tuple[tuple[str, str], ...] = ()
+    """For a pod asking for DRA devices: (node, why) of nodes among those that did not take
+    it whose devices cannot all be used (a slice not matching the topology, a pool still
+    being published), up to a few."""
 
 
 @dataclass(frozen=True, slots=True)

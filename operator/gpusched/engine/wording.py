@@ -24,6 +24,7 @@ def node_reasons(check: NodeCheck) -> str:
         parts.append(f"{blocker.nodes} × {blocker.check}: {', '.join(blocker.examples)}{more}")
     if check.others:
         parts.append(f"{check.others} more nodes for other reasons")
+    parts.extend(f"DRA node {node}: {why}" for node, why in check.device_problems)
     return "; ".join(parts) if parts else "no nodes"
 
 
@@ -151,9 +152,8 @@ NO_DRA_DEVICES = f"publishes no {DRA_DRIVER} devices for the pod's ResourceClaim
 FREE_DRA_DEVICES = f"insufficient free {DRA_DRIVER} devices"
 
 
-def dra_devices_unusable(problem: str) -> str:
-    """A DRA node none of whose devices can be allocated, and why."""
-    return f"its {DRA_DRIVER} devices cannot be used: {problem or 'none is published'}"
+DRA_DEVICES_UNUSABLE = f"none of its {DRA_DRIVER} devices can be used"
+"""A DRA node none of whose devices can be allocated (why: `NodeCheck.device_problems`)."""
 
 
 def dra_selector_fails(check: str) -> str:
@@ -165,11 +165,6 @@ def joined_elsewhere(claims: Sequence[str]) -> str:
     """A node the shared claims a pod joins were not allocated on."""
     named = ", ".join(claims)
     return f"its shared ResourceClaim {named} is allocated on another node"
-
-
-def dra_node_problems(problem: str) -> str:
-    """Beside a node's free GPUs: why some of its devices are not counted."""
-    return f"; not counted: {problem}"
 
 
 def too_many_devices(count: int, most: int) -> str:
