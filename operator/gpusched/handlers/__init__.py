@@ -1,18 +1,18 @@
 """Kopf handlers: thin adapters from watch events to the scheduling service.
 
-``kopf run -m gpusched.handlers`` (or ``gpusched run``) loads this module. Every watch goes
-through ``on.event`` handlers, which Kopf does not track on the objects: no finalizers and no
-progress annotations are ever written to pods, nodes or groups. Pods' and nodes' events skip
-Kopf's per-object processing: they go from the watch stream straight to their handler
-(`gpusched.handlers.watchers.direct`). The one scheduling loop runs as a task started at
-startup (`gpusched.scheduler.loop`).
+``kopf run -m gpusched.handlers`` (or ``gpusched run``) loads this module. Kopf runs the
+operator (start, stop, credentials, its liveness probe) through its public API; the watches
+are the operator's own (`gpusched.k8s.watch`), one per kind of `gpusched.handlers.events`
+and `gpusched.handlers.dra`, started at startup with the one scheduling loop
+(`gpusched.scheduler.loop`). Nothing is ever written on the watched objects for Kopf: no
+finalizers, no progress annotations.
 
 Options are the flags of ``gpusched run`` (`gpusched.options`): from `configure`
 (``gpusched run``) or, under plain ``kopf run``, from ``$GPUSCHED_RUN_ARGS``.
 
 A watch the API server refuses (a 404 while a CRD is re-installed) never ends the operator:
 it is started over after a backoff, and ``/readyz`` (beside ``/metrics``) answers 503 while
-it is down (`gpusched.handlers.watchers`); Kopf's ``/healthz`` is the liveness probe.
+it is down (`gpusched.k8s.watch`); Kopf's ``/healthz`` is the liveness probe.
 
 Logging: each decision (group, placement, pods and GPUs, or why not), each bind and each
 leadership change is one INFO line. Kopf's own line per handled event ("Handler 'pod_event'
@@ -22,6 +22,7 @@ succeeded", most of what an operator would otherwise print) is dropped unless ``
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -35,17 +36,17 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import aiohttp
 import kopf
 from kubernetes_asyncio import client
 from prometheus_client import make_wsgi_app
 
 from gpusched.api.config import SchedulerConfig
-from gpusched.api.crds import GROUP, VERSION
 from gpusched.engine.collector import freeze_survivors
-from gpusched.engine.groups import GroupKind
-from gpusched.handlers import watchers
+from gpusched.handlers import dra, events
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, load_configuration
+from gpusched.k8s.watch import Kind, Readiness, Watch
 from gpusched.options import Options as Options
 from gpusched.options import from_environment
 from gpusched.scheduler import metrics
@@ -62,7 +63,6 @@ registry = kopf.OperatorRegistry()
 test) may have replaced Kopf's default registry. ``kopf run -m gpusched.handlers`` finds them
 because importing this module makes it the default."""
 kopf.set_default_registry(registry)
-watchers.install()  # before Kopf starts a watcher: one that fails must not end the operator
 
 
 _options: Options | None = None
@@ -115,6 +115,9 @@ class Runtime:
     api: KubeClusterApi
     telemetry: TelemetryCache
     task: asyncio.Task[None]
+    readiness: Readiness
+    watch_api: KubeClusterApi
+    watches: list[asyncio.Task[None]]
     elector: LeaderElector | None = None
     elector_task: asyncio.Task[None] | None = None
     metrics_server: Any = None
@@ -123,13 +126,11 @@ class Runtime:
 @kopf.on.startup(registry=registry)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     opts = options()
-    watchers.readiness.down.clear()  # a previous operator's in this process (tests)
+    readiness = Readiness()
     # Under `kopf run --verbose` (or --debug) Kopf has set the root logger to DEBUG.
     quiet_kopf(opts.verbose or logging.getLogger().isEnabledFor(logging.DEBUG))
     settings.posting.enabled = False  # our own Events are aggregated; Kopf's would duplicate
     settings.scanning.disabled = True  # our CRDs are known; no need to watch CRDs
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     configuration = await load_configuration(opts.kubeconfig)
     memo.configuration = configuration
@@ -150,18 +151,39 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     _follow(opts.config, scheduler, elector)
     server = None
     if opts.metrics_port:
-        server = serve_metrics(opts.metrics_address, opts.metrics_port, watchers.readiness)
+        server = serve_metrics(opts.metrics_address, opts.metrics_port, readiness)
     task = asyncio.create_task(scheduler.run(), name="gpusched-scheduling-loop")
+    kinds = watched()
+    watch_api = KubeClusterApi(api_client(configuration, len(kinds)))
+    watches = [
+        asyncio.create_task(
+            Watch(watch_api, kind, functools.partial(adapter, scheduler), readiness).run(),
+            name=f"gpusched-watch-{kind.name}",
+        )
+        for kind, adapter in kinds
+    ]
     elector_task = None
     if elector is not None:
         elector_task = asyncio.create_task(elector.run_in_thread(), name="gpusched-leader-election")
     memo.runtime = Runtime(
-        scheduler, api, telemetry, task, elector, elector_task, metrics_server=server
+        scheduler,
+        api,
+        telemetry,
+        task,
+        readiness,
+        watch_api,
+        watches,
+        elector,
+        elector_task,
+        metrics_server=server,
     )
     global running
     running = memo.runtime
 
 
+WATCH_LINE_BYTES = 2**21
+"""The session's read buffer, as kubernetes_asyncio sets it: a watch event of a large object
+(etcd takes requests up to 1.5 MiB) fits."""
 OTHER_CONNECTIONS = 10
 """Connections to the API server besides the binds' (``bindConcurrency``): status patches
 (8 at once), the Event poster and a list."""
@@ -184,7 +206,12 @@ def api_client(configuration: client.Configuration, binds: int = 0) -> client.Ap
         configuration.connection_pool_maxsize, binds + OTHER_CONNECTIONS
     )
     made = client.ApiClient(configuration)
-    made.rest_client.pool_manager._trust_env = False
+    rest = made.rest_client
+    connector = rest.pool_manager.connector
+    rest.pool_manager.detach()  # the client's session, which trusts the environment
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=connector, trust_env=False, read_bufsize=WATCH_LINE_BYTES
+    )
     return made
 
 
@@ -207,7 +234,7 @@ class _QuietHandler(WSGIRequestHandler):
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def serve_metrics(address: str, port: int, readiness: watchers.Readiness) -> WSGIServer:
+def serve_metrics(address: str, port: int, readiness: Readiness) -> WSGIServer:
     """Prometheus' ``/metrics`` and the readiness probe's ``/readyz`` (200 while every watch
     is up, 503 naming those that are down), served from a thread: Kopf's ``/healthz`` stays
     the liveness probe, so a watch that is down makes the pod unready, not restarted."""
@@ -313,97 +340,18 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if runtime is None:
         return
     running = None
-    tasks = [t for t in (runtime.task, runtime.elector_task) if t is not None]
+    tasks = [t for t in (runtime.task, runtime.elector_task, *runtime.watches) if t is not None]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)  # the elector gives the Lease up
     await runtime.telemetry.stop()
     await runtime.api.close()
+    await runtime.watch_api.close()
     if runtime.metrics_server is not None:
         runtime.metrics_server.shutdown()
         runtime.metrics_server.server_close()
 
 
-def _scheduler(memo: kopf.Memo) -> Scheduler:
-    runtime: Runtime = memo.runtime
-    return runtime.scheduler
-
-
-def _key(body: Any) -> str:
-    metadata = body["metadata"]
-    return f"{metadata.get('namespace', 'default')}/{metadata['name']}"
-
-
-@watchers.direct("", "nodes")
-@kopf.on.event("", "v1", "nodes", registry=registry)
-async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    scheduler = _scheduler(memo)
-    body = event["object"]
-    if event["type"] == "DELETED":
-        scheduler.node_deleted(body["metadata"]["name"])
-    else:
-        scheduler.node_changed(body)
-
-
-@watchers.direct("", "pods")
-@kopf.on.event("", "v1", "pods", registry=registry)
-async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    scheduler = _scheduler(memo)
-    body = event["object"]
-    if event["type"] == "DELETED":
-        scheduler.pod_deleted(_key(body), str(body["metadata"].get("uid") or "") or None)
-    else:
-        # A (re)started watch's list (type None) never tells what was deleted meanwhile.
-        scheduler.pod_changed(body, listed=event["type"] is None)
-
-
-async def _group_event(kind: GroupKind, event: kopf.RawEvent, memo: kopf.Memo) -> None:
-    scheduler = _scheduler(memo)
-    body = event["object"]
-    if event["type"] == "DELETED":
-        scheduler.group_deleted(_key(body))
-    else:
-        scheduler.group_changed(kind, body)
-
-
-@kopf.on.event(GROUP, VERSION, "podgroups", registry=registry)
-async def pod_group_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    await _group_event(GroupKind.POD_GROUP, event, memo)
-
-
-@kopf.on.event(GROUP, VERSION, "compositepodgroups", registry=registry)
-async def composite_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    await _group_event(GroupKind.COMPOSITE, event, memo)
-
-
-@kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
-async def priority_class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    scheduler = _scheduler(memo)
-    body = event["object"]
-    if event["type"] == "DELETED":
-        scheduler.priority_class_deleted(body["metadata"]["name"])
-    else:
-        scheduler.priority_class_changed(body)
-
-
-@kopf.on.event("policy", "v1", "poddisruptionbudgets", registry=registry)
-async def budget_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    scheduler = _scheduler(memo)
-    body = event["object"]
-    if event["type"] == "DELETED":
-        scheduler.budget_deleted(_key(body))
-    else:
-        scheduler.budget_changed(body)
-
-
-@kopf.on.event(GROUP, VERSION, "workloads", registry=registry)
-async def workload_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    scheduler = _scheduler(memo)
-    body = event["object"]
-    if event["type"] == "DELETED":
-        scheduler.workload_deleted(_key(body))
-    else:
-        scheduler.workload_changed(body)
-
-
-from gpusched.handlers import dra as _dra  # noqa: E402, F401  (registers the DRA watches)
+def watched() -> tuple[tuple[Kind, events.Adapter], ...]:
+    """Every kind the operator watches, with its adapter: the core kinds, then DRA's."""
+    return events.CORE + dra.WATCHED

@@ -329,6 +329,17 @@ class KubeClusterApi:
             version = listed_at if version is None else version
             yield Listing(page, version)
 
+    async def pages_of(self, path: str) -> AsyncIterator[Listing]:
+        """Every object of the collection ``path`` (``/api/v1/pods``, a custom resource's),
+        page by page (`_each_page`), each page with the first page's resourceVersion: pods
+        with what the scheduler reads of them (`slim_pod`), other kinds without managed
+        fields."""
+        slim = slim_pod if path == "/api/v1/pods" else _unmanage
+        version = None
+        async for page, listed_at in self._each_page(path, "", slim):
+            version = listed_at if version is None else version
+            yield Listing(page, version)
+
     async def list_groups(self) -> list[dict[str, Any]]:
         """Every PodGroup and CompositePodGroup of the cluster, without managed fields (each
         list item carries its kind, as a watch event's object does)."""
