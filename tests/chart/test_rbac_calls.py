@@ -78,8 +78,9 @@ CALLS: dict[str, list[_Call]] = {
     "list_groups": [lambda api: api.list_groups()],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
-NOT_REQUESTS = {"close", "pages_of"}
-"""Not in `CALLS`: ``pages_of`` is the watches' list, of each watched kind (`_watched`)."""
+NOT_REQUESTS = {"close", "pages_of", "served"}
+"""Not in `CALLS`: ``pages_of`` is the watches' list, of each watched kind (`_watched`);
+``served`` reads discovery, which every authenticated user may."""
 CLAIM = {"metadata": {"namespace": "ml", "name": "train-worker-0-gpu-x"}}
 CLAIM_CALLS: dict[str, list[Callable[[KubeClaimApi], Awaitable[Any]]]] = {
     "list_resource_slices": [lambda api: api.list_resource_slices()],

@@ -16,7 +16,7 @@ import pytest_asyncio
 from gpusched.handlers import api_client
 from gpusched.k8s import client as k8s_client
 from gpusched.k8s.client import KubeClusterApi
-from gpusched.k8s.watch import Event, Kind, Readiness, Watch
+from gpusched.k8s.watch import Event, Kind, Readiness, Watch, served
 from tests.integration.apiserver import ApiClient, ApiServer
 from tests.support.manifests import pod
 
@@ -128,3 +128,15 @@ async def test_a_refused_watch_is_down_until_it_is_answered_again(
     apiserver.faults.remove(refused)
     await until("up again", lambda: watch.readiness.ready)
     await until("the pod created meanwhile", lambda: "while-down" in seen.names(None))
+
+
+async def test_only_the_kinds_the_server_serves_are_watched(
+    apiserver: ApiServer, kube_configuration: Callable[[], Awaitable[Any]]
+) -> None:
+    kube = KubeClusterApi(api_client(await kube_configuration()))
+    absent_group = Kind("absent.example.com", "v1", "things", "Thing")
+    absent_plural = Kind("", "v1", "things", "Thing")
+    try:
+        assert await served(kube, [absent_group, PODS, absent_plural]) == [PODS]
+    finally:
+        await kube.close()

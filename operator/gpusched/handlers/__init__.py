@@ -46,7 +46,7 @@ from gpusched.engine.collector import freeze_survivors
 from gpusched.handlers import dra, events
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, load_configuration
-from gpusched.k8s.watch import Kind, Readiness, Watch
+from gpusched.k8s.watch import Kind, Readiness, Watch, served
 from gpusched.options import Options as Options
 from gpusched.options import from_environment
 from gpusched.scheduler import metrics
@@ -153,14 +153,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     if opts.metrics_port:
         server = serve_metrics(opts.metrics_address, opts.metrics_port, readiness)
     task = asyncio.create_task(scheduler.run(), name="gpusched-scheduling-loop")
-    kinds = watched()
-    watch_api = KubeClusterApi(api_client(configuration, len(kinds)))
+    adapters = dict(watched())
+    watch_api = KubeClusterApi(api_client(configuration, len(adapters)))
     watches = [
         asyncio.create_task(
-            Watch(watch_api, kind, functools.partial(adapter, scheduler), readiness).run(),
+            Watch(watch_api, kind, functools.partial(adapters[kind], scheduler), readiness).run(),
             name=f"gpusched-watch-{kind.name}",
         )
-        for kind, adapter in kinds
+        for kind in await served(watch_api, list(adapters))
     ]
     elector_task = None
     if elector is not None:

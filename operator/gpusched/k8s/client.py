@@ -329,6 +329,17 @@ class KubeClusterApi:
             version = listed_at if version is None else version
             yield Listing(page, version)
 
+    async def served(self, group_version: str) -> set[str]:
+        """The plurals the server serves in ``group_version`` (``/api/v1``, ``/apis/g/v``):
+        discovery, which every authenticated user may read; empty when it serves none."""
+        try:
+            document = await self._request("GET", group_version)
+        except ApiError as error:
+            if error.status == 404:
+                return set()
+            raise
+        return {str(r.get("name")) for r in document.get("resources") or [] if isinstance(r, dict)}
+
     async def pages_of(self, path: str) -> AsyncIterator[Listing]:
         """Every object of the collection ``path`` (``/api/v1/pods``, a custom resource's),
         page by page (`_each_page`), each page with the first page's resourceVersion: pods

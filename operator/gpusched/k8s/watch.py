@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,9 +72,12 @@ class Kind:
 
     @property
     def path(self) -> str:
-        if not self.group:
-            return f"/api/{self.version}/{self.plural}"
-        return f"/apis/{self.group}/{self.version}/{self.plural}"
+        return f"{self.group_version}/{self.plural}"
+
+    @property
+    def group_version(self) -> str:
+        """The discovery path of the kind's API group and version."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
 
     @property
     def name(self) -> str:
@@ -104,6 +107,21 @@ class Readiness:
         return "not ready: watch down: " + "; ".join(
             f"{name} ({error})" for name, error in sorted(self.down.items())
         )
+
+
+async def served(api: KubeClusterApi, kinds: Sequence[Kind]) -> list[Kind]:
+    """The kinds of ``kinds`` the server serves now: a cluster without DRA's or our CRDs'
+    API is not watched for them, and not counted unready for ever (as Kopf left a resource
+    it did not find unwatched). A kind served later needs a restart; one that goes away
+    while watched is down on ``/readyz`` until it is back."""
+    plurals: dict[str, set[str]] = {}
+    for path in dict.fromkeys(kind.group_version for kind in kinds):
+        plurals[path] = await api.served(path)
+    found = [kind for kind in kinds if kind.plural in plurals[kind.group_version]]
+    for kind in kinds:
+        if kind not in found:
+            logger.warning("the API server does not serve %s: not watched", kind.name)
+    return found
 
 
 class GoneError(Exception):
