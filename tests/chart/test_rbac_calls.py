@@ -2,8 +2,8 @@
 
 Every public method of `KubeClusterApi` (the operator's only way to the API server) is
 called with a recording transport; each (HTTP method, path) is turned into the (API group,
-resource, verb) RBAC checks, and the operator's watches (`gpusched.handlers.watched`) add list
-and watch on each watched kind. The chart must grant exactly that: a call without a grant
+resource, verb) RBAC checks, and the operator's watches (`gpusched.handlers.startup.watched`)
+add list and watch on each watched kind. The chart must grant exactly that: a call without a grant
 fails in a real cluster, a grant without a call is privilege nobody needs. A new method of
 `KubeClusterApi` fails here until it is added to `CALLS`.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpusched import handlers
+from gpusched.handlers import startup
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.ports import ObjectRef
@@ -175,7 +175,7 @@ def _requests() -> set[tuple[str, str, str, str]]:
 
 def _watched() -> set[tuple[str, str]]:
     """(group, plural) of every kind the operator watches."""
-    return {(kind.group, kind.plural) for kind, _ in handlers.watched()}
+    return {(kind.group, kind.plural) for kind, _ in startup.watched()}
 
 
 def needed() -> dict[tuple[str, str], set[str]]:

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from gpusched.handlers import api_client
 from gpusched.k8s import client as k8s_client
-from gpusched.k8s.client import KubeClusterApi
+from gpusched.k8s.client import KubeClusterApi, api_client
 from gpusched.k8s.watch import Event, Kind, Readiness, Watch, served
 from tests.integration.apiserver import ApiClient, ApiServer
 from tests.support.manifests import pod
