@@ -15,7 +15,8 @@ else
 fi
 if command -v go >/dev/null 2>&1 || [ "${GPUSCHED_REQUIRE_CONTROLPLANE:-}" = 1 ]; then
     start=$SECONDS
-    echo "control plane: $(bash tests/cluster/build-controlplane.sh) ($((SECONDS - start)) s)"
+    folder="$(bash tests/cluster/build-controlplane.sh)"  # a failed build stops here
+    echo "control plane: $folder ($((SECONDS - start)) s)"
 else
     echo "make test: Go is not installed: the real-control-plane tests will skip" >&2
 fi
