@@ -9,8 +9,9 @@ help: ## list the targets
 setup: ## install gpusched with its development tools (editable)
 	$(PYTHON) -m pip install -e '.[dev]'
 
-test: lint ## lint, then run every test (pytest's "no tests ran" is a failure)
-	$(PYTHON) -m pytest -q
+test: lint ## lint, install helm and build the control plane (cached), then run every test
+	bash .ci/prepare-tests.sh
+	PATH="$(CURDIR)/.ci/bin:$$PATH" $(PYTHON) -m pytest -q
 
 lint: ## ruff, ruff format --check, mypy --strict, import-linter
 	ruff check operator tests bench

@@ -1,7 +1,7 @@
 """The operator's options: the flags of ``gpusched run``, the one way to set them.
 
 ``gpusched run`` parses them from its command line. Under plain ``kopf run -m
-gpusched.handlers`` the same flags, parsed by the same parser, come from the environment
+gpusched.handlers.plain`` the same flags, parsed by the same parser, come from the environment
 variable ``GPUSCHED_RUN_ARGS`` (e.g. ``GPUSCHED_RUN_ARGS="--config c.yaml --metrics-address
 127.0.0.1:9402"``); nothing else is read from the environment, apart from ``$KUBECONFIG`` when
 no ``--kubeconfig`` is given. A variable of an older release that is still set is an error, not

@@ -237,7 +237,7 @@ def test_liveness_is_kopfs_endpoint_and_readiness_the_watches() -> None:
     assert ports == {"metrics": 9402, "healthz": 8080}
     for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}, probe
-    # A watch that is down makes the pod unready, not restarted (gpusched.handlers.watchers).
+    # A watch that is down makes the pod unready, not restarted (gpusched.k8s.watch).
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
@@ -290,7 +290,7 @@ def test_the_metrics_service_selects_the_operator() -> None:
 # --- RBAC: exactly what the code calls ---------------------------------------------------------
 
 OPERATOR_GRANTS = {
-    # Kopf's watches and the cluster state: every pod and node (handlers/__init__.py), a pod
+    # The operator's watches and the cluster state: every pod and node (handlers/events.py), a pod
     # re-read before its bind (KubeClusterApi.get_pod). test_rbac_calls.py derives the same
     # from the code; this table is what a reviewer reads.
     ("", "pods"): {"get", "list", "watch", "patch", "delete"},

@@ -1,11 +1,11 @@
 """The chart's RBAC against the calls the code makes, not against a list kept by hand.
 
-Every public method of `KubeClusterApi` (the operator's only way to the API server besides
-Kopf's watches) is called with a recording transport; each (HTTP method, path) is turned into
-the (API group, resource, verb) RBAC checks, and Kopf's watches add list and watch on each
-watched resource. The chart must grant exactly that: a call without a grant fails in a real
-cluster, a grant without a call is privilege nobody needs. A new method of `KubeClusterApi`
-fails here until it is added to `CALLS`.
+Every public method of `KubeClusterApi` (the operator's only way to the API server) is
+called with a recording transport; each (HTTP method, path) is turned into the (API group,
+resource, verb) RBAC checks, and the operator's watches (`gpusched.handlers.startup.watched`)
+add list and watch on each watched kind. The chart must grant exactly that: a call without a grant
+fails in a real cluster, a grant without a call is privilege nobody needs. A new method of
+`KubeClusterApi` fails here until it is added to `CALLS`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpusched import handlers
+from gpusched.handlers import startup
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.ports import ObjectRef
@@ -78,7 +78,9 @@ CALLS: dict[str, list[_Call]] = {
     "list_groups": [lambda api: api.list_groups()],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
-NOT_REQUESTS = {"close"}
+NOT_REQUESTS = {"close", "pages_of", "served"}
+"""Not in `CALLS`: ``pages_of`` is the watches' list, of each watched kind (`_watched`);
+``served`` reads discovery, which every authenticated user may."""
 CLAIM = {"metadata": {"namespace": "ml", "name": "train-worker-0-gpu-x"}}
 CLAIM_CALLS: dict[str, list[Callable[[KubeClaimApi], Awaitable[Any]]]] = {
     "list_resource_slices": [lambda api: api.list_resource_slices()],
@@ -172,13 +174,8 @@ def _requests() -> set[tuple[str, str, str, str]]:
 
 
 def _watched() -> set[tuple[str, str]]:
-    """(group, plural) of every resource a Kopf handler of ours watches."""
-    registry = handlers.registry
-    found = set()
-    for part in (registry._watching, registry._changing, registry._spawning, registry._indexing):
-        for handler in part.get_all_handlers():
-            found.add((handler.selector.group or "", handler.selector.any_name or ""))
-    return found
+    """(group, plural) of every kind the operator watches."""
+    return {(kind.group, kind.plural) for kind, _ in startup.watched()}
 
 
 def needed() -> dict[tuple[str, str], set[str]]:

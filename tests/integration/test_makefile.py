@@ -34,3 +34,21 @@ def test_every_bench_script_the_makefile_runs_exists() -> None:
     named = re.findall(r"\bbench/[\w./-]+\.py\b", MAKEFILE.read_text())
     assert named, "the Makefile runs no bench script"
     assert [n for n in named if not (ROOT / n).is_file()] == []
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_installs_helm_and_builds_the_control_plane_before_pytest_starts() -> None:
+    # On a fresh machine the README's `make test` must run the chart and real-server tests,
+    # not skip them (no helm) nor build the control plane inside a test's time.
+    done = subprocess.run(
+        ["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    prepare = next(i for i, line in enumerate(lines) if "prepare-tests.sh" in line)
+    pytest_at = next(i for i, line in enumerate(lines) if "-m pytest" in line)
+    assert prepare < pytest_at, done.stdout
+    assert ".ci/bin" in lines[pytest_at], "helm from .ci/bin must be on the tests' PATH"
+    script = (ROOT / ".ci" / "prepare-tests.sh").read_text()
+    assert "install-helm.sh" in script
+    assert "build-controlplane.sh" in script

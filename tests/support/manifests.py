@@ -14,9 +14,9 @@ hand objects straight to the operator's state.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
+from tests.support.clock import WALL_START
 from tests.support.engine import KINDS, topology_annotation
 
 Body = dict[str, Any]
@@ -28,8 +28,9 @@ GROUP_LABEL = "scheduling.gpusched.io/pod-group"
 TOPOLOGY = "gpusched.io/gpu-topology"
 GPUS = "gpusched.io/gpus"
 GROUP_API = "scheduling.gpusched.io/v1alpha1"
-NOW = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-"""Pods are created now unless a test says otherwise: a gang's timeout counts from there."""
+NOW = WALL_START.strftime("%Y-%m-%dT%H:%M:%SZ")
+"""Pods are created when a test clock starts unless a test says otherwise: a gang's timeout
+counts from there, on the test's clock, never the machine's."""
 
 
 def node(

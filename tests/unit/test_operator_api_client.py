@@ -1,4 +1,4 @@
-"""The operator's API client (gpusched.handlers.api_client) trusts no environment per
+"""The operator's API client (gpusched.k8s.client.api_client) trusts no environment per
 request: a proxy the environment names for the API server is taken once, at start. It has
 a connection for every bind in flight, besides those of status patches, Events and lists."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client
 
-from gpusched.handlers import OTHER_CONNECTIONS, api_client
+from gpusched.k8s.client import OTHER_CONNECTIONS, api_client
 
 
 def configuration(host: str = "https://10.0.0.1:6443") -> client.Configuration:

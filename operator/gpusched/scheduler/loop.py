@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from datetime import UTC, datetime
+from datetime import datetime
 
 from gpusched.api.config import OperatorConfig
 from gpusched.engine.request import PodRequest
@@ -127,7 +126,7 @@ class SchedulingLoop:
         self.binder.resend(now, term)
         self.preemptor.advance(term)
         self.resync.tick(now)
-        wall = datetime.now(UTC)
+        wall = self.clock.wall()
         self.materializer.materialize()
         started = self._started_roots()
         ready, roots = self._queue(now, started)
@@ -174,7 +173,7 @@ class SchedulingLoop:
             ready.append(record.request)
             roots.add(root)
         metrics.PENDING_GROUPS.set(len(waiting))
-        quality_metrics.default().pending(created, time.time())
+        quality_metrics.default().pending(created, self.clock.wall().timestamp())
         return ready, roots
 
     def _bounded(

@@ -249,7 +249,11 @@ async def test_claims_hold_their_devices_after_a_restart_even_when_their_pod_is_
     # A new replica: it knows only what it lists. The pod is gone; its claim still allocated.
     api2 = LoggingApi()
     fresh = build_scheduler(
-        load_config({"operator": {"batchWindowSeconds": 0}}), ClusterState(), api2, claims=claims
+        load_config({"operator": {"batchWindowSeconds": 0}}),
+        ClusterState(),
+        api2,
+        claims=claims,
+        clock=Clock(),
     )
     fresh.state.upsert_node(dra.node("n1"))
     await fresh.claims.resync()
@@ -393,7 +397,11 @@ async def test_a_claim_left_by_an_attempt_that_never_bound_is_deleted_then_made_
     # A new replica finds the claim allocated and the pod unbound (the bind never landed).
     (left,) = claims.claims
     fresh = build_scheduler(
-        load_config({"operator": {"batchWindowSeconds": 0}}), ClusterState(), api, claims=claims
+        load_config({"operator": {"batchWindowSeconds": 0}}),
+        ClusterState(),
+        api,
+        claims=claims,
+        clock=Clock(),
     )
     fresh.state.upsert_node(dra.node("n1"))
     await fresh.claims.resync()
@@ -416,7 +424,7 @@ async def test_a_fence_that_turns_false_between_claim_writes_stops_every_later_w
     leading = [True]
     config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
     scheduler = build_scheduler(
-        config, ClusterState(), api, claims=claims, leading=lambda: leading[0]
+        config, ClusterState(), api, claims=claims, clock=Clock(), leading=lambda: leading[0]
     )
     await scheduler.take_leadership(_noop_list())
     fill(scheduler, claims, gang=2, gpus=4)
@@ -440,7 +448,7 @@ async def test_a_fence_that_turns_false_between_claim_writes_stops_every_later_w
     # The next leader lists the claims: the one allocated for a pod never bound is given
     # back, and the gang is placed afresh with no device held twice.
     claims.update_claim_status = original  # type: ignore[method-assign]
-    fresh = build_scheduler(config, ClusterState(), api, claims=claims)
+    fresh = build_scheduler(config, ClusterState(), api, claims=claims, clock=Clock())
     await fresh.claims.resync()
     fill(fresh, claims, gang=2, gpus=4, add_claims=False)
     for _ in range(3):

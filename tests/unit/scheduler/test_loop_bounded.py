@@ -4,7 +4,7 @@ thousands pending binds its first pods after one short cycle. Here the bound is 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from gpusched.scheduler import loop
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support.clock import Clock
+from tests.support.clock import WALL_START, Clock
 from tests.support.fakes import FakeApi
 from tests.support.manifests import node, pod, pod_group
 
@@ -42,11 +42,11 @@ async def cycle(scheduler: Scheduler, api: FakeApi) -> list[str]:
     return [key.removeprefix("default/") for key, _, _ in api.binds[before:]]
 
 
-START = datetime.now(UTC).replace(microsecond=0)
+START = WALL_START
 
 
 def at(second: int) -> str:
-    """A creation time ``second`` seconds after the test began (recent: no gang timed out)."""
+    """A creation time ``second`` seconds after the test clock's start (no gang timed out)."""
     return (START + timedelta(seconds=second)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

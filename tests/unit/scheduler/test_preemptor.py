@@ -478,7 +478,7 @@ def claim_world() -> tuple[Scheduler, LoggingApi, FakeClaims, dict[str, Any]]:
     api = LoggingApi()
     claims = FakeClaims(api.log)
     config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
-    scheduler = build_scheduler(config, ClusterState(), api, claims=claims)
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims, clock=Clock())
     scheduler.state.upsert_node(dra.node("n1"))
     scheduler.claims.book.upsert_slice(dra.resource_slice("n1"))
     scheduler.claims.book.upsert_class(dra.device_class())

