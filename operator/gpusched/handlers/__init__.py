@@ -143,6 +143,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         state,
         api,
         telemetry=telemetry.samples,
+        telemetry_join=telemetry.join if telemetry.source else None,
         leading=(lambda: elector.leading) if elector is not None else None,
         claims=KubeClaimApi(api),
     )

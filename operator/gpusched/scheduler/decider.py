@@ -129,6 +129,10 @@ class Decider:
             self._snapshots,
         )
 
+    def telemetry_changed(self) -> None:
+        """The telemetry was read afresh: the next cycle takes it, not the mapping held."""
+        self._held_telemetry = None
+
     def next_measurement(self) -> float:
         return self.quality_at + QUALITY_SECONDS
 
