@@ -38,6 +38,7 @@ class _Refusal:
     message: str
     nodes: tuple[str, ...]
     inputs: object
+    attempt: float | None
 
 
 @dataclass(slots=True)
@@ -67,16 +68,30 @@ class Backoff:
         entry = self._failure(root, now)
         entry.refusal = None
 
-    def refused(self, root: str, now: float, message: str, nodes: Iterable[str] = ()) -> bool:
+    def refused(
+        self,
+        root: str,
+        now: float,
+        message: str,
+        nodes: Iterable[str] = (),
+        attempt: float | None = None,
+    ) -> bool:
         """The API server refused ``root``'s writes at ``now`` (``message``: what it said;
-        ``nodes``: where they would have placed it). Returns whether this refusal is news to
-        log: the first in a row, or another message than the last."""
+        ``nodes``: where they would have placed it; ``attempt``: when the decision they
+        carried out was made: a gang's binds refused one by one are one failed attempt).
+        Returns whether this refusal is news to log: the first in a row, or another message
+        than the last."""
         before = self._entries.get(root)
-        news = before is None or before.refusal is None or before.refusal.message != message
+        last = before.refusal if before is not None else None
+        news = last is None or last.message != message
         on = tuple(sorted(set(nodes)))
+        if last is not None and attempt is not None and last.attempt == attempt:
+            last.nodes = tuple(sorted({*last.nodes, *on}))
+            last.inputs = self.inputs(root, last.nodes) if self.inputs is not None else None
+            return news  # another pod of the same attempt
         entry = self._failure(root, now)
         inputs = self.inputs(root, on) if self.inputs is not None else None
-        entry.refusal = _Refusal(message, on, inputs)
+        entry.refusal = _Refusal(message, on, inputs, attempt)
         return news
 
     def _failure(self, root: str, now: float) -> _Entry:

@@ -160,7 +160,7 @@ class Binder:
             self.events.record(reserved_ref(key, reservation), "Warning", "FailedScheduling", why)
         self.backoff.returned(before, self.state.capacity_generation, decided_at)
         nodes = [reservation.node for _, reservation, _ in members]
-        if self.backoff.refused(root, self.clock(), why, nodes):
+        if self.backoff.refused(root, self.clock(), why, nodes, decided_at):
             logger.warning("%s: not bound, its ResourceClaims were refused: %s", root, why)
         else:
             logger.debug("%s: not bound, its ResourceClaims were refused again: %s", root, why)
@@ -246,7 +246,10 @@ class Binder:
             self.backoff.returned(before, self.state.capacity_generation, decided_at)
             self._release_claims(key, reservation)
             self._bind_over(key, root)
-            if self.backoff.refused(root, self.clock(), error.message, [reservation.node]):
+            refused_at = self.clock()
+            if self.backoff.refused(
+                root, refused_at, error.message, [reservation.node], decided_at
+            ):
                 logger.warning("bind of %s to %s refused: %s", key, reservation.node, error)
             else:
                 logger.debug("bind of %s to %s refused again: %s", key, reservation.node, error)

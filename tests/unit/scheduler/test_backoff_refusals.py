@@ -130,13 +130,14 @@ async def test_another_group_is_not_woken_by_the_room_each_refused_attempt_gives
 
 
 @pytest.mark.asyncio
-async def test_a_refused_bind_backs_off_doubling_and_is_logged_once(
+async def test_a_gangs_refused_binds_back_off_doubling_and_are_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpusched")
     clock = Clock()
-    scheduler, api, _ = _world(gang=1, clock=clock)
-    api.failures[f"{NS}/w0"] = [ApiError(422, "binding denied by policy") for _ in range(50)]
+    scheduler, api, _ = _world(gang=2, clock=clock)
+    for i in range(2):  # both binds of each attempt refused: one failed attempt, not two
+        api.failures[f"{NS}/w{i}"] = [ApiError(422, "binding denied by policy")] * 50
     attempts: list[float] = []
     end = clock.now + 30.0
     while clock.now < end:
