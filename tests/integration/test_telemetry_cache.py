@@ -437,3 +437,28 @@ async def test_an_unreadable_ca_file_fails_loudly_at_start(tmp_path: Path) -> No
     cache, _ = make_cache("https://127.0.0.1:1", caFile=str(tmp_path / "missing.pem"))
     with pytest.raises(ValueError, match=r"telemetry.prometheus.caFile .*missing.pem"):
         await cache.start()
+
+
+@pytest.mark.asyncio
+async def test_a_read_before_the_nodes_are_listed_is_joined_once_they_are(
+    stub: StubPrometheus, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    nodes: set[str] = set()
+    cache, _ = make_cache(stub.url)
+    cache._known_nodes = lambda: nodes  # the operator's node list, empty before it is listed
+    assert await cache.refresh()
+    samples = cache.samples()
+    assert samples is not None
+    assert len(samples) == 0, "every series of a node not listed yet"
+    assert cache.joined(), "joined with every node listed (none)"
+    nodes.update({"n0", "n1"})
+    assert not cache.joined(), "n0 and n1 were listed after the read left their series out"
+    assert await cache.join()
+    samples = cache.samples()
+    assert samples is not None
+    assert len(samples) == 16
+    assert samples["n0", 3].temperature_c == 40.0
+    assert len(stub.requests) == 5, "joined from the answers held, not read again"
+    assert not [r for r in caplog.records if r.getMessage().startswith("HTTP Request:")]
+    await cache.stop()

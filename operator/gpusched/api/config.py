@@ -218,6 +218,12 @@ class TelemetryConfig(_Strict):
     """What a GPU with unknown telemetry counts as; always reported. Default usable."""
     cache_ttl_seconds: float = Field(default=10.0, alias="cacheTtlSeconds", gt=0)
     """How often the operator refreshes telemetry from Prometheus. Default 10 s."""
+    first_read_wait_seconds: float = Field(default=5.0, alias="firstReadWaitSeconds", ge=0)
+    """After it starts or takes the Lease over, the operator places no pod until Prometheus
+    has answered and its answer is joined with the freshly listed nodes, waiting at most this
+    long (seconds); past it, GPUs without telemetry count as ``stale`` says, as when Prometheus
+    is down. Without it the first decisions, a whole backlog, would take every GPU for
+    unknown. Unused without a Prometheus URL. Default 5 s (a read takes milliseconds)."""
     exclude_whole_node: bool = Field(default=False, alias="excludeWholeNode")
     """Exclude a node entirely when any of its GPUs is excluded. Default false: single bad
     GPUs are excluded, not their node."""

@@ -74,6 +74,7 @@ async def start(opts: Options) -> Runtime:
         state,
         api,
         telemetry=telemetry.samples,
+        telemetry_join=telemetry.join if telemetry.source else None,
         leading=(lambda: elector.leading) if elector is not None else None,
         claims=KubeClaimApi(api),
     )

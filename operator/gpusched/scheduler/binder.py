@@ -7,7 +7,14 @@ gang that has started binding owns its room, and a bind whose outcome is unknown
 a timeout, a 5xx: the server may still commit it) is harmless to repeat and harmful to give
 away. The room is released only when the pod is gone, shown bound, replaced, or definitively
 refused (a 4xx), or when its node is gone; the pod is then pending again and the engine,
-seeing the group's other pods bound, places it inside the group's domain."""
+seeing the group's other pods bound, places it inside the group's domain.
+
+A refusal (claims that cannot be written, a bind answered 4xx) backs the group off, doubling
+(`Backoff.refused`), and is logged once per change of what the server said.
+
+Every bind of a pod that holds GPUs carries them in ``gpusched.io/gpus``: the GPUs the engine
+chose, or, for a pod that joins a shared ResourceClaim allocated already, the indices of the
+claim's devices on the node."""
 
 from __future__ import annotations
 
@@ -74,13 +81,24 @@ class Binder:
         self._slots = asyncio.Semaphore(settings.bind_concurrency)
         self._binding: dict[str, set[str]] = defaultdict(set)
         """Root key → pods whose bind is in flight (for the gang latency metric)."""
+        self._claimed: dict[str, tuple[int, ...]] = {}
+        """Pod → the GPUs of the shared claims it joins (the engine gave it none)."""
+        self._decided_at: dict[str, float] = {}
+        """Root key → when the decision whose binds are in flight was made."""
 
     # ----- events from the loop ----------------------------------------------------------------
 
-    def place(self, bindings: Iterable[Binding], view: View | None, term: int) -> list[Binding]:
+    def place(
+        self,
+        bindings: Iterable[Binding],
+        view: View | None,
+        term: int,
+        decided_at: float | None = None,
+    ) -> list[Binding]:
         """Reserves each binding and sends it (a gang's claims first), fenced to ``term``;
         returns those reserved (a pod that changed while the engine ran is left out: it is
-        looked at again)."""
+        looked at again). ``decided_at``: when the decision was made (default: now)."""
+        decided = self.clock() if decided_at is None else decided_at
         placed: list[Binding] = []
         gangs: dict[str, list[Member]] = defaultdict(list)
         for binding in bindings:
@@ -88,14 +106,18 @@ class Binder:
             if reservation is None:
                 continue
             if reservation.request.group is None:
-                self.backoff.clear(binding.pod)
+                self.backoff.placed(binding.pod)
                 metrics.ATTEMPTS.labels("scheduled").inc()
             placed.append(binding)
             root = self.state.root_of_request(reservation.request)
             gpus = ",".join(map(str, binding.gpus)) or "none"
             logger.info("placing %s on %s, GPUs %s (%s)", binding.pod, binding.node, gpus, root)
             self._binding[root].add(binding.pod)
+            self._decided_at[root] = decided
             writes = self.claims.plan(binding, view)
+            joined = self._joined_gpus(binding, writes, view)
+            if joined:
+                self._claimed[binding.pod] = joined
             gangs[root].append((binding.pod, reservation, writes))
         for root, members in gangs.items():
             self.background.spawn(self._allocate_and_bind(root, members, term))
@@ -131,11 +153,18 @@ class Binder:
             )
             return
         self.claims.drop(writes)
+        decided_at = self._decided_at.get(root, self.clock())
+        before = self.state.capacity_generation
         for key, reservation, _ in members:
             self.state.release(key, reservation)
             self._bind_over(key, root)
             self.events.record(reserved_ref(key, reservation), "Warning", "FailedScheduling", why)
-        self.backoff.failed(root, self.clock(), soon=True)
+        self.backoff.returned(before, self.state.capacity_generation, decided_at)
+        nodes = [reservation.node for _, reservation, _ in members]
+        if self.backoff.refused(root, self.clock(), why, nodes, decided_at):
+            logger.warning("%s: not bound, its ResourceClaims were refused: %s", root, why)
+        else:
+            logger.debug("%s: not bound, its ResourceClaims were refused again: %s", root, why)
         self.background.wake()
 
     async def _bind(
@@ -148,8 +177,9 @@ class Binder:
         attempt: int,
     ) -> None:
         annotations = {}
-        if reservation.request.wants_gpu:
-            annotations[GPUS_ANNOTATION] = ",".join(str(g) for g in reservation.gpus)
+        gpus = reservation.gpus or self._claimed.get(key, ())
+        if gpus or reservation.request.wants_gpu:
+            annotations[GPUS_ANNOTATION] = ",".join(str(g) for g in gpus)
         fence = self.leadership.fence(term)
         async with self._slots:
             started = self.clock()
@@ -176,6 +206,7 @@ class Binder:
     def _bound(self, key: str, ref: ObjectRef, reservation: Reservation, root: str) -> None:
         metrics.BINDS.labels("ok").inc()
         self.state.confirm(key, reservation)
+        self.backoff.clear(root)  # what was refused went through
         gpus = f", GPUs {','.join(map(str, reservation.gpus))}" if reservation.gpus else ""
         message = f"Successfully assigned {key} to {reservation.node}{gpus}"
         logger.info("bound: %s", message)
@@ -184,11 +215,13 @@ class Binder:
 
     def _bind_over(self, key: str, root: str) -> None:
         self.unknown.over(key)
+        self._claimed.pop(key, None)
         in_flight = self._binding.get(root)
         if in_flight is not None:
             in_flight.discard(key)
             if not in_flight:
                 del self._binding[root]
+                self._decided_at.pop(root, None)
                 self._gang_done(root)
 
     def _bind_failed(
@@ -207,18 +240,27 @@ class Binder:
             self._bind_over(key, root)
             return
         metrics.BINDS.labels("error").inc()
-        logger.warning("bind of %s to %s failed: %s", key, reservation.node, error)
         if error.status in REFUSED:
+            decided_at = self._decided_at.get(root, self.clock())
+            before = self.state.capacity_generation
             self.state.release(key, reservation)
+            self.backoff.returned(before, self.state.capacity_generation, decided_at)
             self._release_claims(key, reservation)
             self._bind_over(key, root)
-            self.backoff.failed(root, self.clock(), soon=True)
+            refused_at = self.clock()
+            if self.backoff.refused(
+                root, refused_at, error.message, [reservation.node], decided_at
+            ):
+                logger.warning("bind of %s to %s refused: %s", key, reservation.node, error)
+            else:
+                logger.debug("bind of %s to %s refused again: %s", key, reservation.node, error)
             self.events.record(
                 ref, "Warning", "FailedScheduling", f"Binding rejected: {error.message}"
             )
             return
         # Unknown (the server may have applied it, or may still), or bound or gone (a 409 or
         # 404, read back first). The room stays this pod's meanwhile.
+        logger.warning("bind of %s to %s failed: %s", key, reservation.node, error)
         self.events.record(
             ref,
             "Warning",
@@ -281,10 +323,26 @@ class Binder:
         self._bind_over(key, root)
         self.background.wake()
 
+    def _joined_gpus(
+        self, binding: Binding, writes: list[ClaimWrite] | str, view: View | None
+    ) -> tuple[int, ...]:
+        """For a pod that joins shared claims allocated already (the engine gave it no GPU:
+        the claims hold them), the indices of the claims' devices on its node."""
+        if binding.gpus or isinstance(writes, str) or view is None:
+            return ()
+        names = {d for w in writes if w.joins for d in w.devices}  # on this node's pool
+        devices = view.devices.get(binding.node) if names else None
+        if devices is None:
+            return ()
+        found = [i for i, gpu in devices.devices.items() if gpu.device in names]
+        return tuple(sorted(found))
+
     def _gang_done(self, root: str) -> None:
         pods = self.state.pods_of(self.state.descendants(root))
         if not pods or any(p.node is None for p in pods if not p.pod.is_terminal):
             return
+        if root in self.state.groups:
+            logger.info("%s: Scheduled, every pod bound", root)
         first = min(p.request.created for p in pods if p.request is not None)
         if first:
             metrics.GANG_SECONDS.observe(max(0.0, time.time() - first))

@@ -135,6 +135,10 @@ class Decider:
             nodes, bound, self._telemetry(), self.config, self._snapshots, devices=devices
         )
 
+    def telemetry_changed(self) -> None:
+        """The telemetry was read afresh: the next cycle takes it, not the mapping held."""
+        self._held_telemetry = None
+
     def next_measurement(self) -> float:
         return self.quality_at + QUALITY_SECONDS
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.scheduler import quality_metrics
-from gpusched.scheduler.backoff import Backoff
+from gpusched.scheduler.backoff import Backoff, refusal_inputs
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.clock import MONOTONIC, Clock
 from gpusched.scheduler.decider import Decider, Telemetry
@@ -15,6 +15,7 @@ from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
 from gpusched.scheduler.dra.release import ClaimReleaser
 from gpusched.scheduler.dra.view import DraView
 from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.firstread import FirstRead, Join
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop
 from gpusched.scheduler.outbox import StatusOutbox
@@ -35,6 +36,7 @@ def build_scheduler(
     api: ClusterApi,
     *,
     telemetry: Telemetry | None = None,
+    telemetry_join: Join | None = None,
     clock: Clock = MONOTONIC,
     leading: Callable[[], bool] | None = None,
     claims: ClaimApi | None = None,
@@ -42,7 +44,8 @@ def build_scheduler(
 ) -> Scheduler:
     """The service over ``state`` and ``api``. ``leading``: whether this replica holds the
     Lease now (None: it schedules alone); ``claims``: the DRA API (None: no DRA objects are
-    read or written)."""
+    read or written); ``telemetry_join``: makes the telemetry joined with the nodes listed
+    (None: no telemetry to wait for, see `FirstRead`)."""
     settings = config.operator
     background = Background(clock)
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
@@ -55,7 +58,11 @@ def build_scheduler(
     book = ClaimBook()
     releaser = ClaimReleaser(book, claims)
     allocator = ClaimAllocator(book, DraView(book), releaser, claims)
-    backoff = Backoff(settings, lambda: state.capacity_generation)
+    backoff = Backoff(
+        settings,
+        lambda: state.capacity_generation,
+        lambda root, nodes: refusal_inputs(state, root, nodes),
+    )
     unknown = UnknownBinds(state, api, backoff, clock)
     binder = Binder(
         settings, state, api, allocator, recorder, backoff, leadership, unknown, clock, background
@@ -101,4 +108,5 @@ def build_scheduler(
         backoff,
         reporter,
         allocator,
+        FirstRead(telemetry_join, config.telemetry.first_read_wait_seconds, clock),
     )

@@ -141,7 +141,7 @@ class SchedulingLoop:
             if term != self.leadership.term:
                 return  # leadership changed while the engine ran: the decision is stale
             self._apply(result, roots, deferred, now, wall)
-            self.decider.placed(self.binder.place(result.bindings, view, term))
+            self.decider.placed(self.binder.place(result.bindings, view, term, now))
             plans = await self.decider.plan_preemptions(result)
             if term == self.leadership.term:
                 self.preemptor.preempt(plans, term)
@@ -265,8 +265,8 @@ class SchedulingLoop:
         record = self.state.groups.get(decision.name)
         if decision.phase is Phase.SCHEDULED:
             where = "/".join(decision.placement.values()) or "no topology constraint"
-            logger.info("%s %s: Scheduled in %s", decision.kind, decision.name, where)
-            self.backoff.clear(decision.name)
+            logger.info("%s %s: placed in %s, binding", decision.kind, decision.name, where)
+            self.backoff.placed(decision.name)  # its count goes on until a bind goes through
             metrics.ATTEMPTS.labels("scheduled").inc()
             return
         if decision.reason is Reason.WAITING_FOR_PODS:

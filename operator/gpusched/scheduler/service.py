@@ -12,6 +12,7 @@
 - `Materializer` (`workloads`): the groups Workloads describe.
 - `Reporter` (`reporter`): status, Events and their outbox.
 - `ClaimAllocator` (`dra`): the DRA objects and the claims written for a gang.
+- `FirstRead` (`first_read`): a new term's first telemetry read, awaited before deciding.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
+from gpusched.scheduler.firstread import FirstRead
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop
 from gpusched.scheduler.ports import ApiError, ClusterApi, Listing
@@ -55,6 +57,7 @@ class Scheduler:
         backoff: Backoff,
         reporter: Reporter,
         claims: ClaimAllocator,
+        first_read: FirstRead,
     ) -> None:
         self.state = state
         self.api = api
@@ -67,6 +70,7 @@ class Scheduler:
         self.backoff = backoff
         self.reporter = reporter
         self.claims = claims
+        self.first_read = first_read
 
     # ----- running ----------------------------------------------------------------------------
 
@@ -109,9 +113,11 @@ class Scheduler:
         self.leadership.lost()
 
     async def take_leadership(self, pods: AsyncIterable[Listing]) -> None:
-        """Reads the cluster afresh (``pods``: the list of every pod, page by page), then
-        acts."""
+        """Reads the cluster afresh (``pods``: the list of every pod, page by page), and the
+        telemetry joined with it (bounded: `FirstRead`), then acts."""
         await self.resync.take_over(pods)
+        await self.first_read.wait()
+        self.loop.decider.telemetry_changed()
         self.unknown.adopt()
         self.leadership.synced()
         self.wake()

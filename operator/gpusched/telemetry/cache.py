@@ -10,6 +10,12 @@ When a refresh fails (Prometheus down, a timeout, garbage), the last good data i
 sample times keep aging, so past ``telemetry.maxAgeSeconds`` every GPU is unknown and the
 ``telemetry.stale`` policy applies. Failures are logged once per change of state (up → down,
 down → up), and exported as ``gpusched_telemetry_up`` and ``gpusched_telemetry_age_seconds``.
+
+A read is joined with the node list it was indexed against: series of nodes the operator did
+not know then are left out. The operator's first read comes before its nodes are listed, so
+while a read left series out as ``unknown_node`` its answers are kept, and indexed again once
+the node list has grown (`TelemetryCache.join`, and by itself when `samples` sees new nodes):
+a node's telemetry is never dropped because the read came before the node.
 """
 
 from __future__ import annotations
@@ -109,6 +115,11 @@ class TelemetryCache:
         url = config.prometheus.url
         self.source: str | None = f"prometheus {url}" if url else None
         self._data: TelemetryData | None = None
+        self._bodies: Sequence[str] | None = None
+        """The last answers, kept while they left series out as of unknown nodes."""
+        self._joined_with: frozenset[str] = frozenset()
+        """The nodes the last answers were indexed against (while ``_bodies`` is kept)."""
+        self._rejoining: asyncio.Task[bool] | None = None
         self._up = False
         self._last_error: str | None = None
         self._logged_skips: dict[SkipReason, int] = {}
@@ -131,6 +142,11 @@ class TelemetryCache:
 
     async def stop(self) -> None:
         """Stops refreshing and closes the connections; the data stays readable."""
+        rejoining, self._rejoining = self._rejoining, None
+        if rejoining is not None:
+            rejoining.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await rejoining
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -158,10 +174,51 @@ class TelemetryCache:
         source exists but has given no data yet (every GPU unknown)."""
         if self.source is None:
             return None
+        if not self.joined():
+            self._rejoin_soon()
         data = self._data
         if data is None:
             return {}
         return data.view(self._clock() if now is None else now)
+
+    def joined(self) -> bool:
+        """Whether Prometheus has answered, and its answer was joined with every node known
+        now (no series left out for a node that has since been listed)."""
+        if self.source is None:
+            return True
+        if self._data is None:
+            return False
+        if self._bodies is None or self._known_nodes is None:
+            return True
+        return self._joined_with.issuperset(self._known_nodes())
+
+    async def join(self) -> bool:
+        """Makes the data joined with the nodes known now: the last answers indexed again
+        when they left series of these nodes out, or, before any answer, a read. Returns
+        `joined` (False while Prometheus has not answered)."""
+        if self.joined():
+            return True
+        if self._bodies is None:
+            await self.refresh()
+            return self.joined()
+        async with self._lock:
+            bodies, known = self._bodies, self._known_nodes
+            if bodies is not None and known is not None:
+                nodes = frozenset(known())
+                data = await asyncio.to_thread(self._index, bodies, nodes)
+                self._keep(data, bodies, nodes)
+                self._log_skips(data)
+        return self.joined()
+
+    def _rejoin_soon(self) -> None:
+        """Starts `join` in the background (a node was listed after the last read)."""
+        if self._bodies is None or (self._rejoining and not self._rejoining.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # read from a thread: the next read in the loop joins
+        self._rejoining = loop.create_task(self.join(), name="gpusched-telemetry-rejoin")
 
     def describe(self, now: float | None = None) -> TelemetryStatus:
         """Which telemetry the scheduler is using, for status, Events and logs."""
@@ -186,13 +243,25 @@ class TelemetryCache:
             client = self._client
             try:
                 bodies = await _fetch_all(client)
-                known = self._known_nodes() if self._known_nodes is not None else None
+                known = frozenset(self._known_nodes()) if self._known_nodes is not None else None
                 data = await asyncio.to_thread(self._index, bodies, known)
             except TelemetryError as err:
                 self._failed(str(err))
                 return False
+            self._keep(data, bodies, known)
             self._succeeded(data)
             return True
+
+    def _keep(
+        self, data: TelemetryData, bodies: Sequence[str], known: frozenset[str] | None
+    ) -> None:
+        """Holds ``data``, and the answers it came from while they left series out as of
+        unknown nodes (a node listed later is joined from them)."""
+        self._data = data
+        if known is not None and data.skipped.get(SkipReason.UNKNOWN_NODE):
+            self._bodies, self._joined_with = bodies, known
+        else:
+            self._bodies, self._joined_with = None, frozenset()
 
     def _index(self, bodies: Sequence[str], known: Collection[str] | None) -> TelemetryData:
         index = SeriesIndex(self._config, known, self._label_cache)
@@ -218,7 +287,7 @@ class TelemetryCache:
     def _succeeded(self, data: TelemetryData) -> None:
         if not self._up:
             logger.info("telemetry from %s is up: %d GPUs", self.source, len(data.values))
-        self._data, self._up, self._last_error = data, True, None
+        self._up, self._last_error = True, None
         self._log_skips(data)
         if self._gauges is not None:
             self._gauges.up.set(1)

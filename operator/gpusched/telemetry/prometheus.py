@@ -21,6 +21,7 @@ layout, a truncated body — is read with ``json.loads`` instead, with the same 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import ssl
 from collections.abc import Sequence
@@ -50,6 +51,22 @@ QUERY_PATH = "/api/v1/query"
 _PREFIX = '{"status":"success","data":{"resultType":"vector","result":['
 _ELEMENT = re.compile(r'\{"metric":\{([^{}]*)\},"value":\[[^,\]]*,"([^"]*)"\]\}')
 _ELEMENT_START = '{"metric":'
+
+
+def _request_lines_at_debug(record: logging.LogRecord) -> bool:
+    """httpx logs every request at INFO (``HTTP Request: GET …``); the operator's INFO is
+    decisions, binds and leadership, so these become DEBUG lines."""
+    if record.levelno == logging.INFO and record.getMessage().startswith("HTTP Request:"):
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+    return True
+
+
+def quiet_httpx() -> None:
+    """Demotes httpx's request lines to DEBUG (idempotent)."""
+    httpx_logger = logging.getLogger("httpx")
+    httpx_logger.removeFilter(_request_lines_at_debug)
+    httpx_logger.addFilter(_request_lines_at_debug)
 
 
 class TelemetryError(Exception):
@@ -148,6 +165,7 @@ class PrometheusClient:
             raise ValueError("PrometheusClient needs telemetry.prometheus.url")
         self.url = config.url.rstrip("/")
         self._queries = [metric_query(m, node_labels) for m in METRICS]
+        quiet_httpx()
         self._auth = _Auth(config.bearer_token_file)
         self._http = httpx.AsyncClient(
             base_url=self.url,
