@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from gpusched.api.config import load_config
-from gpusched.handlers import api_client
 from gpusched.k8s.claims import KubeClaimApi
-from gpusched.k8s.client import KubeClusterApi
+from gpusched.k8s.client import KubeClusterApi, api_client
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.state import ClusterState
 from tests.cluster.cluster import RealCluster

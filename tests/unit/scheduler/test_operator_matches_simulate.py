@@ -30,7 +30,7 @@ CONFIG = {"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}}
 @dataclass
 class Outcome:
     bindings: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
-    """Pod → node, GPUs (``gpusched.io/gpus``; none for a pod whose claims carry them)."""
+    """Pod → node, GPUs (``gpusched.io/gpus``, DRA pods' included)."""
     devices: dict[str, list[tuple[str, str, str, str]]] = field(default_factory=dict)
     """Claim → (request, driver, pool, device) of each device it was given."""
     reasons: dict[str, str] = field(default_factory=dict)
@@ -85,10 +85,8 @@ def through_simulate(documents: list[dict[str, Any]]) -> Outcome:
     run = simulate(from_documents(documents), load_config(CONFIG))
     found = Outcome()
     for binding in run.result.bindings:
-        # A DRA pod's GPUs are its claims' devices (compared below); the operator writes no
-        # gpusched.io/gpus for it.
-        gpus = () if binding.devices else binding.gpus
-        found.bindings[binding.pod] = (binding.node, gpus)
+        # A DRA pod's bind carries its devices' GPU indices in gpusched.io/gpus too.
+        found.bindings[binding.pod] = (binding.node, binding.gpus)
         for claim in binding.devices:
             found.devices[claim.claim] = [
                 (d.request, d.driver, d.pool, d.device) for d in claim.devices
