@@ -1,7 +1,9 @@
 """GPUs published through Dynamic Resource Allocation, and what a claim asks of them.
 
-Two pure translations, so that the engine keeps placing GPUs by node-local index:
+Pure translations, so that the engine keeps placing GPUs by node-local index:
 
+- `node_pools`: a node's ResourceSlices as pools of any driver, read as kube-scheduler reads
+  them (the newest generation only, and only once all its slices are published);
 - `node_devices`: a node's ResourceSlices of the NVIDIA DRA driver joined with its
   ``gpusched.io/gpu-topology`` annotation by GPU UUID. The driver publishes no NVLink data,
   the annotation does; the UUID is what both name the same GPU by. A device that cannot be

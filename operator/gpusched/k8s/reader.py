@@ -18,11 +18,12 @@ KINDS = {
     "Node": "/api/v1/nodes",
     "Pod": "/api/v1/pods",
     **{kind: f"/apis/{GROUP}/{VERSION}/{plural}" for kind, plural in PLURALS.items()},
-    # What else the engine decides by: DRA devices and claims, disruption budgets.
+    # What else the operator decides by: DRA devices and claims, disruption budgets. Not
+    # ResourceClaimTemplates: in a live cluster kube-controller-manager makes the claims, and
+    # a pod whose claim is not made yet waits for it, as the operator has it wait.
     "ResourceSlice": f"/apis/{DRA_API_VERSION}/resourceslices",
     "DeviceClass": f"/apis/{DRA_API_VERSION}/deviceclasses",
     "ResourceClaim": f"/apis/{DRA_API_VERSION}/resourceclaims",
-    "ResourceClaimTemplate": f"/apis/{DRA_API_VERSION}/resourceclaimtemplates",
     "PodDisruptionBudget": "/apis/policy/v1/poddisruptionbudgets",
 }
 """Kind → the cluster-wide collection listed for it."""

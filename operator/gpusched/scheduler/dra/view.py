@@ -32,8 +32,8 @@ class View:
     nodes: list[Node]
     bound: list[BoundPod]
     inputs: DraInputs
-    uids: dict[str, str] = field(default_factory=dict)
-    """Pod → uid, for the pods with devices."""
+    claimed: dict[str, tuple[str, PodDevices]] = field(default_factory=dict)
+    """Pod → its uid and devices, for the pods whose devices can be allocated."""
     mismatches: list[Mismatch] = field(default_factory=list)
     """Bound pods the kubelet gave other GPUs than gpusched chose, new this cycle."""
 
@@ -55,13 +55,7 @@ class View:
 
     def pod_devices(self, pod: str) -> tuple[str, PodDevices] | None:
         """The pod's uid and devices, if it asks for some and they can be allocated."""
-        for request in self.inputs.ready:
-            if request.key == pod:
-                devices = request.devices
-                if devices is None or devices.refusal is not None:
-                    return None
-                return self.uids.get(pod, ""), devices
-        return None
+        return self.claimed.get(pod)
 
 
 class DraView:
@@ -99,12 +93,14 @@ class DraView:
             busy=busy,
             releasing=self.book.releasing,
         )
-        uids = {
-            r.key: record.uid
+        claimed = {
+            r.key: (record.uid, r.devices)
             for r in inputs.ready
-            if r.devices is not None and (record := pods.get(r.key)) is not None
+            if r.devices is not None
+            and r.devices.refusal is None
+            and (record := pods.get(r.key)) is not None
         }
-        return View(list(nodes.values()), [*bound, *inputs.held], inputs, uids, mismatches)
+        return View(list(nodes.values()), [*bound, *inputs.held], inputs, claimed, mismatches)
 
     def cluster(
         self, nodes: Mapping[str, Node], bound: Iterable[BoundPod], busy: Busy
