@@ -20,7 +20,7 @@ change that is depends on how it failed:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpusched.api.config import OperatorConfig
@@ -49,6 +49,8 @@ class _Entry:
     capacity_seen: int = 0
     refusal: _Refusal | None = None
     """Set while the last failure was a refusal."""
+    said: set[str] = field(default_factory=set)
+    """What the server said in the refusals since the count last started over (logged)."""
 
 
 class Backoff:
@@ -79,19 +81,24 @@ class Backoff:
         """The API server refused ``root``'s writes at ``now`` (``message``: what it said;
         ``nodes``: where they would have placed it; ``attempt``: when the decision they
         carried out was made: a gang's binds refused one by one are one failed attempt).
-        Returns whether this refusal is news to log: the first in a row, or another message
-        than the last."""
+        Returns whether this refusal is news to log: the first of its attempt, in words not
+        heard since the count last started over (a gang's pods refused in the same words,
+        each by its name, are told once)."""
         before = self._entries.get(root)
         last = before.refusal if before is not None else None
-        news = last is None or last.message != message
         on = tuple(sorted(set(nodes)))
-        if last is not None and attempt is not None and last.attempt == attempt:
+        same = last is not None and attempt is not None and last.attempt == attempt
+        if before is not None and last is not None and same:
+            # Another pod of the same attempt: told already.
+            before.said.add(message)
             last.nodes = tuple(sorted({*last.nodes, *on}))
             last.inputs = self.inputs(root, last.nodes) if self.inputs is not None else None
-            return news  # another pod of the same attempt
+            return False
+        news = before is None or message not in before.said
         entry = self._failure(root, now)
         inputs = self.inputs(root, on) if self.inputs is not None else None
         entry.refusal = _Refusal(message, on, inputs, attempt)
+        entry.said.add(message)
         return news
 
     def _failure(self, root: str, now: float) -> _Entry:
