@@ -6,6 +6,9 @@ cluster the first time a test asks, keeps it for the session, and returns the `R
 - `workload_job_controller`: the real Job controller with WorkloadWithJob: a `batch/v1` Job
   makes a Workload, a PodGroup (scheduling.k8s.io/v1beta1) and pods whose
   `spec.schedulingGroup.podGroupName` names it.
+  A Job whose controller owner is another object (a JobSet, say: the owner chain JobSet ->
+  Job -> Pod) gets pods only: the Job controller leaves its Workload to the parent, unless the
+  Job carries `scheduling.k8s.io/group-template-name` (then it makes only the PodGroup).
 - `job_controller`: the Job controller as 1.37 ships it (WorkloadWithJob off): pods only.
 - `kuberay`: the KubeRay operator with its scheduler-plugins batch scheduler (`KubeRay`, for its
   constants; the cluster is `apiserver`). Built from its Go module on first use: without Go

@@ -263,3 +263,37 @@ def test_the_workload_crds_are_served(workload_crds: RealCluster) -> None:
     ):
         listed = api.http.get(f"/apis/{version}").json()
         assert kind in {r["kind"] for r in listed["resources"]}, listed
+
+
+def test_a_jobset_s_job_gets_pods_owned_through_the_chain_and_no_workload(
+    workload_job_controller: RealCluster, workload_crds: RealCluster
+) -> None:
+    cluster = workload_job_controller
+    cluster.ensure_namespace(NAMESPACE)
+    api = cluster.admin
+    template = job("x", 2)["spec"]
+    jobset = api.create(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": NAMESPACE},
+            "spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": template}}]},
+        }
+    )
+    # What the JobSet controller makes: a Job per replica, controlled by the JobSet.
+    owner = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "name": "js",
+        "uid": jobset["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    body = job("js-workers-0", 2)
+    body["metadata"]["ownerReferences"] = [owner]
+    body["metadata"]["labels"] = {"jobset.sigs.k8s.io/jobset-name": "js"}
+    created = api.create(body)
+    pods = pods_of(api, created, 2)
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "Job" for p in pods)
+    assert all("schedulingGroup" not in p["spec"] for p in pods)
+    assert api.list("workloads", NAMESPACE, group=UPSTREAM) == []
