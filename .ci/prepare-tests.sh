@@ -17,6 +17,13 @@ if command -v go >/dev/null 2>&1 || [ "${GPUSCHED_REQUIRE_CONTROLPLANE:-}" = 1 ]
     start=$SECONDS
     folder="$(bash tests/cluster/build-controlplane.sh)"  # a failed build stops here
     echo "control plane: $folder ($((SECONDS - start)) s)"
+    # The real controllers some integration tests run beside it (tests/cluster/<name>/),
+    # built from their Go modules and cached the same way.
+    for controller in kuberay kueue; do
+        start=$SECONDS
+        folder="$(bash tests/cluster/build-go.sh "$controller")"
+        echo "$controller: $folder ($((SECONDS - start)) s)"
+    done
 else
     echo "make test: Go is not installed: the real-control-plane tests will skip" >&2
 fi

@@ -3,6 +3,12 @@
 Starts etcd, kube-apiserver and kube-controller-manager on 127.0.0.1 (built on first use), the
 fake kubelet, the chart's RBAC, our CRDs and the sample cluster's Nodes, prints the two
 kubeconfigs and the commands to try, and runs until Ctrl-C (then removes everything).
+
+kube-controller-manager runs what a user's Job needs: the Job controller (with WorkloadWithJob,
+so a Job also gets a Workload and PodGroup, scheduling.k8s.io/v1beta1, from its
+`.spec.scheduling`; `--no-workload-jobs` turns that off), the TTL-after-finished and CronJob
+controllers, the garbage collector and pod GC. The fake kubelet does not run containers: a pod
+stays Pending until it is bound, then Running only when a test says so.
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
     parser.add_argument("--nodes", type=Path, default=SAMPLE_NODES, help="YAML with Node objects")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder")
+    parser.add_argument(
+        "--no-workload-jobs",
+        action="store_true",
+        help="run the Job controller with WorkloadWithJob off (a Job makes pods only)",
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpusched-cluster-"))
     stop = threading.Event()
@@ -39,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         with RealCluster.running(workdir) as cluster:
             for node in _nodes(args.nodes):
                 cluster.admin.create(node)
+            cluster.job_controller(workload_api=not args.no_workload_jobs)
             operator = cluster.write_kubeconfig(workdir / "gpusched.kubeconfig")
             admin = cluster.plane.kubeconfig_admin
             print(

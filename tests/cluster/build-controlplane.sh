@@ -18,8 +18,12 @@ complete() {
     [[ -f "$out/.complete" ]] || return 1
     for b in "${binaries[@]}"; do [[ -x "$out/$b" ]] || return 1; done
 }
+# Two runs at once (two test sessions, two worktrees) build once: the second waits for the
+# first's lock, then finds the build complete.
+mkdir -p "$root"
+exec 9>"$root/.lock-controlplane"
+flock 9
 if ! complete; then
-    mkdir -p "$root"
     staging="$(mktemp -d "$root/.build-XXXXXX")"
     trap 'rm -rf "$staging"' EXIT
     echo "build-controlplane: building Kubernetes $k8s_version into $out (first time: many minutes)" >&2

@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.cluster.controllers import WORKLOAD_CRDS, KubeRay, Kueue, apply_crds, go_build
 from tests.cluster.controlplane import (
+    FEATURE_GATES,
+    JOB_CONTROLLERS,
     OPERATOR_NAMESPACE,
     ROOT,
+    WORKLOAD_JOBS_OFF,
     ControlPlane,
     UnavailableError,
     find_binaries,
@@ -33,7 +37,13 @@ from tests.integration.apiserver import ApiClient, ApiStatusError, ResourceSpec
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 OUR_GROUP = "scheduling.gpusched.io"
 DRA_GROUP = "resource.k8s.io"
+UPSTREAM_GROUP = "scheduling.k8s.io"
 NAMESPACED_RESETS = (
+    # Jobs first, so that a running Job controller makes no new pods behind the reset.
+    ("jobs", "batch"),
+    ("workloads", UPSTREAM_GROUP),
+    ("compositepodgroups", UPSTREAM_GROUP),
+    ("podgroups", UPSTREAM_GROUP),
     ("workloads", OUR_GROUP),
     ("compositepodgroups", OUR_GROUP),
     ("podgroups", OUR_GROUP),
@@ -43,6 +53,7 @@ NAMESPACED_RESETS = (
 KEEP_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease"}
 MORE_RESOURCES = (
     ResourceSpec("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True),
+    ResourceSpec("batch", "v1", "jobs", "Job", namespaced=True, status_subresource=True),
     ResourceSpec("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
     ResourceSpec("scheduling.k8s.io", "v1beta1", "workloads", "Workload", namespaced=True),
     ResourceSpec("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", namespaced=True,
@@ -57,6 +68,33 @@ MORE_RESOURCES = (
                  namespaced=True),
 )  # fmt: skip
 """Resources the emulator does not serve that tests of the real server name."""
+
+KUBERAY_KINDS = (
+    ResourceSpec("ray.io", "v1", "rayclusters", "RayCluster", namespaced=True,
+                 status_subresource=True),
+    ResourceSpec("ray.io", "v1", "rayjobs", "RayJob", namespaced=True, status_subresource=True),
+    ResourceSpec("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True,
+                 status_subresource=True),
+)  # fmt: skip
+KUEUE_KINDS = (
+    ResourceSpec("kueue.x-k8s.io", "v1beta2", "workloads", "Workload", namespaced=True,
+                 status_subresource=True),
+    ResourceSpec("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", namespaced=True,
+                 status_subresource=True),
+)  # fmt: skip
+WORKLOAD_KINDS = (
+    ResourceSpec("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", namespaced=True,
+                 status_subresource=True),
+    ResourceSpec("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet",
+                 namespaced=True, status_subresource=True),
+    ResourceSpec("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", namespaced=True,
+                 status_subresource=True),
+    ResourceSpec("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", namespaced=True,
+                 status_subresource=True),
+    ResourceSpec("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", namespaced=True,
+                 status_subresource=True),
+)  # fmt: skip
+"""The kinds `kuberay()`, `kueue()` and `install_workload_crds()` install, reset like ours."""
 
 
 def chart_rbac(namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
@@ -81,6 +119,9 @@ class RealCluster:
         self.plane = plane
         self.proxy = FaultProxy(plane.url, plane.ca).start()
         self.kubelet = Kubelet(plane.url, plane.token("admin"), str(plane.ca)).start()
+        self.extra_resets: list[ResourceSpec] = []
+        """Kinds of CRDs installed later (KubeRay's, the workload CRDs): a reset deletes their
+        objects first, before the pods their controllers would make again."""
         self.admin = self.client()
         self._apply_rbac()
 
@@ -122,6 +163,7 @@ class RealCluster:
             self.plane.url, token=self.plane.token(identity), verify=str(self.plane.ca)
         )
         client.specs.extend(MORE_RESOURCES)
+        client.specs.extend(self.extra_resets)
         return client
 
     @property
@@ -155,6 +197,42 @@ class RealCluster:
         version = int(self.admin.list_raw("namespaces")["metadata"]["resourceVersion"])
         self.proxy.expire_watches(version + 1, drop=drop)
 
+    def job_controller(self, *, workload_api: bool = True) -> None:
+        """The real Job controller (and `JOB_CONTROLLERS`' other controllers) runs from now on,
+        until the session ends. With `workload_api` it has WorkloadWithJob on, as the API server
+        has: each new Job gets a Workload and a PodGroup (scheduling.k8s.io/v1beta1) from its
+        `.spec.scheduling` (Basic scheduling when it has none) and pods whose
+        `spec.schedulingGroup.podGroupName` names that PodGroup. Without, it is the Job
+        controller 1.37 ships (the gate off): pods only. Asking for the other kind restarts it."""
+        gates = FEATURE_GATES if workload_api else WORKLOAD_JOBS_OFF
+        self.plane.start_controllers("jobs", JOB_CONTROLLERS, feature_gates=gates)
+
+    def kuberay(self) -> KubeRay:
+        """The real KubeRay operator with its scheduler-plugins batch scheduler, its CRDs and
+        the coscheduling PodGroup CRD installed; built on first use (build-go.sh kuberay)."""
+        ray = KubeRay.start(self.plane, go_build("kuberay"))
+        self._reset_also(*KUBERAY_KINDS)
+        return ray
+
+    def kueue(self) -> Kueue:
+        """Kueue's manager with its plain-pod integration and webhooks on 127.0.0.1, its CRDs,
+        and the test ClusterQueue; built on first use (build-go.sh kueue). It manages pods only
+        in namespaces made with `ensure_namespace(name, kueue=True)`."""
+        kueue = Kueue.start(self.plane, go_build("kueue"))
+        self._reset_also(*KUEUE_KINDS)
+        return kueue
+
+    def install_workload_crds(self) -> None:
+        """JobSet, LeaderWorkerSet, PyTorchJob, MPIJob and TrainJob CRDs (tests/cluster/crds)."""
+        apply_crds(self.plane, WORKLOAD_CRDS)
+        self._reset_also(*WORKLOAD_KINDS)
+
+    def _reset_also(self, *specs: ResourceSpec) -> None:
+        for spec in specs:
+            if spec not in self.extra_resets:
+                self.extra_resets.append(spec)
+                self.admin.specs.append(spec)
+
     def install_crds(self) -> list[dict[str, Any]]:
         """The CRDs are applied (server-side, by kubectl) when the control plane starts."""
         return []
@@ -176,9 +254,16 @@ class RealCluster:
         documents = chart_rbac()
         self.plane.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(documents))
 
-    def ensure_namespace(self, name: str) -> None:
+    def ensure_namespace(self, name: str, *, kueue: bool = False) -> None:
+        """The namespace, with its default ServiceAccount; `kueue`: labelled for Kueue to manage
+        its pods (`Kueue.NAMESPACE_LABEL`)."""
+        metadata: dict[str, Any] = {"name": name}
+        if kueue:
+            metadata["labels"] = {Kueue.NAMESPACE_LABEL: "true"}
         with contextlib.suppress(ApiStatusError):
-            self.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            self.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
+        if kueue:
+            self.admin.patch("namespaces", name, {"metadata": metadata})
         deadline = time.monotonic() + 30
         while self.admin.get_or_none("serviceaccounts", "default", name) is None:
             if time.monotonic() > deadline:
@@ -197,6 +282,8 @@ class RealCluster:
         ]
         self._unprotect_claims()
         for namespace in namespaces:
+            for spec in self.extra_resets:
+                self._delete_collection(spec.plural, spec.group, namespace)
             for plural, group in NAMESPACED_RESETS:
                 self._delete_collection(plural, group, namespace)
             self._delete_collection("leases", "coordination.k8s.io", namespace)
@@ -228,13 +315,16 @@ class RealCluster:
 
     def _delete_collection(self, plural: str, group: str, namespace: str | None) -> None:
         path = self.admin.path(plural, namespace, group=group or None)
-        response = self.admin.http.request("DELETE", path, json={"gracePeriodSeconds": 0})
+        # Jobs orphan their pods unless told otherwise; the pods go in the same reset anyway.
+        body = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+        response = self.admin.http.request("DELETE", path, json=body)
         if response.status_code >= 400 and response.status_code != 404:
             raise RuntimeError(f"DELETE {path}: {response.status_code} {response.text[:300]}")
 
     def _leftovers(self, namespaces: list[str]) -> list[str]:
         left = [f"node/{n['metadata']['name']}" for n in self.admin.list("nodes")]
-        for plural, group in (*NAMESPACED_RESETS[:-1], ("resourceclaims", DRA_GROUP)):
+        extra = [(spec.plural, spec.group) for spec in self.extra_resets]
+        for plural, group in (*extra, *NAMESPACED_RESETS[:-1], ("resourceclaims", DRA_GROUP)):
             for item in self.admin.list(plural, group=group or None):
                 if item["metadata"]["namespace"] in namespaces:
                     left.append(

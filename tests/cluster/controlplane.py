@@ -41,9 +41,15 @@ BUILD_SCRIPT = Path(__file__).resolve().parent / "build-controlplane.sh"
 CRDS = ROOT / "crds"
 LOOPBACK = "127.0.0.1"
 
-FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true"
+FEATURE_GATES = (
+    "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true,"
+    "WorkloadWithJob=true"
+)
 """What kube-scheduler 1.37's Workload API needs: gang scheduling (beta, off by default),
-topology-aware workload scheduling and CompositePodGroup (alpha)."""
+topology-aware workload scheduling and CompositePodGroup (alpha); and WorkloadWithJob (alpha),
+without which the API server drops a Job's `.spec.scheduling`. The gate also makes a Job
+controller create a Workload and PodGroup for each Job it starts; only the Job controllers
+started by `start_controllers` run here, each with the gates it is given."""
 
 RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
 """Workload and PodGroup are served as v1beta1, CompositePodGroup as v1alpha3; both are off by
@@ -63,6 +69,22 @@ CONTROLLERS = (
 reports Ready; its grace periods are set far beyond any test, since no kubelet renews a
 heartbeat (`NODE_GRACE`)."""
 NODE_GRACE = "87600h"
+
+JOB_CONTROLLERS = (
+    "job-controller",
+    "podgroup-protection-controller",
+    "ttl-after-finished-controller",
+    "cronjob-controller",
+)
+"""What a user's Job needs beside the controllers every test runs (the garbage collector and
+pod-gc are among those): the Job controller, with WorkloadWithJob the Workload and PodGroup
+it makes and the protection controller that keeps a PodGroup while its pods live, the TTL
+controller that removes a finished Job, and CronJobs. Started on demand by
+`ControlPlane.start_controllers` (`JOB_CONTROLLERS` under the name "jobs")."""
+
+WORKLOAD_JOBS_OFF = FEATURE_GATES.replace("WorkloadWithJob=true", "WorkloadWithJob=false")
+"""The gates for a Job controller as 1.37 ships it: WorkloadWithJob (alpha) off, so a Job makes
+its pods and nothing else."""
 
 OPERATOR_NAMESPACE = "gpusched-system"
 OPERATOR_SERVICE_ACCOUNT = "gpusched"
@@ -297,6 +319,7 @@ class ControlPlane:
         self.controller_manager_flags = tuple(controller_manager_flags)
         """Appended to kube-controller-manager's flags, e.g. ``--kube-api-qps``."""
         self.processes: dict[str, Process] = {}
+        self._extra_controllers: dict[str, tuple[tuple[str, ...], str]] = {}
         self.identities = identities()
         self.etcd_port = free_port()
         self.port = free_port()
@@ -477,7 +500,9 @@ class ControlPlane:
             interval=0.25,
         )
 
-    def _controller_flags(self, name: str) -> list[str]:
+    def _controller_flags(
+        self, name: str, feature_gates: str = FEATURE_GATES, port: int | None = None
+    ) -> list[str]:
         config = self.workdir / f"{name}.kubeconfig"
         self.write_kubeconfig(config, "admin")
         return [
@@ -485,9 +510,9 @@ class ControlPlane:
             f"--authentication-kubeconfig={config}",
             f"--authorization-kubeconfig={config}",
             f"--bind-address={LOOPBACK}",
-            f"--secure-port={free_port()}",
+            f"--secure-port={port or free_port()}",
             "--leader-elect=false",
-            f"--feature-gates={FEATURE_GATES}",
+            f"--feature-gates={feature_gates}",
         ]
 
     def _start_controller_manager(self) -> None:
@@ -508,6 +533,56 @@ class ControlPlane:
             ],
             self.logs,
         )
+
+    def start_controllers(
+        self,
+        name: str,
+        controllers: Sequence[str] = JOB_CONTROLLERS,
+        *,
+        feature_gates: str = FEATURE_GATES,
+        timeout: float = 60,
+    ) -> Process:
+        """A second kube-controller-manager, `kube-controller-manager-<name>`, running only
+        `controllers` with `feature_gates`, for the tests that need them; the controllers every
+        test needs keep running in the first one. Returns at once when one of that name already
+        runs with the same controllers and gates; one with others is stopped and replaced (a
+        controller must not run twice). Waits until it serves /healthz."""
+        process_name = f"kube-controller-manager-{name}"
+        wanted = (tuple(controllers), feature_gates)
+        running = self.processes.get(process_name)
+        same = self._extra_controllers.get(name) == wanted
+        if running is not None and same and running.popen.poll() is None:
+            return running
+        self.stop_controllers(name)
+        port = free_port()
+        process = _spawn(
+            process_name,
+            [
+                self.binaries["kube-controller-manager"],
+                *self._controller_flags(process_name, feature_gates, port),
+                f"--controllers={','.join(controllers)}",
+                "--use-service-account-credentials=false",
+                "--v=1",
+                *self.controller_manager_flags,
+            ],
+            self.logs,
+        )
+        self.processes[process_name] = process
+        self._extra_controllers[name] = wanted
+        # Anonymous requests are refused before authorization; /healthz is always allowed
+        # to an authenticated user, so a 401/403 still says the server is up.
+        url = f"https://{LOOPBACK}:{port}/healthz"
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        _wait(lambda: _get(url, context) != 0, f"{process_name} to serve", process, timeout)
+        return process
+
+    def stop_controllers(self, name: str) -> None:
+        """Stop the controllers `start_controllers(name, ...)` started, if any."""
+        self._extra_controllers.pop(name, None)
+        if process := self.processes.pop(f"kube-controller-manager-{name}", None):
+            process.stop()
 
     def start_scheduler(self, extra: Sequence[str] = ()) -> Process:
         """kube-scheduler at its defaults (plus the Workload API's gates), as users run it."""

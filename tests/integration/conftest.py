@@ -17,6 +17,8 @@ server cannot do: faults inside one request, virtual time, its own behaviour (te
   service-account identity, through the fault proxy.
 - `kube_configuration`: an async helper building a fresh `kubernetes_asyncio` Configuration
   from that file.
+- Real controllers started on demand (tests/cluster/fixtures.py): `workload_job_controller`,
+  `job_controller`, `kuberay`, `kueue`; and `workload_crds` (JobSet, LWS, Kubeflow kinds).
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ import pytest
 
 from tests.cluster.cluster import RealCluster
 from tests.cluster.controlplane import OPERATOR_NAMESPACE, UnavailableError
+from tests.cluster.fixtures import (  # noqa: F401 (fixtures)
+    job_controller,
+    kuberay,
+    kueue,
+    workload_crds,
+    workload_job_controller,
+)
 from tests.integration.apiserver import ApiClient, ApiServer
 
 Server = RealCluster | ApiServer

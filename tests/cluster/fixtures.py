@@ -1,0 +1,81 @@
+"""pytest fixtures for the real controllers beside the control plane, for the integration tests
+(imported by tests/integration/conftest.py). Each starts what it names on the session's real
+cluster the first time a test asks, keeps it for the session, and returns the `RealCluster`
+(reset before each test like `apiserver`); a test on the emulator that asks for one fails.
+
+- `workload_job_controller`: the real Job controller with WorkloadWithJob: a `batch/v1` Job
+  makes a Workload, a PodGroup (scheduling.k8s.io/v1beta1) and pods whose
+  `spec.schedulingGroup.podGroupName` names it.
+  A Job whose controller owner is another object (a JobSet, say: the owner chain JobSet ->
+  Job -> Pod) gets pods only: the Job controller leaves its Workload to the parent, unless the
+  Job carries `scheduling.k8s.io/group-template-name` (then it makes only the PodGroup).
+- `job_controller`: the Job controller as 1.37 ships it (WorkloadWithJob off): pods only.
+- `kuberay`: the KubeRay operator with its scheduler-plugins batch scheduler (`KubeRay`, for its
+  constants; the cluster is `apiserver`). Built from its Go module on first use: without Go
+  the test skips, naming it (fails instead under GPUSCHED_REQUIRE_CONTROLPLANE=1, as in CI).
+- `kueue`: Kueue's manager with its plain-pod integration and webhooks on 127.0.0.1 (`Kueue`,
+  for its constants): pods in a namespace made by `ensure_namespace(name, kueue=True)` with a
+  LocalQueue (`Kueue.local_queue(namespace)`) are gated, admitted and ungated by Kueue. Built
+  from its Go module on first use, like `kuberay`.
+- `workload_crds`: the JobSet, LeaderWorkerSet, PyTorchJob, MPIJob and TrainJob CRDs installed,
+  for tests that create the objects those controllers make.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+from tests.cluster.cluster import RealCluster
+from tests.cluster.controllers import KubeRay, Kueue
+from tests.cluster.controlplane import UnavailableError
+
+T = TypeVar("T")
+
+
+def _real(apiserver: object) -> RealCluster:
+    if not isinstance(apiserver, RealCluster):
+        pytest.fail("the real controllers run only on the real control plane, not the emulator")
+    return apiserver
+
+
+@pytest.fixture
+def workload_job_controller(apiserver: object) -> RealCluster:
+    cluster = _real(apiserver)
+    cluster.job_controller(workload_api=True)
+    return cluster
+
+
+@pytest.fixture
+def job_controller(apiserver: object) -> RealCluster:
+    cluster = _real(apiserver)
+    cluster.job_controller(workload_api=False)
+    return cluster
+
+
+def _built(start: Callable[[], T]) -> T:
+    try:
+        return start()
+    except UnavailableError as missing:
+        if os.environ.get("GPUSCHED_REQUIRE_CONTROLPLANE") == "1":
+            pytest.fail(str(missing))
+        pytest.skip(str(missing))
+
+
+@pytest.fixture
+def kuberay(apiserver: object) -> KubeRay:
+    return _built(_real(apiserver).kuberay)
+
+
+@pytest.fixture
+def kueue(apiserver: object) -> Kueue:
+    return _built(_real(apiserver).kueue)
+
+
+@pytest.fixture
+def workload_crds(apiserver: object) -> RealCluster:
+    cluster = _real(apiserver)
+    cluster.install_workload_crds()
+    return cluster
