@@ -9,6 +9,8 @@ place these groups use the same fixtures).
 - The KubeRay operator with its scheduler-plugins batch scheduler: a gang-labelled RayCluster
   becomes a coscheduling PodGroup and pods under the scheduler name KubeRay forces.
 - Kueue's manager with its plain-pod integration: a pod group is gated, admitted, ungated.
+- What Karpenter reads of a pending pod (tests/cluster/karpenter.py: it cannot run here) is
+  what the real server keeps of the condition a scheduler writes.
 - The JobSet, LeaderWorkerSet and Kubeflow CRDs are served, with their schemas' defaults; a
   JobSet's Job (the owner chain JobSet -> Job -> Pod) gets its pods from the real Job controller.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.cluster import karpenter
 from tests.cluster.cluster import RealCluster
 from tests.cluster.controllers import KubeRay, Kueue
 from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
@@ -347,3 +350,24 @@ def test_a_jobset_s_job_gets_pods_owned_through_the_chain_and_no_workload(
     assert all(p["metadata"]["ownerReferences"][0]["kind"] == "Job" for p in pods)
     assert all("schedulingGroup" not in p["spec"] for p in pods)
     assert api.list("workloads", NAMESPACE, group=UPSTREAM) == []
+
+
+def test_what_karpenter_reads_of_a_pending_pod_survives_the_real_server(
+    apiserver: RealCluster,
+) -> None:
+    apiserver.ensure_namespace(NAMESPACE)
+    api = apiserver.admin
+    spec = job("x", 1)["spec"]["template"]["spec"]
+
+    def pending(name: str, reason: str, **status: str) -> dict[str, Any]:
+        api.create({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec})  # fmt: skip
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason,
+                     "message": "0/4 nodes are available"}  # fmt: skip
+        api.patch_status("pods", name, {"conditions": [condition], **status}, NAMESPACE)
+        return api.get("pods", name, NAMESPACE)
+
+    assert karpenter.provisionable(pending("unschedulable", "Unschedulable"))
+    assert not karpenter.provisionable(pending("gated", "SchedulingGated"))
+    nominated = pending("nominated", "Unschedulable", nominatedNodeName="node-a")
+    assert not karpenter.provisionable(nominated), "a pod awaiting a preemption is left alone"
