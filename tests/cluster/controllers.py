@@ -26,6 +26,7 @@ Each controller is built from its pinned Go module in tests/cluster/<name>/ by b
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -168,7 +169,12 @@ class Kueue:
         plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=webhooks)
         process = _spawn(
             cls.NAME,
-            [str(folder / "kueue"), f"--config={config}", f"--kubeconfig={plane.kubeconfig_admin}"],
+            [
+                *_with_files_in_etc(work / "etc", {"kueue/metrics/certs": certs}),
+                str(folder / "kueue"),
+                f"--config={config}",
+                f"--kubeconfig={plane.kubeconfig_admin}",
+            ],
             plane.logs,
         )
         plane.processes[cls.NAME] = process
@@ -261,6 +267,28 @@ def _namespace(name: str, labels: dict[str, str] | None = None) -> str:
     if labels:
         body["metadata"] = {"name": name, "labels": labels}
     return yaml.safe_dump(body)
+
+
+def _with_files_in_etc(folder: Path, copies: dict[str, Path]) -> list[str]:
+    """The start of a command line that runs a program with `copies` (path under /etc: folder
+    whose files to put there) seen under /etc by it alone: in a private mount namespace, with
+    an overlay whose upper layer is `folder`, so the machine's /etc is never written. Kueue's
+    manager reads its metrics certificate from /etc/kueue/metrics/certs, a path no flag moves
+    (cmd/kueue/main.go, when its internal certificate management is off, as here: that would
+    issue certificates for a Service name, not for 127.0.0.1). Needs root (CI's user) or
+    unprivileged user namespaces."""
+    if shutil.which("unshare") is None:
+        raise UnavailableError("Kueue's manager needs unshare (util-linux) to see its files")
+    upper, scratch = folder / "upper", folder / "work"
+    for target, source in copies.items():
+        (upper / target).mkdir(parents=True, exist_ok=True)
+        for file in source.iterdir():
+            shutil.copyfile(file, upper / target / file.name)
+    scratch.mkdir(parents=True, exist_ok=True)
+    mount = f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={scratch} /etc"
+    user = [] if os.geteuid() == 0 else ["--map-root-user"]
+    return ["unshare", "--mount", "--propagation", "private", *user,
+            "sh", "-c", f'{mount} && exec "$0" "$@"']  # fmt: skip
 
 
 def _webhook_certificates(folder: Path) -> bytes:

@@ -8,7 +8,11 @@ place these groups use the same fixtures).
 - The Job controller as 1.37 ships it: a Job becomes pods, and nothing else.
 - The KubeRay operator with its scheduler-plugins batch scheduler: a gang-labelled RayCluster
   becomes a coscheduling PodGroup and pods under the scheduler name KubeRay forces.
-- The JobSet, LeaderWorkerSet and Kubeflow CRDs are served, with their schemas' defaults.
+- Kueue's manager with its plain-pod integration: a pod group is gated, admitted, ungated.
+- What Karpenter reads of a pending pod (tests/cluster/karpenter.py: it cannot run here) is
+  what the real server keeps of the condition a scheduler writes.
+- The JobSet, LeaderWorkerSet and Kubeflow CRDs are served, with their schemas' defaults; a
+  JobSet's Job (the owner chain JobSet -> Job -> Pod) gets its pods from the real Job controller.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from tests.cluster import karpenter
 from tests.cluster.cluster import RealCluster
-from tests.cluster.controllers import KubeRay
+from tests.cluster.controllers import KubeRay, Kueue
 from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
 
 NAMESPACE = "ml"
@@ -265,6 +270,54 @@ def test_the_workload_crds_are_served(workload_crds: RealCluster) -> None:
         assert kind in {r["kind"] for r in listed["resources"]}, listed
 
 
+def test_kueue_admits_and_ungates_a_plain_pod_group(apiserver: RealCluster, kueue: Kueue) -> None:
+    namespace = "queued"
+    apiserver.ensure_namespace(namespace, kueue=True)
+    api = apiserver.admin
+    api.create(Kueue.local_queue(namespace))
+    for index in range(3):
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"g-{index}",
+                    "namespace": namespace,
+                    "labels": {Kueue.QUEUE_LABEL: "queue", Kueue.GROUP_LABEL: "g"},
+                    "annotations": {Kueue.GROUP_COUNT: "3"},
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.example/train:1",
+                            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"},
+                                          "limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ]
+                },
+            }
+        )  # fmt: skip
+    created = api.get("pods", "g-0", namespace)
+    assert {"name": Kueue.GATE} in created["spec"].get("schedulingGates", []), (
+        "Kueue's pod webhook did not gate the pod"
+    )
+
+    def admitted() -> list[dict[str, Any]]:
+        workloads = api.list("workloads", namespace, group="kueue.x-k8s.io")
+        return [w for w in workloads if w.get("status", {}).get("admission")]
+
+    (workload,) = wait_for(admitted, PATIENCE, interval=0.2, message="Kueue's admission")
+    assert workload["status"]["admission"]["clusterQueue"] == Kueue.CLUSTER_QUEUE
+    assert sum(s["count"] for s in workload["spec"]["podSets"]) == 3
+
+    def ungated() -> list[dict[str, Any]]:
+        pods = api.list("pods", namespace)
+        return pods if all(not p["spec"].get("schedulingGates") for p in pods) else []
+
+    assert len(wait_for(ungated, PATIENCE, interval=0.2, message="Kueue to ungate")) == 3
+
+
 def test_a_jobset_s_job_gets_pods_owned_through_the_chain_and_no_workload(
     workload_job_controller: RealCluster, workload_crds: RealCluster
 ) -> None:
@@ -297,3 +350,24 @@ def test_a_jobset_s_job_gets_pods_owned_through_the_chain_and_no_workload(
     assert all(p["metadata"]["ownerReferences"][0]["kind"] == "Job" for p in pods)
     assert all("schedulingGroup" not in p["spec"] for p in pods)
     assert api.list("workloads", NAMESPACE, group=UPSTREAM) == []
+
+
+def test_what_karpenter_reads_of_a_pending_pod_survives_the_real_server(
+    apiserver: RealCluster,
+) -> None:
+    apiserver.ensure_namespace(NAMESPACE)
+    api = apiserver.admin
+    spec = job("x", 1)["spec"]["template"]["spec"]
+
+    def pending(name: str, reason: str, **status: str) -> dict[str, Any]:
+        api.create({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec})  # fmt: skip
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason,
+                     "message": "0/4 nodes are available"}  # fmt: skip
+        api.patch_status("pods", name, {"conditions": [condition], **status}, NAMESPACE)
+        return api.get("pods", name, NAMESPACE)
+
+    assert karpenter.provisionable(pending("unschedulable", "Unschedulable"))
+    assert not karpenter.provisionable(pending("gated", "SchedulingGated"))
+    nominated = pending("nominated", "Unschedulable", nominatedNodeName="node-a")
+    assert not karpenter.provisionable(nominated), "a pod awaiting a preemption is left alone"
