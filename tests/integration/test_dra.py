@@ -13,9 +13,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import parse_node
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.schedule import schedule
+from gpusched.inputs.objects import from_documents
+from gpusched.offline.simulate import simulate
 from tests.cluster.cluster import RealCluster
 from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
 from tests.integration.harness import dump, ensure_namespace, events_for, pods, running_operator
@@ -391,3 +394,55 @@ def test_a_high_priority_gang_evicts_a_low_one_holding_its_gpus_through_claims(
             claim = _claim_of(api, bound[f"{NS}/{member}"])
             assert claim is not None
             assert _devices(claim) == (bound[f"{NS}/{member}"]["spec"]["nodeName"], tuple(range(8)))
+
+
+def _server_documents(api: ApiClient) -> list[dict[str, Any]]:
+    """What ``gpusched explain`` lists of this test's cluster, each item with its kind."""
+    found: list[dict[str, Any]] = []
+    for kind, plural, namespace, group in (
+        ("Node", "nodes", None, None),
+        ("Pod", "pods", NS, None),
+        ("PodGroup", "podgroups", NS, "scheduling.gpusched.io"),
+        ("ResourceSlice", "resourceslices", None, RESOURCE),
+        ("DeviceClass", "deviceclasses", None, RESOURCE),
+        ("ResourceClaim", "resourceclaims", NS, RESOURCE),
+    ):
+        found += [{**item, "kind": kind} for item in api.list(plural, namespace, group=group)]
+    return found
+
+
+def _results(claim: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [
+        (r["request"], r["driver"], r["pool"], r["device"])
+        for r in allocation.get("devices", {}).get("results", [])
+    ]
+
+
+def test_simulate_on_the_servers_objects_chooses_the_devices_the_operator_allocates(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path, dra_nodes: list[str]
+) -> None:
+    # A gang of three asking 4 GPUs each, its claims made by kube-controller-manager before
+    # gpusched runs: simulate on what the server holds then, and the operator on the server.
+    members = _gang(api, "same", 3, 4)
+
+    def claims_made() -> bool:
+        found = pods(api, NS)
+        return all(_claim_of(api, found[f"{NS}/{m}"]) is not None for m in members)
+
+    wait_for(claims_made, timeout=60, message="the claims made from the template")
+    run = simulate(from_documents(_server_documents(api)), SchedulerConfig())
+    want = {
+        claim.claim: [(d.request, d.driver, d.pool, d.device) for d in claim.devices]
+        for binding in run.result.bindings
+        for claim in binding.devices
+    }
+    assert len(want) == len(members), run.result.to_dict()
+    with running_operator(kubeconfig) as runtime:
+        wait_for(
+            lambda: _all_bound(api, members),
+            timeout=90,
+            message=lambda: f"the gang bound: {_why(api, runtime, members)}",
+        )
+        got = {f"{NS}/{c['metadata']['name']}": _results(c) for c in _claims(api)}
+        assert got == want

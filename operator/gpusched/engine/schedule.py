@@ -28,6 +28,7 @@ from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
+    Attempt,
     Binding,
     GroupDecision,
     Phase,
@@ -173,11 +174,17 @@ def _claims_refused(
             p.devices is not None and p.devices.refusal is not None and p.devices.refusal.waiting
             for p, _ in found
         )
+        tried = tuple(
+            Attempt(None, note=wording.claim_refused(key, why))
+            for key, why in sorted((p.key, why) for p, why in found)
+        )
         result.groups[index] = dataclasses.replace(
             decision,
             phase=Phase.PENDING if waits else Phase.UNSCHEDULABLE,
             reason=Reason.WAITING_FOR_PODS if waits else Reason.UNSCHEDULABLE,
-            message=wording.claims_refused(sorted((p.key, why) for p, why in found)),
+            message=wording.claims_refused(tried),
+            tried=tried,
+            attempts=wording.attempt_lines(tried, 0),
         )
     result.unschedulable.sort(key=lambda u: u.pod)
 

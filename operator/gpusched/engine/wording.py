@@ -172,6 +172,11 @@ def too_many_devices(count: int, most: int) -> str:
     return f"its ResourceClaims ask for {count} {DRA_DRIVER} devices; the largest node has {most}"
 
 
-def claims_refused(lines: Sequence[tuple[str, str]]) -> str:
+def claim_refused(pod: str, why: str) -> str:
+    """A pod whose claims cannot be allocated now, and why (an `Attempt` note)."""
+    return f"{pod}: {why}"
+
+
+def claims_refused(refused: Sequence[Attempt]) -> str:
     """A group some of whose pods' claims cannot be allocated: each pod and why."""
-    return "; ".join(f"{pod}: {why}" for pod, why in lines)
+    return "; ".join(summary(a) for a in refused)

@@ -229,3 +229,21 @@ def test_devices_of_two_requests_follow_the_claims_request_order() -> None:
             for request, g in zip(("gpus", "more", "more"), binding.gpus, strict=True)
         ),
     )
+
+
+def test_a_gang_whose_claim_is_refused_says_so_as_data_too() -> None:
+    world = World()
+    world.dra_node("n1")
+    world.groups = [gang("train", 2, namespace=NS)]
+    world.claim_pod("w0", 1, group="train")
+    world.claim_pod("w1", 1, group="train", device_class_name="no-such-class")
+    (decision,) = world.run().groups
+    assert (decision.phase, decision.reason) == (Phase.UNSCHEDULABLE, Reason.UNSCHEDULABLE)
+    (attempt,) = decision.tried
+    assert attempt.domain is None
+    assert attempt.note == (
+        f"{NS}/w1: ResourceClaim {NS}/w1-gpus: request gpus: DeviceClass no-such-class does "
+        "not exist"
+    )
+    assert decision.message == attempt.note
+    assert decision.attempts == (attempt.note,)
