@@ -15,7 +15,7 @@ else
 fi
 if command -v go >/dev/null 2>&1 || [ "${GPUSCHED_REQUIRE_CONTROLPLANE:-}" = 1 ]; then
     start=$SECONDS
-    folder="$(bash tests/cluster/build-controlplane.sh)"  # a failed build stops here
+    folder="$(bash testing/cluster/build-controlplane.sh)"  # a failed build stops here
     echo "control plane: $folder ($((SECONDS - start)) s)"
 else
     echo "make test: Go is not installed: the real-control-plane tests will skip" >&2

@@ -1,4 +1,4 @@
-"""Fixtures for the integration tests: a real control plane (tests/cluster), or, for the tests
+"""Fixtures for the integration tests: a real control plane (testing/cluster), or, for the tests
 marked `emulator`, the Kubernetes API emulator on 127.0.0.1 (see ./apiserver).
 
 The real one is a kube-apiserver with etcd and kube-controller-manager built from the
@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.cluster import RealCluster
-from tests.cluster.controlplane import OPERATOR_NAMESPACE, UnavailableError
-from tests.integration.apiserver import ApiClient, ApiServer
+from testing.apiserver import ApiClient, ApiServer
+from testing.cluster.cluster import RealCluster
+from testing.cluster.controlplane import OPERATOR_NAMESPACE, UnavailableError
 
 Server = RealCluster | ApiServer
 

@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.cluster.controlplane import (
+
+from testing.apiserver import ApiClient, ApiStatusError, ResourceSpec
+from testing.cluster.controlplane import (
     OPERATOR_NAMESPACE,
     ROOT,
     ControlPlane,
     UnavailableError,
     find_binaries,
 )
-from tests.cluster.kubelet import Kubelet
-from tests.cluster.proxy import FaultProxy, ProxyFaults, Request
-from tests.integration.apiserver import ApiClient, ApiStatusError, ResourceSpec
+from testing.cluster.kubelet import Kubelet
+from testing.cluster.proxy import FaultProxy, ProxyFaults, Request
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 OUR_GROUP = "scheduling.gpusched.io"
@@ -61,7 +62,7 @@ MORE_RESOURCES = (
 
 def chart_rbac(namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     """The chart's ServiceAccount, (Cluster)Roles and bindings, rendered by a real helm."""
-    from tests.chart.helm import find_helm
+    from testing.helm import find_helm
 
     helm = find_helm()
     if helm is None:
