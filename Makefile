@@ -14,8 +14,8 @@ test: lint ## lint, install helm and build the control plane (cached), then run 
 	PATH="$(CURDIR)/.ci/bin:$$PATH" $(PYTHON) -m pytest -q
 
 lint: ## ruff, ruff format --check, mypy --strict, import-linter
-	ruff check operator tests bench
-	ruff format --check operator tests bench
+	ruff check operator tests testing bench
+	ruff format --check operator tests testing bench
 	mypy --strict operator/gpusched
 	lint-imports
 
@@ -41,13 +41,13 @@ simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
 
 controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2, KubeRay, Kueue (Go; cached)
-	bash tests/cluster/build-controlplane.sh
-	bash tests/cluster/build-go.sh kuberay
-	bash tests/cluster/build-go.sh kueue
+	bash testing/cluster/build-controlplane.sh
+	bash testing/cluster/build-go.sh kuberay
+	bash testing/cluster/build-go.sh kueue
 
 cluster: ## a real control plane on 127.0.0.1 with the sample nodes, until Ctrl-C (prints kubeconfigs)
 	bash .ci/install-helm.sh
-	PATH="$(CURDIR)/.ci/bin:$$PATH" $(PYTHON) -m tests.cluster
+	PATH="$(CURDIR)/.ci/bin:$$PATH" $(PYTHON) -m testing.cluster
 
 e2e: ## kind end-to-end tests (need Docker and kind; skip otherwise)
 	$(PYTHON) -m pytest -q tests/e2e

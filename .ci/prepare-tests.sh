@@ -15,13 +15,13 @@ else
 fi
 if command -v go >/dev/null 2>&1 || [ "${GPUSCHED_REQUIRE_CONTROLPLANE:-}" = 1 ]; then
     start=$SECONDS
-    folder="$(bash tests/cluster/build-controlplane.sh)"  # a failed build stops here
+    folder="$(bash testing/cluster/build-controlplane.sh)"  # a failed build stops here
     echo "control plane: $folder ($((SECONDS - start)) s)"
-    # The real controllers some integration tests run beside it (tests/cluster/<name>/),
+    # The real controllers some integration tests run beside it (testing/cluster/<name>/),
     # built from their Go modules and cached the same way.
     for controller in kuberay kueue; do
         start=$SECONDS
-        folder="$(bash tests/cluster/build-go.sh "$controller")"
+        folder="$(bash testing/cluster/build-go.sh "$controller")"
         echo "$controller: $folder ($((SECONDS - start)) s)"
     done
 else

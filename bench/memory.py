@@ -40,11 +40,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: the repository root, for tests.support
-
-from tests.support.clock import Clock  # noqa: E402
-from tests.support.fakes import FakeApi  # noqa: E402
-from tests.support.manifests import node  # noqa: E402
+sys.path.insert(0, str(ROOT))  # run as a script: the repository root, for testing
 
 from gpusched.api.config import load_config  # noqa: E402
 from gpusched.k8s.client import PAGE_SIZE  # noqa: E402
@@ -52,6 +48,9 @@ from gpusched.scheduler.factory import build_scheduler  # noqa: E402
 from gpusched.scheduler.ports import Listing  # noqa: E402
 from gpusched.scheduler.service import Scheduler  # noqa: E402
 from gpusched.scheduler.state import ClusterState  # noqa: E402
+from testing.clock import Clock  # noqa: E402
+from testing.fakes import FakeApi  # noqa: E402
+from testing.manifests import node  # noqa: E402
 
 Body = dict[str, Any]
 NAMESPACE = "bench"

@@ -5,7 +5,7 @@
     python bench/operator_bench.py --zones 50 --pods 3000   # 5,000 nodes, 3,000 pods a phase
     py-spy record -f raw -o prof.txt -- python bench/operator_bench.py --quick   # where time goes
 
-The emulator (tests/integration/apiserver, built on kmock) and the load-generating client
+The emulator (testing/apiserver, built on kmock) and the load-generating client
 each run in a child process, so neither shares the operator's interpreter lock; on a 2-core
 machine the three share the cores. The operator runs as `gpusched run` does (Kopf, its own
 thread). Two figures:
@@ -43,11 +43,10 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tests.integration.apiserver.process import ApiServerProcess  # noqa: E402
-from tests.integration.harness import gang, gpu_node, gpu_pod  # noqa: E402
-
 from gpusched import handlers  # noqa: E402
 from gpusched.api.config import load_config  # noqa: E402
+from testing.apiserver.process import ApiServerProcess  # noqa: E402
+from testing.harness import gang, gpu_node, gpu_pod  # noqa: E402
 
 RESULTS = HERE / "results" / "operator.json"
 ZONES, RACKS, NODES = 5, 10, 10

@@ -37,15 +37,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: the repository root, for tests.support
-
-from tests.support.clock import Clock  # noqa: E402
-from tests.support.manifests import node, pod  # noqa: E402
+sys.path.insert(0, str(ROOT))  # run as a script: the repository root, for testing
 
 from gpusched.k8s.client import PAGE_SIZE, KubeClusterApi, _answer  # noqa: E402
 from gpusched.scheduler.resync import Resync  # noqa: E402
 from gpusched.scheduler.state import ClusterState  # noqa: E402
 from gpusched.scheduler.tasks import Background  # noqa: E402
+from testing.clock import Clock  # noqa: E402
+from testing.manifests import node, pod  # noqa: E402
 
 Body = dict[str, Any]
 BUDGET = 0.1

@@ -7,7 +7,7 @@
 On a shared 2-core machine the full run takes about 10 minutes (620 s wall in the last one);
 `--nodes 5000 --pods 15000 --gangs 50 --backlog 3000 --timeout 300` about 4.
 
-One control plane (etcd, kube-apiserver, kube-controller-manager v1.37.2 from tests/cluster, on
+One control plane (etcd, kube-apiserver, kube-controller-manager v1.37.2 from testing/cluster, on
 127.0.0.1, with the fake kubelet) and, on it:
 
 - Nodes: DGX A100-like (8 GPUs with the topology annotation the agent publishes from a real
@@ -73,11 +73,10 @@ ROOT = HERE.parent
 # The script's folder (for versus.py) is on the path when run as a script, not when imported.
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from tests.cluster.cluster import RealCluster, env_for_operator  # noqa: E402
-from tests.cluster.controlplane import free_port  # noqa: E402
-from tests.integration.harness import GROUP_LABEL, RACK, ZONE, gang, gpu_node, gpu_pod  # noqa: E402
-from tests.integration.upstream import kube_scheduler, upstream_pod  # noqa: E402
-
+from testing.cluster.cluster import RealCluster, env_for_operator  # noqa: E402
+from testing.cluster.controlplane import free_port  # noqa: E402
+from testing.harness import GROUP_LABEL, RACK, ZONE, gang, gpu_node, gpu_pod  # noqa: E402
+from testing.upstream import kube_scheduler, upstream_pod  # noqa: E402
 from versus import Api, BindWatch, cpu_seconds, ensure_namespace, in_child  # noqa: E402
 
 RESULTS = HERE / "results" / "scale.json"

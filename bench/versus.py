@@ -5,14 +5,14 @@
     python bench/versus.py --rate 150 --pods 1000 --gangs 10
 
 One control plane (etcd, kube-apiserver, kube-controller-manager v1.37.2 from
-tests/cluster, on 127.0.0.1) with 500 Nodes (5 zones × 10 racks × 10 nodes, 8 GPUs each).
+testing/cluster, on 127.0.0.1) with 500 Nodes (5 zones × 10 racks × 10 nodes, 8 GPUs each).
 Each scheduler in turn gets the same pods, created the same way; only one runs at a time:
 
 - gpusched as users run it: `gpusched run --kubeconfig …` in a child process, with the
   chart's service-account identity and RBAC, default SchedulerConfig; it gets our CRDs.
 - kube-scheduler at its defaults (its own QPS limits included) with the Workload API's gates
   on; it gets the same groups as scheduling.k8s.io/v1beta1 PodGroups and the same pods naming
-  their group in `spec.schedulingGroup` (tests/integration/upstream.py).
+  their group in `spec.schedulingGroup` (testing/upstream.py).
 
 Phases, for each scheduler:
 
@@ -56,9 +56,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cluster.cluster import RealCluster, env_for_operator  # noqa: E402
-from tests.integration.harness import ZONE, gang, gpu_node, gpu_pod  # noqa: E402
-from tests.integration.upstream import (  # noqa: E402
+from testing.cluster.cluster import RealCluster, env_for_operator  # noqa: E402
+from testing.harness import ZONE, gang, gpu_node, gpu_pod  # noqa: E402
+from testing.upstream import (  # noqa: E402
     clear_upstream,
     kube_scheduler,
     upstream_pod,

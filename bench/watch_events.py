@@ -34,10 +34,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.manifests import node, pod
-
 from gpusched.k8s.watch import Event, Kind, Readiness, Watch
 from gpusched.scheduler.state import ClusterState
+from testing.manifests import node, pod
 
 PODS = Kind("", "v1", "pods", "Pod")
 

@@ -30,6 +30,8 @@ from unittest import mock
 from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.engine.health import GpuSample
 from gpusched.scheduler import decider
+from testing.clock import Clock
+from testing.engine import topology_annotation
 from tests.chaos import invariants
 from tests.chaos.sim import (
     GROUP_LABEL,
@@ -42,8 +44,6 @@ from tests.chaos.sim import (
     pod_pages,
 )
 from tests.chaos.trace import Tracer
-from tests.support.clock import Clock
-from tests.support.engine import topology_annotation
 
 ZONE = "topology.kubernetes.io/zone"
 RACK = invariants.RACK

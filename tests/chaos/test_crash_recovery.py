@@ -21,10 +21,10 @@ import pytest
 from gpusched.api.config import load_config
 from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.state import ClusterState
+from testing.clock import Clock
 from tests.chaos import invariants
 from tests.chaos.runner import CONFIG, gpu_node, gpu_pod, pod_group
 from tests.chaos.sim import Faults, Replica, World, inline_to_thread, pod_pages
-from tests.support.clock import Clock
 
 GANG = 4
 

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.controlplane import OPERATOR_NAMESPACE
-from tests.integration.apiserver import ApiClient, ApiServer, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, ApiServer, wait_for
+from testing.cluster.controlplane import OPERATOR_NAMESPACE
+from testing.harness import (
     FAST,
     RACK,
     assert_no_gpu_shared,

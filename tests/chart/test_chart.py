@@ -14,7 +14,7 @@ import yaml
 
 from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.cli import _parser
-from tests.chart.helm import CHART, ROOT, find, helm, render, template_args
+from testing.helm import CHART, ROOT, find, helm, render, template_args
 from tests.chart.values_schema import VALUES_SCHEMA, config_schema
 
 KUBERNETES_VERSION = "1.30"

@@ -22,7 +22,7 @@ from gpusched.handlers import startup
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.ports import ObjectRef
-from tests.chart.helm import find, render
+from testing.helm import find, render
 
 GROUP = "scheduling.gpusched.io"
 POD = ObjectRef("v1", "Pod", "ml", "train-worker-0", "uid-1")

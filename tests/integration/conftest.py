@@ -1,4 +1,4 @@
-"""Fixtures for the integration tests: a real control plane (tests/cluster), or, for the tests
+"""Fixtures for the integration tests: a real control plane (testing/cluster), or, for the tests
 marked `emulator`, the Kubernetes API emulator on 127.0.0.1 (see ./apiserver).
 
 The real one is a kube-apiserver with etcd and kube-controller-manager built from the
@@ -17,7 +17,7 @@ server cannot do: faults inside one request, virtual time, its own behaviour (te
   service-account identity, through the fault proxy.
 - `kube_configuration`: an async helper building a fresh `kubernetes_asyncio` Configuration
   from that file.
-- Real controllers started on demand (tests/cluster/fixtures.py): `workload_job_controller`,
+- Real controllers started on demand (testing/cluster/fixtures.py): `workload_job_controller`,
   `job_controller`, `kuberay`, `kueue`; and `workload_crds` (JobSet, LWS, Kubeflow kinds).
 """
 
@@ -30,16 +30,16 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.cluster import RealCluster
-from tests.cluster.controlplane import OPERATOR_NAMESPACE, UnavailableError
-from tests.cluster.fixtures import (  # noqa: F401 (fixtures)
+from testing.apiserver import ApiClient, ApiServer
+from testing.cluster.cluster import RealCluster
+from testing.cluster.controlplane import OPERATOR_NAMESPACE, UnavailableError
+from testing.cluster.fixtures import (  # noqa: F401 (fixtures)
     job_controller,
     kuberay,
     kueue,
     workload_crds,
     workload_job_controller,
 )
-from tests.integration.apiserver import ApiClient, ApiServer
 
 Server = RealCluster | ApiServer
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.apiserver import (
+from testing.apiserver import (
     JSON_PATCH,
     STRATEGIC,
     ApiClient,

@@ -19,11 +19,11 @@ from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, api_client
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import pods
+from testing.apiserver import ApiClient, wait_for
+from testing.clock import Clock
+from testing.cluster.cluster import RealCluster
+from testing.harness import pods
 from tests.integration.test_dra import NS, RESOURCE, _claims, _gang, dra_nodes  # noqa: F401
-from tests.support.clock import Clock
 
 pytestmark = pytest.mark.usefixtures("real_cluster")
 

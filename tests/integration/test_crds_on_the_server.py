@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gpusched.api import crds
-from tests.integration.apiserver import ApiClient, ApiStatusError
-from tests.integration.harness import ensure_namespace
+from testing.apiserver import ApiClient, ApiStatusError
+from testing.harness import ensure_namespace
 from tests.unit.api.test_crd_schemas import (
     BAD,
     EXAMPLES,

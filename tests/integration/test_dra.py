@@ -19,13 +19,13 @@ from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.schedule import schedule
 from gpusched.inputs.objects import from_documents
 from gpusched.offline.simulate import simulate
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
-from tests.integration.harness import dump, ensure_namespace, events_for, pods, running_operator
+from testing import dra
+from testing.apiserver import ApiClient, ApiStatusError, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.engine import cluster
+from testing.engine import pod as gpu_request
+from testing.harness import dump, ensure_namespace, events_for, pods, running_operator
 from tests.integration.test_preemption import priority_classes  # noqa: F401  (a fixture)
-from tests.support import dra
-from tests.support.engine import cluster
-from tests.support.engine import pod as gpu_request
 
 NS = "ml"
 RESOURCE = "resource.k8s.io"

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import dump, ensure_namespace, events_for, pods, running_operator
+from testing import dra
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import dump, ensure_namespace, events_for, pods, running_operator
 from tests.integration.test_dra import (
     FINALIZER,
     NS,
@@ -25,7 +26,6 @@ from tests.integration.test_dra import (
     _devices,
     _engine_choice,
 )
-from tests.support import dra
 
 pytestmark = pytest.mark.usefixtures("real_cluster")
 ANNOTATION = "resource.kubernetes.io/extended-resource-claim"

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
-from tests.integration.harness import ensure_namespace, gpu_pod, running_operator
+from testing import dra
+from testing.apiserver import ApiClient, ApiStatusError, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import ensure_namespace, gpu_pod, running_operator
 from tests.integration.test_dra import (
     NS,
     _all_bound,
@@ -29,7 +30,6 @@ from tests.integration.test_dra import (
     _engine_choice,
     _gang,
 )
-from tests.support import dra
 
 pytestmark = [pytest.mark.figures, pytest.mark.usefixtures("real_cluster")]
 DRA_NODES = [f"dra-{i}" for i in range(8)]

@@ -22,7 +22,7 @@ from gpusched.agent.podresources import (
 )
 from gpusched.agent.podresources_v1 import api_pb2, api_pb2_grpc
 from gpusched.api.assignments import ACTUAL_GPUS_ANNOTATION, parse_actual_gpus
-from tests.support import dra
+from testing import dra
 
 UUID = [uuid for _, uuid, _ in dra.gpus()]
 

@@ -13,8 +13,8 @@ from gpusched.cli import main
 from gpusched.commands import EXIT_OK
 from gpusched.commands.explain import EXIT_UNREACHABLE
 from gpusched.k8s.reader import list_cluster
-from tests.integration.apiserver import ApiClient, ApiServer
-from tests.integration.harness import EXAMPLES, apply_yaml
+from testing.apiserver import ApiClient, ApiServer
+from testing.harness import EXAMPLES, apply_yaml
 
 SAMPLE = sorted((EXAMPLES / "clusters" / "sample").glob("*.yaml")) + sorted(
     (EXAMPLES / "workloads").rglob("*.yaml")

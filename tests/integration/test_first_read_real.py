@@ -22,9 +22,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import gpu_node, gpu_pod, placement_of, pods
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import gpu_node, gpu_pod, placement_of, pods
 from tests.integration.test_prometheus import (  # noqa: F401  (fixtures)
     DEADLINE_S,
     DcgmEndpoint,

@@ -12,9 +12,9 @@ from kubernetes_asyncio import client
 from gpusched.api.config import LeaderElectionConfig
 from gpusched.k8s.client import KubeClusterApi
 from gpusched.scheduler.leader import LeaderElector
-from tests.cluster.controlplane import OPERATOR_NAMESPACE
-from tests.integration.apiserver import ApiServer
-from tests.support.clock import Clock
+from testing.apiserver import ApiServer
+from testing.clock import Clock
+from testing.cluster.controlplane import OPERATOR_NAMESPACE
 
 
 @pytest.mark.asyncio

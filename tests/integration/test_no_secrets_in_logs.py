@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.apiserver import ApiClient, ApiServer, wait_for
-from tests.integration.harness import gpu_node, gpu_pod, placement_of, pods, running_operator
+from testing.apiserver import ApiClient, ApiServer, wait_for
+from testing.harness import gpu_node, gpu_pod, placement_of, pods, running_operator
 
 
 def test_the_api_token_never_appears_in_the_logs_even_at_debug(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.apiserver import ApiClient, ApiServer, wait_for
-from tests.integration.harness import gang, gpu_node, gpu_pod, placement_of, pods, running_operator
+from testing.apiserver import ApiClient, ApiServer, wait_for
+from testing.harness import gang, gpu_node, gpu_pod, placement_of, pods, running_operator
 
 
 def test_the_log_says_what_was_decided_and_bound_and_nothing_per_event(

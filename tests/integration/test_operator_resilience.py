@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.apiserver import ApiClient, ApiServer, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, ApiServer, wait_for
+from testing.harness import (
     assert_no_gpu_shared,
     condition,
     gang,

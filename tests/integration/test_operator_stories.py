@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.apiserver import ApiClient, ApiServer, ApiStatusError, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, ApiServer, ApiStatusError, wait_for
+from testing.harness import (
     EXAMPLES,
     RACK,
     ZONE,

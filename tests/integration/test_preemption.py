@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, ApiStatusError, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import (
     GROUP_LABEL,
     RACK,
     assert_no_gpu_shared,

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import (
     GROUP_LABEL,
     RACK,
     assert_no_gpu_shared,

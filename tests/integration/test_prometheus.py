@@ -29,7 +29,7 @@ from gpusched.engine.build import build_snapshot
 from gpusched.engine.schedule import schedule
 from gpusched.telemetry.cache import TelemetryCache
 from gpusched.telemetry.series import METRICS
-from tests.support.engine import members, node, pending, placements
+from testing.engine import members, node, pending, placements
 
 NODES = ("node-a", "node-b", "node-c")
 GPUS = 8

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.engine.result import Binding
 from gpusched.scheduler.quality_metrics import QualityMetrics
-from tests.support.engine import RACK, ZONE
+from testing.engine import RACK, ZONE
 from tests.unit.engine.test_quality import MIX, known_cluster
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.apiserver import ApiClient, ApiServer, wait_for
-from tests.integration.harness import RACK, gang, gpu_node, gpu_pod, running_operator
+from testing.apiserver import ApiClient, ApiServer, wait_for
+from testing.harness import RACK, gang, gpu_node, gpu_pod, running_operator
 from tests.integration.test_operator_resilience import _free_port, _samples
 
 

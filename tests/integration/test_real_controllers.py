@@ -9,7 +9,7 @@ place these groups use the same fixtures).
 - The KubeRay operator with its scheduler-plugins batch scheduler: a gang-labelled RayCluster
   becomes a coscheduling PodGroup and pods under the scheduler name KubeRay forces.
 - Kueue's manager with its plain-pod integration: a pod group is gated, admitted, ungated.
-- What Karpenter reads of a pending pod (tests/cluster/karpenter.py: it cannot run here) is
+- What Karpenter reads of a pending pod (testing/cluster/karpenter.py: it cannot run here) is
   what the real server keeps of the condition a scheduler writes.
 - The JobSet, LeaderWorkerSet and Kubeflow CRDs are served, with their schemas' defaults; a
   JobSet's Job (the owner chain JobSet -> Job -> Pod) gets its pods from the real Job controller.
@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import karpenter
-from tests.cluster.cluster import RealCluster
-from tests.cluster.controllers import KubeRay, Kueue
-from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
+from testing.apiserver import ApiClient, ApiStatusError, wait_for
+from testing.cluster import karpenter
+from testing.cluster.cluster import RealCluster
+from testing.cluster.controllers import KubeRay, Kueue
 
 NAMESPACE = "ml"
 UPSTREAM = "scheduling.k8s.io"

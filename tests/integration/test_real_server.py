@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.cluster import RealCluster
-from tests.cluster.controlplane import OPERATOR_NAMESPACE
-from tests.integration.apiserver import ApiClient, ApiStatusError, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, ApiStatusError, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.cluster.controlplane import OPERATOR_NAMESPACE
+from testing.harness import (
     EXAMPLES,
     RACK,
     apply_yaml,

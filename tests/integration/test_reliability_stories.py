@@ -16,8 +16,8 @@ from kubernetes_asyncio import client
 from gpusched.k8s import client as kube
 from gpusched.k8s.client import KubeClusterApi, load_configuration
 from gpusched.scheduler.ports import FencedError, ObjectRef
-from tests.integration.apiserver import ApiClient, ApiServer, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, ApiServer, wait_for
+from testing.harness import (
     assert_no_gpu_shared,
     dump,
     events_for,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import (
     condition,
     gang,
     gpu_node,

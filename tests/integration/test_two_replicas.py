@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import (
     RACK,
     assert_no_gpu_shared,
     domains,

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import pods
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import pods
 from tests.integration.test_dra import (  # noqa: F401  (dra_nodes: a fixture)
     NS,
     _assert_no_device_twice,

@@ -3,7 +3,7 @@ real control plane, one scheduler at a time (the cluster is reset between the ha
 
 gpusched gets our CRDs (scheduling.gpusched.io); kube-scheduler, started only for its half at
 its defaults with the Workload API's gates, gets the same groups as scheduling.k8s.io objects
-and the same pods naming their group in `spec.schedulingGroup` (tests/integration/upstream.py).
+and the same pods naming their group in `spec.schedulingGroup` (testing/upstream.py).
 Each story asserts what each scheduler really did; where they differ, the test says so.
 
 With GPUSCHED_VERSUS_TABLE=FILE the side-by-side table (who placed what, where, and how long
@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.cluster import RealCluster
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import (
     EXAMPLES,
     GPUS,
     GROUP_LABEL,
@@ -43,7 +43,7 @@ from tests.integration.harness import (
     group_status,
     running_operator,
 )
-from tests.integration.upstream import (
+from testing.upstream import (
     UPSTREAM_GROUP,
     clear_upstream,
     kube_scheduler,

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.integration.conftest import Server
-from tests.integration.harness import (
+from testing.apiserver import ApiClient, wait_for
+from testing.harness import (
     assert_no_gpu_shared,
     gang,
     gpu_node,
@@ -20,6 +19,7 @@ from tests.integration.harness import (
     pods,
     running_operator,
 )
+from tests.integration.conftest import Server
 
 PODGROUP_WATCH = r"/podgroups\?.*watch="
 

@@ -16,8 +16,8 @@ import pytest_asyncio
 from gpusched.k8s import client as k8s_client
 from gpusched.k8s.client import KubeClusterApi, api_client
 from gpusched.k8s.watch import Event, Kind, Readiness, Watch, served
-from tests.integration.apiserver import ApiClient, ApiServer
-from tests.support.manifests import pod
+from testing.apiserver import ApiClient, ApiServer
+from testing.manifests import pod
 
 pytestmark = [pytest.mark.emulator, pytest.mark.asyncio]
 

@@ -1,11 +1,14 @@
-"""The operator's modules import each other without circles, and importing the operator's
+"""The operator's modules import each other without circles, importing the operator's
 package changes nothing outside it (Kopf's default registry is set only by the module for
-plain ``kopf run``)."""
+plain ``kopf run``), and the benchmarks and the shared support (``testing``) import no test
+module."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import grimp
 
@@ -64,3 +67,19 @@ assert kopf.get_default_registry() is gpusched.handlers.registry, "plain did not
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_benchmarks_and_shared_support_import_no_test_module() -> None:
+    root = Path(__file__).resolve().parents[2]
+    importers = [*(root / "bench").glob("*.py"), *(root / "testing").rglob("*.py")]
+    found = [
+        f"{path.relative_to(root)}:{node.lineno}"
+        for path in importers
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tests")
+        or (
+            isinstance(node, ast.Import)
+            and any(alias.name.split(".")[0] == "tests" for alias in node.names)
+        )
+    ]
+    assert found == []

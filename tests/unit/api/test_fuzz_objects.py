@@ -21,8 +21,8 @@ from gpusched.api.topology import parse_topology_annotation
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.request import PodRequest
 from gpusched.scheduler.state import ClusterState
-from tests.support.engine import topology_annotation
-from tests.support.fuzz import fuzz_settings, json_values, mutants
+from testing.engine import topology_annotation
+from testing.fuzz import fuzz_settings, json_values, mutants
 
 RACK = "topology.example.com/rack"
 API = "scheduling.gpusched.io/v1alpha1"

@@ -14,7 +14,7 @@ import pytest
 
 from gpusched.api import k8s
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
-from tests.support.manifests import HOSTNAME, node, pod
+from testing.manifests import HOSTNAME, node, pod
 
 Body = dict[str, Any]
 GPU = "nvidia.com/gpu"

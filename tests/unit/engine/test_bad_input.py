@@ -21,7 +21,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
-from tests.support.engine import (
+from testing.engine import (
     RACK,
     ZONE,
     bound,

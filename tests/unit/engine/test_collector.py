@@ -18,7 +18,7 @@ from gpusched.engine.preemption import plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
-from tests.support.engine import (
+from testing.engine import (
     RACK,
     ZONE,
     bound,

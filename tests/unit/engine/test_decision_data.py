@@ -12,7 +12,7 @@ from gpusched.engine import wording
 from gpusched.engine.result import Attempt, Blocker, Counted, NodeCheck, Waiting
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
-from tests.support.engine import RACK, bound, cluster, composite, decision, gang, members, pod
+from testing.engine import RACK, bound, cluster, composite, decision, gang, members, pod
 
 #        z1
 #      /    \

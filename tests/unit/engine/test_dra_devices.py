@@ -15,7 +15,7 @@ from gpusched.engine.devices import (
     node_devices,
     parse_selector,
 )
-from tests.support import dra
+from testing import dra
 
 UUIDS = [uuid for _, uuid, _ in dra.gpus()]
 

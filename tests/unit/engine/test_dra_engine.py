@@ -17,8 +17,8 @@ from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
-from tests.support import dra
-from tests.support.engine import gang
+from testing import dra
+from testing.engine import gang
 
 NS = "ml"
 

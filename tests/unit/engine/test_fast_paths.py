@@ -33,7 +33,7 @@ from gpusched.engine.scoring import Scoring, cycle_workload
 from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import target_workload
 from gpusched.offline.openb import load_nodes, load_pods
-from tests.support.engine import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
+from testing.engine import RACK, ZONE, bound, cluster, composite, gang, members, node, pod
 
 OPENB = Path(__file__).resolve().parents[3] / "bench" / "data" / "openb"
 REPLAYED = 400

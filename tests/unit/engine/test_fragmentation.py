@@ -14,7 +14,7 @@ from gpusched.engine.build import build_snapshot
 from gpusched.engine.fragmentation import fragmentation, free_matrix
 from gpusched.engine.workload import TaskType, target_workload
 from gpusched.offline.openb import load_nodes, load_pods
-from tests.support.engine import pod
+from testing.engine import pod
 
 OPENB = Path(__file__).resolve().parents[3] / "bench" / "data" / "openb"
 

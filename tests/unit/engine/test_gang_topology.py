@@ -25,7 +25,7 @@ from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import (
+from testing.engine import (
     RACK,
     ZONE,
     bound,

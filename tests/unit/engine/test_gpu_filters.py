@@ -31,7 +31,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import PRODUCT, bound, cluster, messages, node, pod, topology_annotation
+from testing.engine import PRODUCT, bound, cluster, messages, node, pod, topology_annotation
 
 TOPOLOGY = "gpusched.io/gpu-topology"
 A100_MIB = 81920

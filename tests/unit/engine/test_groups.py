@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpusched.engine.groups import GroupKey, GroupSpec, GroupTree
-from tests.support.engine import composite, gang
+from testing.engine import composite, gang
 
 #          job
 #        /     \

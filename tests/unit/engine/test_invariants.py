@@ -40,7 +40,7 @@ from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase, ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import KINDS, PRODUCT, RACK, ZONE, composite, gang, node, node_names, pod
+from testing.engine import KINDS, PRODUCT, RACK, ZONE, composite, gang, node, node_names, pod
 
 SETTINGS = settings(
     max_examples=max(150, settings().max_examples),  # a hypothesis profile can ask for more

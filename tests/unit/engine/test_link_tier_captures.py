@@ -23,7 +23,7 @@ from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuTopology, LinkTier
 from gpusched.engine.gpuset import choose_gpus
 from gpusched.engine.gpushape import NodeShape, worst_tier
 from gpusched.engine.schedule import schedule
-from tests.support.engine import DATA, bound, cluster, node, pod
+from testing.engine import DATA, bound, cluster, node, pod
 
 CAPTURES = DATA / "gpu-topology"
 TRUNCATED = {

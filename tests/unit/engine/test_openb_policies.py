@@ -32,7 +32,7 @@ from gpusched.engine.pick import pick_node
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import target_workload
-from tests.support.engine import bound, cluster, node, pod
+from testing.engine import bound, cluster, node, pod
 
 OFF = {
     "binpack": {"weight": 0},

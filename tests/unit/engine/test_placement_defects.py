@@ -19,7 +19,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import (
+from testing.engine import (
     RACK,
     ZONE,
     bound,

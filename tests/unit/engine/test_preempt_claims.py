@@ -18,7 +18,7 @@ from gpusched.engine.groups import GroupSpec
 from gpusched.engine.preemption import Outcome, plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
-from tests.support.engine import RACK, bound, cluster, gang, members, pod
+from testing.engine import RACK, bound, cluster, gang, members, pod
 
 ALL8 = tuple(range(8))
 

@@ -19,7 +19,7 @@ from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
-from tests.support.engine import bound, cluster, gang, members, pod
+from testing.engine import bound, cluster, gang, members, pod
 
 
 def full() -> Snapshot:

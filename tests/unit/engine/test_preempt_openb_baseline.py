@@ -14,7 +14,7 @@ from typing import Any
 from gpusched.api.crds import DisruptionMode
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import PodRequest
-from tests.support.engine import bound, cluster, gang, pod
+from testing.engine import bound, cluster, gang, pod
 
 SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "preempt_openb.py"
 

@@ -39,7 +39,7 @@ from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import RACK, bound, cluster, composite, gang, pod
+from testing.engine import RACK, bound, cluster, composite, gang, pod
 
 SETTINGS = settings(
     max_examples=max(120, settings().max_examples),

@@ -46,7 +46,7 @@ from gpusched.engine.preemption import (
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import RACK, ZONE, bound, cluster, composite, gang, pod
+from testing.engine import RACK, ZONE, bound, cluster, composite, gang, pod
 
 REFERENCE = Path(__file__).with_name("reference_plans.json")
 FIRST_COSTS = Path(__file__).with_name("reference_costs.json")

@@ -21,7 +21,7 @@ from gpusched.engine.preemption import DisruptionBudget, PreemptionPlan, plan_cy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import RACK, ZONE, bound, cluster, composite, gang, members, pod
+from testing.engine import RACK, ZONE, bound, cluster, composite, gang, members, pod
 
 ALL8 = tuple(range(8))
 

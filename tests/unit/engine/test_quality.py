@@ -39,7 +39,7 @@ from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import TaskType
 from gpusched.scheduler.quality_metrics import QualityMetrics
-from tests.support.engine import RACK, ZONE, bound, node, pod
+from testing.engine import RACK, ZONE, bound, node, pod
 
 MIX = (
     TaskType(cpu_milli=0, gpu_milli=1000, gpus=4, weight=0.5),

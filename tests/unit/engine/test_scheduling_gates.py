@@ -24,7 +24,7 @@ from gpusched.cli import main
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
-from tests.support.engine import (
+from testing.engine import (
     RACK,
     cluster,
     composite,

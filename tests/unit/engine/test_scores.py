@@ -28,7 +28,7 @@ from gpusched.engine.health import GpuSample
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
-from tests.support.engine import bound, cluster, node, placements, pod
+from testing.engine import bound, cluster, node, placements, pod
 
 GI = 2**30
 OFF = {"binpack": {"weight": 0}, "gpuWeight": 0, "topologyWeight": 0, "leastAllocatedWeight": 0}

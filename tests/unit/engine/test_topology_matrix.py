@@ -41,7 +41,7 @@ from gpusched.engine.health import GpuSample
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
-from tests.support.engine import (
+from testing.engine import (
     KINDS,
     RACK,
     bound,

@@ -29,8 +29,8 @@ from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
 from gpusched.commands.explain import kubectl_main
 from gpusched.offline.explain import Target
-from tests.support import manifests
-from tests.support.manifests import RACK, ZONE, composite, node
+from testing import manifests
+from testing.manifests import RACK, ZONE, composite, node
 
 EXPECTED = Path(__file__).parents[2] / "data" / "explain"
 REGENERATE = os.environ.get("GPUSCHED_REGENERATE") == "1"

@@ -12,7 +12,7 @@ import yaml
 
 from gpusched.cli import main
 from gpusched.commands import EXIT_OK
-from tests.support.manifests import node, pod, pod_group
+from testing.manifests import node, pod, pod_group
 
 NOMINATED = (
     "room nominated on 1 nodes (a) by preempting 1 lower-priority pods; waiting for 1 victim to go"

@@ -39,7 +39,7 @@ from gpusched.offline.openb import (
     synthetic_topology,
 )
 from gpusched.offline.replay import arrivals, replay, run
-from tests.support.engine import pod
+from testing.engine import pod
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"

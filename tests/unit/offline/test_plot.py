@@ -33,7 +33,7 @@ from gpusched.offline.plot import (
     with_bindings,
 )
 from gpusched.offline.simulate import simulate
-from tests.support.engine import RACK, bound, cluster, gang, members, node, pod
+from testing.engine import RACK, bound, cluster, gang, members, node, pod
 
 
 def pixels(path: Path) -> np.ndarray:

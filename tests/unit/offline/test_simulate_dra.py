@@ -13,7 +13,7 @@ import yaml
 
 from gpusched.cli import main
 from gpusched.commands import EXIT_BAD_INPUT, EXIT_OK
-from tests.support import dra
+from testing import dra
 
 NS = "ml"
 

@@ -12,7 +12,7 @@ from gpusched.api.k8s import parse_pod
 from gpusched.engine.budgets import disruption_budgets
 from gpusched.inputs.objects import from_documents
 from gpusched.offline.simulate import simulate
-from tests.support import manifests
+from testing import manifests
 
 
 def _pod(name: str, gpus: int, **kwargs: Any) -> dict[str, Any]:

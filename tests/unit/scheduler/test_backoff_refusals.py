@@ -19,8 +19,8 @@ from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support import dra
-from tests.support.clock import Clock
+from testing import dra
+from testing.clock import Clock
 from tests.unit.scheduler.test_dra_scheduler import (
     NS,
     FakeClaims,

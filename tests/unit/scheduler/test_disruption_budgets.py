@@ -8,7 +8,7 @@ import pytest
 
 from gpusched.engine.preemption import DisruptionBudget
 from gpusched.scheduler.state import ClusterState
-from tests.support.manifests import pod
+from testing.manifests import pod
 
 
 def budget(name: str, selector: Any, allowed: Any = 1, namespace: str = "default") -> Any:

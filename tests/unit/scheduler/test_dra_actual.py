@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from gpusched.scheduler.assignments import MISMATCHES
-from tests.support.clock import Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod
+from testing.clock import Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod
 from tests.unit.scheduler.test_scheduler_service import run_cycle, service
 
 

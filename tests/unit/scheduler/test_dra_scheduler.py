@@ -21,11 +21,11 @@ from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support import dra
-from tests.support.clock import Clock
-from tests.support.engine import cluster
-from tests.support.engine import pod as gpu_request
-from tests.support.fakes import FakeApi
+from testing import dra
+from testing.clock import Clock
+from testing.engine import cluster
+from testing.engine import pod as gpu_request
+from testing.fakes import FakeApi
 from tests.unit.scheduler.test_scheduler_service import run_cycle
 
 NS = "ml"

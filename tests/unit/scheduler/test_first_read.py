@@ -17,9 +17,9 @@ from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import Listing
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support.clock import Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod
+from testing.clock import Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod
 from tests.unit.scheduler.test_scheduler_service import run_cycle
 
 HOT = GpuSample(temperature_c=95.0, fb_free_mib=80000.0, fb_used_mib=0.0, xid_errors=0.0)

@@ -19,7 +19,7 @@ import pytest
 from gpusched.api.config import LeaderElectionConfig
 from gpusched.scheduler.leader import LeaderElector, OpenedOnUse
 from gpusched.scheduler.ports import ApiError
-from tests.support.clock import Clock
+from testing.clock import Clock
 
 CONFIG = LeaderElectionConfig(
     leaseDurationSeconds=15, renewDeadlineSeconds=10, retryPeriodSeconds=2

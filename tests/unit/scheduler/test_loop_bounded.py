@@ -15,9 +15,9 @@ from gpusched.scheduler import loop
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support.clock import WALL_START, Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod, pod_group
+from testing.clock import WALL_START, Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod, pod_group
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ from gpusched.inputs.objects import from_documents
 from gpusched.offline.simulate import simulate
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support import dra, manifests
-from tests.support.clock import Clock
+from testing import dra, manifests
+from testing.clock import Clock
 from tests.unit.scheduler.test_dra_scheduler import FakeClaims, LoggingApi
 from tests.unit.scheduler.test_scheduler_service import run_cycle
 

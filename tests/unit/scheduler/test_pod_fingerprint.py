@@ -12,7 +12,7 @@ import pytest
 
 from gpusched.scheduler.records import pod_fingerprint
 from gpusched.scheduler.state import ClusterState
-from tests.support.manifests import pod
+from testing.manifests import pod
 
 Body = dict[str, Any]
 GPUS_AT_23 = {"gpusched.io/gpus": "2,3"}

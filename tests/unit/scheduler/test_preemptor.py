@@ -31,10 +31,10 @@ from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support import dra
-from tests.support.clock import Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod, pod_group
+from testing import dra
+from testing.clock import Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod, pod_group
 from tests.unit.scheduler.test_dra_scheduler import FakeClaims, LoggingApi
 from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from gpusched.scheduler.service import Scheduler
-from tests.support.clock import Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod
+from testing.clock import Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod
 from tests.unit.scheduler.test_preemptor import prioritized, reasons
 from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
 

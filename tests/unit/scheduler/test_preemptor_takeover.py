@@ -21,9 +21,9 @@ import pytest
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.ports import ApiError, Fence, ObjectRef
 from gpusched.scheduler.service import Scheduler
-from tests.support.clock import Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod
+from testing.clock import Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod
 from tests.unit.scheduler.test_preemptor import HIGH, LOW1, dra_world, group, prioritized
 from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
 

@@ -23,9 +23,9 @@ from gpusched.scheduler.resync import (
     take_unseen,
 )
 from gpusched.scheduler.state import ClusterState
-from tests.support.clock import Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod
+from testing.clock import Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod
 from tests.unit.scheduler.test_scheduler_service import bound_to, run_cycle, service
 
 Body = dict[str, Any]

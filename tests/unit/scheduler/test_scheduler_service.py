@@ -19,9 +19,9 @@ from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError, Listing
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
-from tests.support.clock import Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import node, pod, pod_group
+from testing.clock import Clock
+from testing.fakes import FakeApi
+from testing.manifests import node, pod, pod_group
 
 
 def service(api: FakeApi, clock: Clock) -> Scheduler:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.state import ClusterState, PodRecord
-from tests.support.manifests import node, pod
+from testing.manifests import node, pod
 
 NODES = ("a", "b")
 NAMES = ("p0", "p1", "p2", "p3", "p4")

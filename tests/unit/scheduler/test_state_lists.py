@@ -11,7 +11,7 @@ import pytest
 from gpusched.k8s.client import KubeClusterApi, slim_pod
 from gpusched.scheduler.records import pod_fingerprint
 from gpusched.scheduler.state import ClusterState
-from tests.support.manifests import pod
+from testing.manifests import pod
 
 
 def whole(name: str, version: str, **kind: Any) -> dict[str, Any]:

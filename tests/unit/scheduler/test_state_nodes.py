@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpusched.scheduler.state import ClusterState
-from tests.support.manifests import node
+from testing.manifests import node
 
 
 def versioned(name: str, version: str, gpus: int = 8) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """A gang's schedule timeout is judged on the service's injected clock, never on the machine's
 date: a test suite that runs slower than the timeout (a loaded or one-core machine) sees the
 same statuses as a fast one. The fixtures' pods are created when the test clock starts
-(`tests.support.manifests.NOW`), a date long before any machine running these tests, so a
+(`testing.manifests.NOW`), a date long before any machine running these tests, so a
 reporter that read the machine's date would see every gang timed out at the first cycle."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from gpusched.engine.groups import GroupKind
-from tests.support.clock import WALL_START, Clock
-from tests.support.fakes import FakeApi
-from tests.support.manifests import NOW, node, pod, pod_group
+from testing.clock import WALL_START, Clock
+from testing.fakes import FakeApi
+from testing.manifests import NOW, node, pod, pod_group
 from tests.unit.scheduler.test_scheduler_service import run_cycle, service
 
 

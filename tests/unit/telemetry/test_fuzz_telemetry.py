@@ -13,7 +13,7 @@ from gpusched.api.config import TelemetryConfig
 from gpusched.telemetry.exposition import parse_exposition
 from gpusched.telemetry.prometheus import TelemetryError, read_answer
 from gpusched.telemetry.series import METRICS, SeriesIndex
-from tests.support.fuzz import fuzz_settings, mutants
+from testing.fuzz import fuzz_settings, mutants
 
 CONFIG = TelemetryConfig()
 ANSWER = {

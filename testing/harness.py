@@ -1,5 +1,5 @@
 """Runs the real operator (Kopf, in its own thread) against the API emulator, and the helpers
-its stories share. The objects come from tests/support/manifests.py, under the names the
+its stories share. The objects come from testing/manifests.py, under the names the
 stories use: ``gpu_node``, ``gpu_pod`` and ``gang``."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from kopf.testing import KopfRunner
 
 from gpusched import handlers
 from gpusched.api.config import SchedulerConfig, load_config
-from tests.integration.apiserver import ApiClient, wait_for
-from tests.support import manifests
+from testing import manifests
+from testing.apiserver import ApiClient, wait_for
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ZONE, RACK = manifests.ZONE, manifests.RACK
 GROUP_LABEL, GPUS = manifests.GROUP_LABEL, manifests.GPUS
 gpu_node = manifests.node

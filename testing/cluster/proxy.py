@@ -3,7 +3,7 @@ kube-apiserver.
 
 It speaks plain HTTP to its client and HTTPS to the API server, passing the client's bearer
 token through, so what the server allows or refuses is exactly what it would for the client.
-The rules are the emulator's (`tests.integration.apiserver.faults`: failing answers with a v1
+The rules are the emulator's (`testing.apiserver.faults`: failing answers with a v1
 Status, added latency), plus what only a proxy in front of a real server can do:
 
 - `lose(...)`: the request reaches the server and is applied, then the client's connection is
@@ -34,7 +34,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
-from tests.integration.apiserver.faults import FaultRule, Faults
+
+from testing.apiserver.faults import FaultRule, Faults
 
 T = TypeVar("T")
 HOP_BY_HOP = {

@@ -1,4 +1,4 @@
-"""Run the emulator on its own: `python -m tests.integration.apiserver [--port N] [--crds]`.
+"""Run the emulator on its own: `python -m testing.apiserver [--port N] [--crds]`.
 
 Prints the URL on the first line of stdout, then serves until SIGINT/SIGTERM or until stdin
 closes (so that it never outlives the process that started it). Test hooks are served under
@@ -16,7 +16,7 @@ from .server import ApiServer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.integration.apiserver")
+    parser = argparse.ArgumentParser(prog="python -m testing.apiserver")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--crds", action="store_true", help="install our CRDs")
     parser.add_argument("--bookmark-interval", type=float, default=5.0)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds one of the controllers the tests run beside the control plane (KubeRay, Kueue, ...)
-# from its pinned Go module in tests/cluster/<name>/, once, into a cache folder outside the
+# from its pinned Go module in testing/cluster/<name>/, once, into a cache folder outside the
 # repository, and prints that folder. A later call with the same go.mod, go.sum, build.list and
 # Go version prints it again without building. Like build-controlplane.sh it needs Go and the
 # Go module proxy, and prints nothing to stdout but the folder:
 #
-#   KUBERAY=$(bash tests/cluster/build-go.sh kuberay)
+#   KUBERAY=$(bash testing/cluster/build-go.sh kuberay)
 #
 # <name>/build.list says what to build and what to keep, one item a line:
 #   bin  <binary name>  <Go package>          go build of the package into the folder
@@ -14,7 +14,7 @@
 #
 #   GPUSCHED_CONTROLPLANE_CACHE  where builds are kept (default ~/.cache/gpusched/controlplane)
 set -euo pipefail
-name="${1:?usage: build-go.sh <name of a folder under tests/cluster>}"
+name="${1:?usage: build-go.sh <name of a folder under testing/cluster>}"
 here="$(cd "$(dirname "$0")/$name" && pwd)"
 command -v go >/dev/null 2>&1 || { echo "build-go: Go is not installed" >&2; exit 3; }
 key="$(cat "$here/go.mod" "$here/go.sum" "$here/build.list" <(go env GOVERSION) | sha256sum | cut -c1-12)"

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.cluster.controllers import WORKLOAD_CRDS, KubeRay, Kueue, apply_crds, go_build
-from tests.cluster.controlplane import (
+
+from testing.apiserver import ApiClient, ApiStatusError, ResourceSpec
+from testing.cluster.controllers import WORKLOAD_CRDS, KubeRay, Kueue, apply_crds, go_build
+from testing.cluster.controlplane import (
     FEATURE_GATES,
     JOB_CONTROLLERS,
     OPERATOR_NAMESPACE,
@@ -30,9 +32,8 @@ from tests.cluster.controlplane import (
     UnavailableError,
     find_binaries,
 )
-from tests.cluster.kubelet import Kubelet
-from tests.cluster.proxy import FaultProxy, ProxyFaults, Request
-from tests.integration.apiserver import ApiClient, ApiStatusError, ResourceSpec
+from testing.cluster.kubelet import Kubelet
+from testing.cluster.proxy import FaultProxy, ProxyFaults, Request
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 OUR_GROUP = "scheduling.gpusched.io"
@@ -99,7 +100,7 @@ WORKLOAD_KINDS = (
 
 def chart_rbac(namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     """The chart's ServiceAccount, (Cluster)Roles and bindings, rendered by a real helm."""
-    from tests.chart.helm import find_helm
+    from testing.helm import find_helm
 
     helm = find_helm()
     if helm is None:
@@ -223,7 +224,7 @@ class RealCluster:
         return kueue
 
     def install_workload_crds(self) -> None:
-        """JobSet, LeaderWorkerSet, PyTorchJob, MPIJob and TrainJob CRDs (tests/cluster/crds)."""
+        """JobSet, LeaderWorkerSet, PyTorchJob, MPIJob and TrainJob CRDs (testing/cluster/crds)."""
         apply_crds(self.plane, WORKLOAD_CRDS)
         self._reset_also(*WORKLOAD_KINDS)
 

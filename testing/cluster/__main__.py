@@ -1,4 +1,4 @@
-"""`python -m tests.cluster` (`make cluster`): a real control plane for a person to try.
+"""`python -m testing.cluster` (`make cluster`): a real control plane for a person to try.
 
 Starts etcd, kube-apiserver and kube-controller-manager on 127.0.0.1 (built on first use), the
 fake kubelet, the chart's RBAC, our CRDs and the sample cluster's Nodes, prints the two
@@ -21,8 +21,9 @@ import threading
 from pathlib import Path
 
 import yaml
-from tests.cluster.cluster import RealCluster
-from tests.cluster.controlplane import OPERATOR_NAMESPACE, ROOT, UnavailableError
+
+from testing.cluster.cluster import RealCluster
+from testing.cluster.controlplane import OPERATOR_NAMESPACE, ROOT, UnavailableError
 
 SAMPLE_NODES = ROOT / "examples" / "clusters" / "sample" / "nodes.yaml"
 
@@ -33,7 +34,7 @@ def _nodes(path: Path) -> list[dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m testing.cluster", description=__doc__)
     parser.add_argument("--nodes", type=Path, default=SAMPLE_NODES, help="YAML with Node objects")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument(

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tests.support.clock import WALL_START
-from tests.support.engine import KINDS, topology_annotation
+from testing.clock import WALL_START
+from testing.engine import KINDS, topology_annotation
 
 Body = dict[str, Any]
 
@@ -49,7 +49,7 @@ def node(
     memory: str = "512Gi",
     capacity: bool = False,
 ) -> Body:
-    """A node shaped like machine ``kind`` (tests/support/engine.py's KINDS), labelled with
+    """A node shaped like machine ``kind`` (testing/engine.py's KINDS), labelled with
     its zone and rack. It carries the machine's topology annotation only when it has the
     machine's GPU count: a topology of 8 GPUs on a node with 2 would describe another machine.
     ``capacity`` also writes status.capacity (the kubelet's report), equal to allocatable."""

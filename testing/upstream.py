@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 
-from tests.cluster.cluster import RealCluster
-from tests.cluster.controlplane import LOOPBACK, free_port
-from tests.integration.apiserver import ApiClient
-from tests.integration.harness import GROUP_LABEL
+from testing.apiserver import ApiClient
+from testing.cluster.cluster import RealCluster
+from testing.cluster.controlplane import LOOPBACK, free_port
+from testing.harness import GROUP_LABEL
 
 UPSTREAM_GROUP = "scheduling.k8s.io"
 WORKLOAD_API = f"{UPSTREAM_GROUP}/v1beta1"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 WALL_START = datetime(2026, 12, 1, tzinfo=UTC)
 """The date every test clock starts at, and the creation time of the fixtures' objects
-(`tests.support.manifests.NOW`): a run slower than a gang's schedule timeout changes nothing,
+(`testing.manifests.NOW`): a run slower than a gang's schedule timeout changes nothing,
 because no test reads the machine's date."""
 
 

@@ -16,7 +16,7 @@ from typing import Any, Self
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ApiServerProcess:
@@ -24,7 +24,7 @@ class ApiServerProcess:
         self.args = [
             sys.executable,
             "-m",
-            "tests.integration.apiserver",
+            "testing.apiserver",
             "--port",
             str(port),
             "--bookmark-interval",

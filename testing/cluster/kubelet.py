@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
-from tests.integration.apiserver import ApiClient, ApiStatusError
+
+from testing.apiserver import ApiClient, ApiStatusError
 
 
 class Kubelet:

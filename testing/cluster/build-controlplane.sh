@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler from the pinned Go
-# module in tests/cluster/controlplane, once, into a cache folder outside the repository, and
+# module in testing/cluster/controlplane, once, into a cache folder outside the repository, and
 # prints that folder. A later call with the same go.mod, go.sum and Go version prints it again
 # without building. Needs Go (1.26+) and the Go module proxy; prints nothing to stdout but the
-# folder, so `BIN=$(bash tests/cluster/build-controlplane.sh)` works.
+# folder, so `BIN=$(bash testing/cluster/build-controlplane.sh)` works.
 #
 #   GPUSCHED_CONTROLPLANE_CACHE  where builds are kept (default ~/.cache/gpusched/controlplane)
 set -euo pipefail

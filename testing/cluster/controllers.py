@@ -1,7 +1,7 @@
 """Other projects' controllers, run for real beside the control plane (controlplane.py), and the
 CRDs of the workload kinds whose controllers cannot run here.
 
-Each controller is built from its pinned Go module in tests/cluster/<name>/ by build-go.sh
+Each controller is built from its pinned Go module in testing/cluster/<name>/ by build-go.sh
 (once, cached outside the repository, like the control plane) and runs as a process of the
 `ControlPlane`, as the cluster admin, bound to 127.0.0.1; its CRDs come with its module.
 
@@ -17,7 +17,7 @@ Each controller is built from its pinned Go module in tests/cluster/<name>/ by b
   labelled `gpusched.test/kueue=true` is gated, becomes a Kueue Workload, is admitted into the
   test ClusterQueue and ungated.
 - `WORKLOAD_CRDS`: JobSet, LeaderWorkerSet, PyTorchJob, MPIJob and TrainJob, written from their
-  published schemas (tests/cluster/crds/README.md), for tests that play their controllers.
+  published schemas (testing/cluster/crds/README.md), for tests that play their controllers.
 
     folder = go_build("kuberay")              # UnavailableError without Go
     ray = KubeRay.start(cluster.plane, folder)
@@ -36,7 +36,8 @@ from typing import Any
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from tests.cluster.controlplane import (
+
+from testing.cluster.controlplane import (
     LOOPBACK,
     ControlPlane,
     Process,

@@ -116,7 +116,7 @@ def find_binaries(build: bool = True) -> Binaries:
         raise UnavailableError("the real control plane needs Go (go not on PATH) to build it")
     if not build:
         raise UnavailableError(
-            "the control plane is not built (bash tests/cluster/build-controlplane.sh)"
+            "the control plane is not built (bash testing/cluster/build-controlplane.sh)"
         )
     done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
     if done.returncode != 0:

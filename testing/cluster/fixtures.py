@@ -28,9 +28,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
-from tests.cluster.cluster import RealCluster
-from tests.cluster.controllers import KubeRay, Kueue
-from tests.cluster.controlplane import UnavailableError
+
+from testing.cluster.cluster import RealCluster
+from testing.cluster.controllers import KubeRay, Kueue
+from testing.cluster.controlplane import UnavailableError
 
 T = TypeVar("T")
 

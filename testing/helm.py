@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "gpusched"
 INSTALL_SCRIPT = ".ci/install-helm.sh"
 TIMEOUT_SECONDS = 120

@@ -26,7 +26,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import GroupDecision, ScheduleResult
 from gpusched.engine.snapshot import BoundPod, Snapshot
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 ZONE = "topology.kubernetes.io/zone"
 RACK = "topology.example.com/rack"
 PRODUCT = "nvidia.com/gpu.product"

@@ -16,9 +16,9 @@ from typing import Any
 
 from gpusched.api.nvsmi import parse_topo_matrix
 from gpusched.api.topology import GpuInfo, GpuTopology
-from tests.support import manifests
+from testing import manifests
 
-DATA = Path(__file__).parents[1] / "data" / "gpu-topology"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "gpu-topology"
 DRIVER = "gpu.nvidia.com"
 PRODUCT = "NVIDIA H100 80GB HBM3"
 CLASS = "gpu.nvidia.com"
