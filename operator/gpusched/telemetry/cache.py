@@ -207,6 +207,11 @@ class TelemetryCache:
                 nodes = frozenset(known())
                 data = await asyncio.to_thread(self._index, bodies, nodes)
                 self._keep(data, bodies, nodes)
+                logger.info(
+                    "telemetry joined with the %d nodes listed: %d GPUs",
+                    len(nodes),
+                    len(data.values),
+                )
                 self._log_skips(data)
         return self.joined()
 
