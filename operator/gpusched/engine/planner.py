@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
 from gpusched.engine.decisions import Candidates, Record, Tried
-from gpusched.engine.domains import Domain, copies, subdomains
+from gpusched.engine.domains import Domain, copies, empty_label, subdomains
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.nodes import BoolArray
 from gpusched.engine.pick import pick_node
@@ -45,6 +45,12 @@ from gpusched.engine.room import ChildBounds, Room
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.siblings import Siblings
 from gpusched.engine.snapshot import Holding, Snapshot
+
+
+def _empty_line(snapshot: Snapshot, parent: Domain, key: str) -> Tried | None:
+    """A report line naming the nodes of ``parent`` in no ``key`` domain for an empty value."""
+    empty = empty_label(snapshot, parent, key)
+    return Tried(Attempt(None, empty_label=empty)) if empty is not None else None
 
 
 class Planner:
@@ -109,11 +115,15 @@ class Planner:
     # ----- phase 1: candidate domains --------------------------------------------------------
 
     def candidates(self, group: GroupSpec, parent: Domain) -> Candidates:
+        empty: Tried | None = None
         if group.topology_key is None:
             domains = [parent]
         else:
             domains = self._subdomains(parent, group.topology_key)
+            empty = _empty_line(self.snapshot, parent, group.topology_key)
             if not domains:
+                if empty is not None:
+                    return Candidates([], [empty])
                 note = f"no node has label {group.topology_key}"
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
             pinned = self._pin(group, parent, domains)
@@ -121,8 +131,12 @@ class Planner:
                 return Candidates([], [Tried(Attempt(None, note=pinned))])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
-            return self._order_pod_group_domains(group, domains)
-        return self._order_composite_domains(group, domains)
+            found = self._order_pod_group_domains(group, domains)
+        else:
+            found = self._order_composite_domains(group, domains)
+        if empty is not None:
+            found.lines.insert(0, empty)
+        return found
 
     def _subdomains(self, parent: Domain, key: str) -> list[Domain]:
         """`subdomains`, memoised with the static facts: a domain's nodes follow from its

@@ -71,6 +71,18 @@ class ChildBound:
 
 
 @dataclass(frozen=True, slots=True)
+class EmptyLabel:
+    """Nodes that carry the group's topology key with an empty value, so are in no domain of
+    it: NVIDIA's ``nvidia.com/gpu.clique`` is empty on a node whose NVLink fabric is not
+    attached. They cannot host a pod of a group constrained on that key."""
+
+    key: str
+    nodes: int
+    examples: tuple[str, ...]
+    """Up to three of them, by name."""
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One domain tried for a group, or a reason that rules out every domain (``note``)."""
 
@@ -94,6 +106,8 @@ class Attempt:
     """For a composite trial: (child group, its message) of up to three that failed."""
     note: str = ""
     """A reason that is not a count: ``no node has label …``, ``bound pods already span …``."""
+    empty_label: EmptyLabel | None = None
+    """Nodes left out of every domain because their label for the key is empty."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpusched.engine.result import Attempt, ChildBound, Counted, NodeCheck, Waiting
+from gpusched.engine.result import Attempt, ChildBound, Counted, EmptyLabel, NodeCheck, Waiting
 
 # ----- nodes -----------------------------------------------------------------------------------
 
@@ -44,6 +44,8 @@ def left_out(total: int, domain: str | None, check: NodeCheck) -> str:
 
 def summary(attempt: Attempt) -> str:
     """Why the domain did not take the group, in short (or that it did)."""
+    if attempt.empty_label is not None:
+        return empty_label(attempt.empty_label)
     if attempt.note:
         return attempt.note
     if attempt.fits:
@@ -55,6 +57,14 @@ def summary(attempt: Attempt) -> str:
         return f"at most {counts} could fit ({_bounds(attempt.bounds)})"
     failed = "; ".join(f"{name}: {message}" for name, message in attempt.children)
     return f"{counts} fit" + (f" ({failed})" if failed else "")
+
+
+def empty_label(empty: EmptyLabel) -> str:
+    """ "in no nvidia.com/gpu.clique domain: 2 nodes have it empty (gb-1, gb-2)"."""
+    more = ", …" if empty.nodes > len(empty.examples) else ""
+    have = "node has" if empty.nodes == 1 else "nodes have"
+    names = ", ".join(empty.examples)
+    return f"in no {empty.key} domain: {empty.nodes} {have} it empty ({names}{more})"
 
 
 def _bounds(bounds: Sequence[ChildBound]) -> str:
