@@ -83,6 +83,29 @@ class EmptyLabel:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentCount:
+    """A segmented gang's trial: how many of its segments landed whole, each inside one
+    domain of ``key``."""
+
+    fit: int
+    needed: int
+    size: int
+    """Pods per segment."""
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPlaced:
+    """One segment of a placed gang: the domain of the segment key it landed in, its pods."""
+
+    domain: str
+    pods: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"domain": self.domain, "pods": list(self.pods)}
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One domain tried for a group, or a reason that rules out every domain (``note``)."""
 
@@ -108,6 +131,8 @@ class Attempt:
     """A reason that is not a count: ``no node has label …``, ``bound pods already span …``."""
     empty_label: EmptyLabel | None = None
     """Nodes left out of every domain because their label for the key is empty."""
+    segments: SegmentCount | None = None
+    """For a segmented gang's trial: the segments that landed whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +203,12 @@ class GroupDecision:
     left_out: dict[str, str] = field(default_factory=dict)
     """Pods of a placed group left pending (a basic group's extras, a gang's pods beyond
     minCount) → why each did not fit beside the others."""
+    segments: tuple[SegmentPlaced, ...] = ()
+    """A segmented gang placed: its segments, each inside one domain of its topology key
+    (``placement`` is then the domain that holds them all)."""
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"segments": [s.to_dict() for s in self.segments]} if self.segments else {}
         return {
             "name": self.name,
             "kind": self.kind,
@@ -189,6 +218,7 @@ class GroupDecision:
             "message": self.message,
             "attempts": list(self.attempts),
             "explored": self.explored,
+            **extra,
         }
 
 
