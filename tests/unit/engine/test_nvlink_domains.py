@@ -6,14 +6,18 @@ Nodes are simulated GB200 compute trays (`gpusched.offline.nvlink`): 4 GPUs, NV1
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Node
 from gpusched.engine import wording
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.result import EmptyLabel
 from gpusched.engine.schedule import schedule
+from gpusched.engine.scores import domain_fill
 from gpusched.offline.nvlink import CLIQUE_LABEL, clique, gb200_node, nvl72_nodes
-from tests.support.engine import decision, gang, members, outcomes, placements
+from tests.support.engine import bound, decision, gang, members, outcomes, placements, pod
 
 CONFIG = SchedulerConfig()
 
@@ -79,3 +83,39 @@ def test_the_clique_key_in_topology_levels_nests_the_domain_under_its_rack() -> 
         "topology.example.com/rack": "rack-00",
         CLIQUE_LABEL: clique(0),
     }
+
+
+# ----- the domain-fill score: small jobs fill partly used domains ------------------------------
+
+
+def fill_weight(weight: float) -> SchedulerConfig:
+    return SchedulerConfig.model_validate({"scoring": {"domainFillWeight": weight}})
+
+
+@pytest.mark.parametrize(
+    ("weight", "want"),
+    [
+        pytest.param(5.0, "nvl-01-01", id="by default the partly used domain 1 is filled"),
+        pytest.param(0.0, "nvl-00-00", id="without the score the name order breaks domain 0"),
+    ],
+)
+def test_a_small_job_fills_a_partly_used_domain_and_leaves_a_whole_one(
+    weight: float, want: str
+) -> None:
+    # Two domains of 3 trays; a tray of domain 1 is busy. A one-tray job should not break
+    # domain 0, the only whole one left.
+    held = [bound(pod("busy", gpus=4), "nvl-01-00", (0, 1, 2, 3))]
+    snapshot = build_snapshot(nvl72_nodes(2, trays=3), held, None, fill_weight(weight))
+    result = schedule(snapshot, [pod("small", gpus=4)])
+    assert placements(result) == {"small": (want, (0, 1, 2, 3))}
+
+
+def test_the_domain_fill_score_is_the_share_of_gpus_in_use_in_the_domain() -> None:
+    held = [bound(pod("busy", gpus=2), "nvl-01-00", (0, 1))]
+    loose = gb200_node("spare", {CLIQUE_LABEL: ""})
+    snapshot = build_snapshot([*nvl72_nodes(2, trays=2), loose], held, None, CONFIG)
+    nodes = np.arange(len(snapshot.nodes))
+    filled = domain_fill(snapshot, nodes, CLIQUE_LABEL)
+    # domain 1 holds 2 of its 8 GPUs: 25 points for both its trays; domain 0 and the spare 0.
+    assert filled.tolist() == pytest.approx([0.0, 0.0, 25.0, 25.0, 0.0])
+    assert domain_fill(snapshot, nodes, "no.such/label").tolist() == [0.0] * 5
