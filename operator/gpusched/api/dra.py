@@ -60,17 +60,34 @@ class Meta(_Model):
 # ----- ResourceSlice ---------------------------------------------------------------------------
 
 
+AttributeValue = int | bool | str | tuple[int, ...] | tuple[bool, ...] | tuple[str, ...]
+
+
 class DeviceAttribute(_Model):
-    """Exactly one of the four is set."""
+    """Exactly one field is set: a scalar, or (``DRAListTypeAttributes``, alpha in 1.36) a
+    non-empty list, read as a tuple."""
 
     int_value: int | None = Field(default=None, alias="int")
     bool_value: bool | None = Field(default=None, alias="bool")
     string: str | None = None
     version: str | None = None
+    ints: tuple[int, ...] | None = None
+    bools: tuple[bool, ...] | None = None
+    strings: tuple[str, ...] | None = None
+    versions: tuple[str, ...] | None = None
 
     @property
-    def value(self) -> int | bool | str | None:
-        for value in (self.int_value, self.bool_value, self.string, self.version):
+    def value(self) -> AttributeValue | None:
+        for value in (
+            self.int_value,
+            self.bool_value,
+            self.string,
+            self.version,
+            self.ints,
+            self.bools,
+            self.strings,
+            self.versions,
+        ):
             if value is not None:
                 return value
         return None
@@ -85,7 +102,7 @@ class Device(_Model):
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
     capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
 
-    def attribute(self, driver: str, name: str) -> int | bool | str | None:
+    def attribute(self, driver: str, name: str) -> AttributeValue | None:
         """An attribute by its short name (the driver's own domain) or fully qualified."""
         found = self.attributes.get(name) or self.attributes.get(f"{driver}/{name}")
         return found.value if found is not None else None
@@ -226,6 +243,21 @@ class ResourceClaim(_Model):
         )
 
 
+class ResourceClaimTemplateSpec(_Model):
+    spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
+
+
+class ResourceClaimTemplate(_Model):
+    """What kube-controller-manager makes each pod's claim from (``spec.spec``)."""
+
+    metadata: Meta
+    spec: ResourceClaimTemplateSpec = Field(default_factory=ResourceClaimTemplateSpec)
+
+    @property
+    def key(self) -> str:
+        return self.metadata.key
+
+
 def _parse(model: type[_ModelT], kind: str, raw: Mapping[str, Any]) -> _ModelT:
     metadata = raw.get("metadata") if isinstance(raw, Mapping) else None
     name = metadata.get("name", "?") if isinstance(metadata, Mapping) else "?"
@@ -245,3 +277,7 @@ def parse_device_class(raw: Mapping[str, Any]) -> DeviceClass:
 
 def parse_resource_claim(raw: Mapping[str, Any]) -> ResourceClaim:
     return _parse(ResourceClaim, "ResourceClaim", raw)
+
+
+def parse_resource_claim_template(raw: Mapping[str, Any]) -> ResourceClaimTemplate:
+    return _parse(ResourceClaimTemplate, "ResourceClaimTemplate", raw)

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
+from gpusched.engine import wording
 from gpusched.engine.fit import broken_topology, static_reason
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import PodRequest
@@ -20,6 +21,7 @@ CHECKS_SHOWN = 4
 """Checks listed per report; the nodes failing others are counted."""
 FITTING_SHOWN = 3
 EXAMPLES_SHOWN = 2
+DEVICE_PROBLEMS_SHOWN = 3
 
 
 def node_check(
@@ -48,7 +50,22 @@ def node_check(
         for code, count in ranked[:CHECKS_SHOWN]
     )
     others = sum(int(c) for _, c in ranked[CHECKS_SHOWN:])
-    return NodeCheck(int(fitting.size), fitting_names, blockers, others)
+    problems = _device_problems(snapshot, pod, chosen[codes >= 0]) if pod.devices else ()
+    return NodeCheck(int(fitting.size), fitting_names, blockers, others, problems)
+
+
+def _device_problems(
+    snapshot: Snapshot, pod: PodRequest, failed: IntArray
+) -> tuple[tuple[str, str], ...]:
+    """(node, why) of the DRA nodes among ``failed`` whose devices cannot all be used."""
+    found: list[tuple[str, str]] = []
+    for node in failed:
+        devices = snapshot.nodes[int(node)].devices
+        if devices is not None and devices.problem:
+            found.append((devices.node, devices.problem))
+            if len(found) == DEVICE_PROBLEMS_SHOWN:
+                break
+    return tuple(found)
 
 
 def _fit_name(snapshot: Snapshot, node: int, capacity: IntArray | None) -> str:
@@ -100,12 +117,20 @@ def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, s
         if have < pod.gpus:
             where = " in one NUMA node" if single else ""
             detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
-            return f"insufficient {GPU_RESOURCE}", detail + _excluded_suffix(snapshot, node)
+            return _gpu_label(pod), detail + _excluded_suffix(snapshot, node)
     elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
         most = int(snapshot.max_share[node])
         detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
         return "no GPU with enough milli-GPU free", detail + _excluded_suffix(snapshot, node)
     return None
+
+
+def _gpu_label(pod: PodRequest) -> str:
+    """What a pod short of whole GPUs lacks: ``nvidia.com/gpu``, or the devices its
+    ResourceClaims ask for."""
+    if pod.devices is not None and pod.devices.extended is None:
+        return wording.FREE_DRA_DEVICES
+    return f"insufficient {GPU_RESOURCE}"
 
 
 def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
@@ -153,7 +178,7 @@ def _category_codes(
     if pod.gpus:
         single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
         have = snapshot.max_numa_free[nodes] if single else snapshot.free_whole[nodes]
-        check(f"insufficient {GPU_RESOURCE}", have >= pod.gpus)
+        check(_gpu_label(pod), have >= pod.gpus)
     elif pod.gpu_milli:
         check("no GPU with enough milli-GPU free", snapshot.max_share[nodes] >= pod.gpu_milli)
     return codes, labels

@@ -14,6 +14,7 @@ from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
+from gpusched.engine.devices import NodeDevices
 from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.health import GpuSample, apply_telemetry
 from gpusched.engine.nodes import IntArray, NodeInfo, Statics
@@ -36,8 +37,10 @@ class SnapshotCache:
     """
 
     def __init__(self) -> None:
-        self._infos: dict[str, tuple[Node, NodeInfo]] = {}
-        self._inputs: tuple[tuple[Node, ...], object, SchedulerConfig] | None = None
+        self._infos: dict[str, tuple[Node, NodeDevices | None, NodeInfo]] = {}
+        self._inputs: (
+            tuple[tuple[Node, ...], tuple[NodeDevices | None, ...], object, SchedulerConfig] | None
+        ) = None
         self._snapshot: Snapshot | None = None
         self._held: dict[str, BoundPod] = {}
 
@@ -47,14 +50,18 @@ class SnapshotCache:
         bound: Iterable[BoundPod],
         telemetry: Mapping[tuple[str, int], GpuSample] | None,
         config: SchedulerConfig,
+        devices: Mapping[str, NodeDevices] | None = None,
     ) -> Snapshot:
         nodes = tuple(ordered)
+        found = (
+            tuple(devices.get(n.metadata.name) for n in nodes) if devices else (None,) * len(nodes)
+        )
         snapshot = self._snapshot
-        if snapshot is None or not self._same(nodes, telemetry, config):
-            infos = [self._info(node) for node in nodes]
+        if snapshot is None or not self._same(nodes, found, telemetry, config):
+            infos = [self._info(node, d) for node, d in zip(nodes, found, strict=True)]
             self._infos = {node.name: self._infos[node.name] for node in nodes}
             snapshot = Snapshot(config, _build_statics(nodes, infos, telemetry, config))
-            self._inputs = (nodes, telemetry, config)
+            self._inputs = (nodes, found, telemetry, config)
             self._snapshot = snapshot
             self._held = {}
         with snapshot.lock:
@@ -94,23 +101,30 @@ class SnapshotCache:
                 held[key] = pod
         snapshot.settle()
 
-    def _same(self, nodes: tuple[Node, ...], telemetry: object, config: SchedulerConfig) -> bool:
+    def _same(
+        self,
+        nodes: tuple[Node, ...],
+        devices: tuple[NodeDevices | None, ...],
+        telemetry: object,
+        config: SchedulerConfig,
+    ) -> bool:
         if self._inputs is None:
             return False
-        before, before_telemetry, before_config = self._inputs
+        before, before_devices, before_telemetry, before_config = self._inputs
         return (
             before_telemetry is telemetry
             and before_config is config
             and len(before) == len(nodes)
             and all(a is b for a, b in zip(before, nodes, strict=True))
+            and all(a is b for a, b in zip(before_devices, devices, strict=True))
         )
 
-    def _info(self, node: Node) -> NodeInfo:
+    def _info(self, node: Node, devices: NodeDevices | None) -> NodeInfo:
         hit = self._infos.get(node.name)
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        info = _node_info(node)
-        self._infos[node.name] = (node, info)
+        if hit is not None and hit[0] is node and hit[1] is devices:
+            return hit[2]
+        info = _node_info(node, devices=devices)
+        self._infos[node.name] = (node, devices, info)
         return info
 
 
@@ -124,6 +138,7 @@ def build_snapshot(
     telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
     config: SchedulerConfig | None = None,
     cache: SnapshotCache | None = None,
+    devices: Mapping[str, NodeDevices] | None = None,
 ) -> Snapshot:
     """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
     by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone).
@@ -133,13 +148,19 @@ def build_snapshot(
     mapping, even an empty one, means a source exists: a GPU missing from it is unknown, which
     is never healthy (usable or not as ``telemetry.stale`` says, and always reported).
     With a ``cache`` the previous snapshot is brought up to date instead (see
-    `SnapshotCache`); the result then belongs to the cache and must not be changed."""
+    `SnapshotCache`); the result then belongs to the cache and must not be changed.
+    ``devices``: the DRA devices of the nodes that publish some, by node name (their GPUs are
+    counted from the devices, not from ``nvidia.com/gpu``)."""
     config = config or SchedulerConfig()
     ordered = sorted(nodes, key=_NAME)
     if cache is not None:
-        return cache.build(ordered, bound, telemetry, config)
+        return cache.build(ordered, bound, telemetry, config, devices)
     allocatables = [node.allocatable_resources() for node in ordered]
-    infos = [_node_info(node, a) for node, a in zip(ordered, allocatables, strict=True)]
+    found = devices or {}
+    infos = [
+        _node_info(node, a, found.get(node.name))
+        for node, a in zip(ordered, allocatables, strict=True)
+    ]
     snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config, allocatables))
     snapshot.load(bound)
     snapshot.settle()
@@ -180,17 +201,37 @@ def clear_topology_memo() -> None:
     _parsed_topology.cache_clear()
 
 
-def topology_problem(node: Node) -> str | None:
+def topology_problem(node: Node, devices: NodeDevices | None = None) -> str | None:
     """Why ``node``'s GPU topology annotation cannot be used (it does not parse, or describes
-    another number of GPUs than the node advertises); None when it can, or there is none."""
-    return _node_info(node).topology_error
+    another number of GPUs than the node advertises), or, on a DRA node (``devices``), why its
+    devices and its topology do not agree; None when all is well, or there is nothing."""
+    resources = node.allocatable_resources()
+    if devices is None and GPU_RESOURCE not in resources:
+        # No nvidia.com/gpu at all: its GPUs may come from ResourceSlices not seen yet (a
+        # DRA node at start). Only an annotation that does not parse is wrong already.
+        raw = node.metadata.annotations.get(TOPOLOGY_ANNOTATION)
+        try:
+            if raw is not None:
+                parse_topology_annotation(node.name, raw)
+        except InvalidObjectError as error:
+            return str(error)
+        return None
+    found = _node_info(node, resources, devices).topology_error
+    if found is None and devices is not None and devices.problem:
+        return f"Node {node.name}: {devices.problem}"
+    return found
 
 
-def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> NodeInfo:
+def _node_info(
+    node: Node,
+    allocatable: Mapping[str, int] | None = None,
+    devices: NodeDevices | None = None,
+) -> NodeInfo:
     """The static facts of ``node``; ``allocatable``: its parsed allocatable resources, when
-    the caller has them already (parsing quantities is not free)."""
+    the caller has them already (parsing quantities is not free); ``devices``: its DRA
+    devices, which say how many GPUs it has (it advertises no ``nvidia.com/gpu``)."""
     resources = allocatable if allocatable is not None else node.allocatable_resources()
-    count = resources.get(GPU_RESOURCE, 0)
+    count = devices.gpu_count if devices is not None else resources.get(GPU_RESOURCE, 0)
     raw = node.metadata.annotations.get(TOPOLOGY_ANNOTATION)
     shape: NodeShape | None = None
     known, error = False, None
@@ -228,7 +269,10 @@ def _node_info(node: Node, allocatable: Mapping[str, int] | None = None) -> Node
         topology_known=known,
         topology_error=error,
         gpu_memory_mib=memory,
-        advertised_gpus=resources.get(GPU_RESOURCE, 0),
+        advertised_gpus=devices.gpu_count
+        if devices is not None
+        else resources.get(GPU_RESOURCE, 0),
+        devices=devices,
     )
 
 

@@ -1,7 +1,9 @@
 """GPUs published through Dynamic Resource Allocation, and what a claim asks of them.
 
-Two pure translations, so that the engine keeps placing GPUs by node-local index:
+Pure translations, so that the engine keeps placing GPUs by node-local index:
 
+- `node_pools`: a node's ResourceSlices as pools of any driver, read as kube-scheduler reads
+  them (the newest generation only, and only once all its slices are published);
 - `node_devices`: a node's ResourceSlices of the NVIDIA DRA driver joined with its
   ``gpusched.io/gpu-topology`` annotation by GPU UUID. The driver publishes no NVLink data,
   the annotation does; the UUID is what both name the same GPU by. A device that cannot be
@@ -39,6 +41,7 @@ class GpuDevice:
     device: str
     uuid: str
     spec: Device
+    driver: str = NVIDIA_DRIVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,25 +64,82 @@ class NodeDevices:
     def unusable(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.gpu_count) if i not in self.devices)
 
+    def failing(self, checks: Iterable[Check]) -> Check | None:
+        """The first of ``checks`` some device of the node fails (a pod's claims are placed
+        only where every device passes: the engine picks GPUs by topology, not by device);
+        None when every device passes them all."""
+        for check in sorted(set(checks)):
+            for gpu in self.devices.values():
+                if not check.passes(gpu.driver, gpu.spec):
+                    return check
+        return None
+
+    @property
+    def problem(self) -> str:
+        """Why the node's devices cannot all be used ('' when they can)."""
+        return "; ".join(self.problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One driver's pool of devices on a node, as kube-scheduler reads it: only the slices of
+    the newest generation count, and the pool is used only once all ``resourceSliceCount``
+    of them are published (a pool half-way through an update is neither old nor new)."""
+
+    driver: str
+    name: str
+    devices: tuple[Device, ...]
+    """Every device of the pool's current slices, slices by name."""
+    missing: int = 0
+    """Slices of the newest generation not published yet (0: the pool is complete)."""
+    expected: int = 1
+
+    @property
+    def complete(self) -> bool:
+        return self.missing == 0
+
+
+def node_pools(slices: Iterable[ResourceSlice], node: str) -> tuple[Pool, ...]:
+    """The pools of every driver that ``node``'s ResourceSlices publish, by driver and name."""
+    by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
+    for item in slices:
+        if item.spec.node_name == node:
+            by_pool.setdefault((item.spec.driver, item.spec.pool.name), []).append(item)
+    pools: list[Pool] = []
+    for (driver, name), found in sorted(by_pool.items()):
+        newest = max(s.spec.pool.generation for s in found)
+        current = sorted(
+            (s for s in found if s.spec.pool.generation == newest), key=lambda s: s.metadata.name
+        )
+        expected = max(s.spec.pool.resource_slice_count for s in current)
+        devices = tuple(d for s in current for d in s.spec.devices)
+        pools.append(Pool(driver, name, devices, max(0, expected - len(current)), expected))
+    return tuple(pools)
+
 
 def current_devices(slices: Iterable[ResourceSlice], node: str) -> tuple[list[Device], str, str]:
     """The NVIDIA devices the node's pool publishes now (only the newest pool generation
     counts, as kube-scheduler reads it), its pool name, and a problem ('' when none)."""
-    mine = [s for s in slices if s.spec.driver == NVIDIA_DRIVER and s.spec.node_name == node]
-    if not mine:
+    pools = [p for p in node_pools(slices, node) if p.driver == NVIDIA_DRIVER]
+    if not pools:
         return [], "", ""
-    newest = max(s.spec.pool.generation for s in mine)
-    current = [s for s in mine if s.spec.pool.generation == newest]
-    pool = current[0].spec.pool.name
-    expected = current[0].spec.pool.resource_slice_count
-    problem = ""
-    if len(current) < expected:
-        problem = (
-            f"its {NVIDIA_DRIVER} pool {pool} has {len(current)} of {expected} ResourceSlices "
-            "published; waiting for the rest"
+    pool = pools[0]
+    if len(pools) > 1:
+        names = ", ".join(p.name for p in pools)
+        return (
+            [],
+            pool.name,
+            f"it publishes {NVIDIA_DRIVER} devices in {len(pools)} pools ({names}); "
+            "gpusched expects one",
         )
-    devices = [d for s in sorted(current, key=lambda s: s.metadata.name) for d in s.spec.devices]
-    return devices, pool, problem
+    if not pool.complete:
+        published = pool.expected - pool.missing
+        problem = (
+            f"its {NVIDIA_DRIVER} pool {pool.name} has {published} of {pool.expected} "
+            "ResourceSlices of its newest generation published; waiting for the rest"
+        )
+        return [], pool.name, problem
+    return list(pool.devices), pool.name, ""
 
 
 def node_devices(

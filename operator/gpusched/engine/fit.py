@@ -11,6 +11,7 @@ import numpy as np
 
 from gpusched.api.config import NumaPolicy
 from gpusched.api.selectors import first_untolerated_taint, required_terms_match
+from gpusched.engine import wording
 from gpusched.engine.nodes import BoolArray, IntArray, NodeInfo
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import Snapshot
@@ -43,6 +44,30 @@ def static_reason(node: NodeInfo, pod: PodRequest) -> str | None:
         pod.required_terms, node.labels, node.name
     ):
         return "required node affinity does not match"
+    return device_reason(node, pod)
+
+
+def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
+    """Why ``node``'s DRA devices (or its lack of them) do not suit ``pod``, in words. A pod's
+    claims are placed only where every device passes their checks: GPUs are picked by
+    topology, and any of them may be the one picked."""
+    devices, wanted = node.devices, pod.devices
+    if wanted is None:
+        if devices is not None and pod.wants_gpu:
+            return wording.DRA_NODE_FOR_PLUGIN_POD
+        return None
+    if wanted.refusal is not None:
+        return wanted.refusal.message
+    terms = wanted.node_terms
+    if terms is not None and not required_terms_match(terms, node.labels, node.name):
+        return wording.joined_elsewhere(wanted.joined)
+    if devices is None:
+        return None if wanted.extended is not None else wording.NO_DRA_DEVICES
+    if not devices.devices:
+        return wording.DRA_DEVICES_UNUSABLE
+    failing = devices.failing(wanted.checks)
+    if failing is not None:
+        return wording.dra_selector_fails(str(failing))
     return None
 
 

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.selectors import Taint
+from gpusched.engine.devices import NodeDevices
 from gpusched.engine.gpushape import NodeShape
 
 BoolArray = npt.NDArray[np.bool_]
@@ -40,6 +41,9 @@ class NodeInfo:
     """The node's allocatable ``nvidia.com/gpu`` (None: as many as `gpu_count`). It exceeds
     `gpu_count` on a node whose topology annotation describes fewer GPUs: such a node is
     offered the smaller count."""
+    devices: NodeDevices | None = None
+    """The node's GPUs as DRA devices (ResourceSlices joined with its topology); None on a
+    device-plugin node."""
 
     @property
     def gpu_count(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -10,6 +11,7 @@ from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import GPU_MILLI_ANNOTATION, Pod
 from gpusched.api.selectors import NodeSelectorTerm, Toleration
+from gpusched.engine.claims import PodDevices
 from gpusched.engine.groups import GroupKey
 
 WHOLE_GPU_MILLI = 1000
@@ -46,6 +48,9 @@ class PodRequest:
     """``None`` for a pod. Set on what holds GPUs without being a pod (a ResourceClaim's
     devices, GPUs a node does not publish): the keys of the pods whose eviction frees it, every
     one of them needed; empty when no pod's does (it is never a preemption victim)."""
+    devices: PodDevices | None = None
+    """The pod's DRA devices (its ResourceClaims, or ``nvidia.com/gpu`` served by a
+    DeviceClass); None for a pod that asks for none. Set by `with_devices`."""
     group_key: str | None = field(init=False, repr=False, compare=False)
     """The key of the pod's PodGroup (same namespace), as `GroupSpec.key`; ``None`` without a
     group. Worked out once: planning reads it for every held pod, many times a cycle."""
@@ -75,7 +80,20 @@ class PodRequest:
     def constraint_key(self) -> str:
         """Identifies the static node constraints (selector, affinity, tolerations) so that
         pods with equal constraints share one cached node mask."""
+        if self.devices is not None:
+            return repr(
+                (self.node_selector, self.required_terms, self.tolerations, self.devices.signature)
+            )
         return repr((self.node_selector, self.required_terms, self.tolerations))
+
+    def with_devices(self, devices: PodDevices) -> PodRequest:
+        """This pod asking for ``devices`` too: the GPUs of its claims (placed as whole GPUs of
+        one node; where the shared claims it joins were allocated is a check of its own)."""
+        if devices.refusal is not None or devices.extended is not None:
+            return dataclasses.replace(self, devices=devices)
+        return dataclasses.replace(
+            self, devices=devices, gpus=self.gpus + devices.gpus, gpu_milli=0
+        )
 
     @property
     def shape_key(self) -> tuple[object, ...]:

@@ -14,6 +14,7 @@ from typing import Any
 
 # The reasons are the API's vocabulary; re-exported for the rooms that read results.
 from gpusched.api.crds import Reason as Reason
+from gpusched.engine.claims import ClaimAllocation
 
 ENGINE_REASONS = (
     Reason.SCHEDULED,
@@ -56,6 +57,10 @@ class NodeCheck:
     blockers: tuple[Blocker, ...]
     others: int = 0
     """Nodes failing checks beyond those listed."""
+    device_problems: tuple[tuple[str, str], ...] = ()
+    """For a pod asking for DRA devices: (node, why) of nodes among those that did not take
+    it whose devices cannot all be used (a slice not matching the topology, a pool still
+    being published), up to a few."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +172,13 @@ class Binding:
     """The best worst-link any set of that size on this node could have had."""
     notes: tuple[str, ...] = ()
     """Telemetry facts the decision relied on (unknown or stale GPUs it used)."""
+    devices: tuple[ClaimAllocation, ...] = ()
+    """For a pod with ResourceClaims (or GPUs served by a DeviceClass) bound to a DRA node:
+    per claim, the devices chosen for each of its requests (what the operator writes into
+    ``status.allocation``), in the pod's claim order. Empty for every other pod."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "pod": self.pod,
             "node": self.node,
             "gpus": list(self.gpus),
@@ -177,6 +186,9 @@ class Binding:
             "bestLinkTier": self.best_tier,
             "notes": list(self.notes),
         }
+        if self.devices:
+            found["devices"] = [c.to_dict() for c in self.devices]
+        return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ that cannot fit holds nothing while later units are placed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
+from gpusched.engine.claims import ClaimAllocation, choose_devices
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import root_domain
 from gpusched.engine.gpuset import choose_gpus
@@ -86,6 +88,7 @@ def _schedule(
     scoring = Scoring.for_cycle(work.config.scoring, work, pods)
     result = ScheduleResult()
     pods, gated = _gated(work, pods, result)
+    pods, refused = _refused(pods, result)
     valid, pods = _screen(work, pods, groups, result)
     pods_by_group, loose = _by_group(pods, valid, result)
     # Without groups there is nothing to plan (the planner indexes every holding by group).
@@ -100,6 +103,7 @@ def _schedule(
         elif unit.pod is not None:
             _place_loose(work, scoring, unit.pod, result)
     _collect(work, pods, valid, planner.decisions if planner is not None else {}, result)
+    _claims_refused(refused, result)
     return result
 
 
@@ -131,6 +135,51 @@ def _gated(
         if pod.group_key is not None:
             gated[pod.group_key] += 1
     return ready, dict(gated)
+
+
+def _refused(
+    pods: Sequence[PodRequest], result: ScheduleResult
+) -> tuple[list[PodRequest], dict[str, list[tuple[PodRequest, str]]]]:
+    """Takes out the pods whose ResourceClaims cannot be allocated now (`Refusal`), each
+    reported with why: ``WaitingForPods`` while a claim is only not ready, else
+    ``Unschedulable``. Their groups are decided by them (`_claims_refused`): a gang is not
+    placed without the devices of every pod it counts on."""
+    ready: list[PodRequest] = []
+    refused: dict[str, list[tuple[PodRequest, str]]] = defaultdict(list)
+    for pod in pods:
+        refusal = pod.devices.refusal if pod.devices is not None else None
+        if refusal is None:
+            ready.append(pod)
+            continue
+        reason = Reason.WAITING_FOR_PODS if refusal.waiting else Reason.UNSCHEDULABLE
+        result.unschedulable.append(PodFailure(pod.key, reason, refusal.message))
+        if pod.group_key is not None:
+            refused[pod.group_key].append((pod, refusal.message))
+    return ready, dict(refused)
+
+
+def _claims_refused(
+    refused: dict[str, list[tuple[PodRequest, str]]], result: ScheduleResult
+) -> None:
+    """A group with pods whose claims were refused: pending while they only wait, else
+    unschedulable, naming each pod and why."""
+    if not refused:
+        return
+    for index, decision in enumerate(result.groups):
+        found = refused.get(decision.name)
+        if not found:
+            continue
+        waits = all(
+            p.devices is not None and p.devices.refusal is not None and p.devices.refusal.waiting
+            for p, _ in found
+        )
+        result.groups[index] = dataclasses.replace(
+            decision,
+            phase=Phase.PENDING if waits else Phase.UNSCHEDULABLE,
+            reason=Reason.WAITING_FOR_PODS if waits else Reason.UNSCHEDULABLE,
+            message=wording.claims_refused(sorted((p.key, why) for p, why in found)),
+        )
+    result.unschedulable.sort(key=lambda u: u.pod)
 
 
 def _screen(
@@ -206,6 +255,8 @@ def _impossible(snapshot: Snapshot, pod: PodRequest) -> str | None:
             return f"requests {amount} {name}; the largest node has {largest}"
     most = snapshot.most_gpus
     if pod.gpus > most:
+        if pod.devices is not None and pod.devices.extended is None:
+            return wording.too_many_devices(pod.gpus, most)
         return f"requests {pod.gpus} {GPU_RESOURCE}; the largest node has {most}"
     if pod.gpu_milli and most == 0:
         return f"requests a {pod.gpu_milli} milli-GPU share; no node has GPUs"
@@ -328,7 +379,12 @@ def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
             for g in holding.gpus
             if base + g in snapshot.gpu_notes
         )
-    return Binding(holding.pod.key, info.name, holding.gpus, tier, best, notes)
+    devices: tuple[ClaimAllocation, ...] = ()
+    if holding.pod.devices is not None:
+        chosen = choose_devices(holding.pod.devices, info.devices, holding.gpus)
+        # A GPU the node does not publish is held for good (never chosen): nothing to say.
+        devices = chosen if not isinstance(chosen, str) else ()
+    return Binding(holding.pod.key, info.name, holding.gpus, tier, best, notes, devices)
 
 
 def _link_tiers(

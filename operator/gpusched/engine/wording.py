@@ -33,6 +33,7 @@ def node_reasons(check: NodeCheck) -> str:
         parts.append(f"{blocker.nodes} × {blocker.check}: {', '.join(blocker.examples)}{more}")
     if check.others:
         parts.append(f"{check.others} more nodes for other reasons")
+    parts.extend(f"DRA node {node}: {why}" for node, why in check.device_problems)
     return "; ".join(parts) if parts else "no nodes"
 
 
@@ -174,3 +175,39 @@ def placed(done: int, of: int, counted: Counted, domain: str) -> str:
 
 def beside_siblings(domain: str) -> str:
     return f"did not fit beside its sibling groups in {domain}"
+
+
+# ----- DRA devices ------------------------------------------------------------------------------
+
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_NODE_FOR_PLUGIN_POD = (
+    f"its GPUs are {DRA_DRIVER} devices (ResourceSlices); the pod asks for nvidia.com/gpu, "
+    "which the node does not advertise"
+)
+NO_DRA_DEVICES = f"publishes no {DRA_DRIVER} devices for the pod's ResourceClaims"
+FREE_DRA_DEVICES = f"insufficient free {DRA_DRIVER} devices"
+
+
+DRA_DEVICES_UNUSABLE = f"none of its {DRA_DRIVER} devices can be used"
+"""A DRA node none of whose devices can be allocated (why: `NodeCheck.device_problems`)."""
+
+
+def dra_selector_fails(check: str) -> str:
+    """A DRA node where some device fails a check of the pod's claims."""
+    return f"not every device passes the claims' selector {check}"
+
+
+def joined_elsewhere(claims: Sequence[str]) -> str:
+    """A node the shared claims a pod joins were not allocated on."""
+    named = ", ".join(claims)
+    return f"its shared ResourceClaim {named} is allocated on another node"
+
+
+def too_many_devices(count: int, most: int) -> str:
+    """A pod whose claims ask for more GPUs than any node has."""
+    return f"its ResourceClaims ask for {count} {DRA_DRIVER} devices; the largest node has {most}"
+
+
+def claims_refused(lines: Sequence[tuple[str, str]]) -> str:
+    """A group some of whose pods' claims cannot be allocated: each pod and why."""
+    return "; ".join(f"{pod}: {why}" for pod, why in lines)

@@ -22,12 +22,23 @@ from typing import Any
 
 import yaml
 
+from gpusched.api.budgets import PodDisruptionBudget, parse_pod_disruption_budget
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
     parse_composite_pod_group,
     parse_pod_group,
     parse_workload,
+)
+from gpusched.api.dra import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_claim_template,
+    parse_resource_slice,
 )
 from gpusched.api.errors import InvalidObjectError, format_field_path
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
@@ -40,7 +51,15 @@ from gpusched.inputs import InputError
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 CLUSTER_SCOPED = frozenset(
-    {"Node", "Namespace", "PersistentVolume", "StorageClass", "PriorityClass"}
+    {
+        "Node",
+        "Namespace",
+        "PersistentVolume",
+        "StorageClass",
+        "PriorityClass",
+        "ResourceSlice",
+        "DeviceClass",
+    }
 )
 """Kinds without a namespace, among those a snapshot may hold."""
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "samples"
@@ -55,6 +74,16 @@ class ReadPod:
     request: PodRequest
     gpus: tuple[int, ...] | None
     """The GPU indices its annotation assigns (bound pods), or None."""
+
+
+@dataclass(slots=True)
+class DraRead:
+    """The DRA objects read, by name (cluster-scoped) or ``namespace/name``."""
+
+    slices: dict[str, ResourceSlice] = field(default_factory=dict)
+    classes: dict[str, DeviceClass] = field(default_factory=dict)
+    claims: dict[str, ResourceClaim] = field(default_factory=dict)
+    templates: dict[str, ResourceClaimTemplate] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -73,6 +102,10 @@ class ClusterObjects:
     """Kinds we read past, with counts (Jobs, Namespaces, …)."""
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     """By name: what a group's ``priorityClassName`` resolves to."""
+    dra: DraRead = field(default_factory=lambda: DraRead())
+    """ResourceSlices, DeviceClasses, ResourceClaims and their templates."""
+    budgets: list[PodDisruptionBudget] = field(default_factory=list)
+    """PodDisruptionBudgets, by key order as read."""
 
     def group_specs(self) -> dict[str, GroupSpec]:
         """Every group the engine is given, by key: the valid ones and the invalid ones."""
@@ -124,6 +157,8 @@ class _Reader:
         elif kind == "PriorityClass":
             found = parse_priority_class(document)  # a class read wrong would mislead: strict
             objects.priority_classes[found.name] = found
+        elif kind in _DRA_KINDS or kind == "PodDisruptionBudget":
+            self._lenient(document, lambda: self._add_input(kind, document))
         elif kind == "Workload":
             try:
                 self.materialised.extend(materialize(parse_workload(document)))
@@ -133,6 +168,26 @@ class _Reader:
             objects.ignored[kind] = objects.ignored.get(kind, 0) + 1
         else:
             raise InvalidObjectError("document", "kind", "missing or not a string")
+
+    def _add_input(self, kind: str, document: dict[str, Any]) -> None:
+        """A DRA object or a PodDisruptionBudget: strict in files (one read wrong would
+        change where pods go); leniently read, one the operator cannot parse is left out, as
+        its watch leaves it out."""
+        found = self.objects.dra
+        if kind == "ResourceSlice":
+            item = parse_resource_slice(document)
+            found.slices[item.metadata.name] = item
+        elif kind == "DeviceClass":
+            device_class = parse_device_class(document)
+            found.classes[device_class.metadata.name] = device_class
+        elif kind == "ResourceClaim":
+            claim = parse_resource_claim(document)
+            found.claims[_key(document)] = claim
+        elif kind == "ResourceClaimTemplate":
+            template = parse_resource_claim_template(document)
+            found.templates[_key(document)] = template
+        else:
+            self.objects.budgets.append(parse_pod_disruption_budget(document))
 
     def _lenient(self, document: dict[str, Any], add: Callable[[], None]) -> None:
         try:
@@ -172,6 +227,9 @@ class _Reader:
         names = {g.key for g in self.explicit} | {g.key for g in objects.invalid_groups}
         objects.groups = self.explicit + [g for g in self.materialised if g.key not in names]
         return objects
+
+
+_DRA_KINDS = frozenset({"ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate"})
 
 
 def _key(document: Mapping[str, Any]) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from gpusched.api.crds import GROUP, VERSION
+from gpusched.api.dra import DRA_API_VERSION
 from gpusched.k8s.client import PLURALS, KubeClusterApi, load_configuration
 from gpusched.scheduler.ports import ApiError
 
@@ -17,6 +18,13 @@ KINDS = {
     "Node": "/api/v1/nodes",
     "Pod": "/api/v1/pods",
     **{kind: f"/apis/{GROUP}/{VERSION}/{plural}" for kind, plural in PLURALS.items()},
+    # What else the operator decides by: DRA devices and claims, disruption budgets. Not
+    # ResourceClaimTemplates: in a live cluster kube-controller-manager makes the claims, and
+    # a pod whose claim is not made yet waits for it, as the operator has it wait.
+    "ResourceSlice": f"/apis/{DRA_API_VERSION}/resourceslices",
+    "DeviceClass": f"/apis/{DRA_API_VERSION}/deviceclasses",
+    "ResourceClaim": f"/apis/{DRA_API_VERSION}/resourceclaims",
+    "PodDisruptionBudget": "/apis/policy/v1/poddisruptionbudgets",
 }
 """Kind → the cluster-wide collection listed for it."""
 
@@ -34,7 +42,7 @@ async def list_cluster(kubeconfig: str | None = None) -> list[dict[str, Any]]:
             except ApiError as error:
                 if error.status != 404 or kind in ("Node", "Pod"):
                     raise
-                # Our CRDs are not installed: there are no such objects.
+                # Not served (our CRDs not installed, no DRA): there are no such objects.
         return documents
     finally:
         await api.close()

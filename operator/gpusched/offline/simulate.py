@@ -11,17 +11,21 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
-from gpusched.api.config import SchedulerConfig
+from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
 from gpusched.api.k8s import Pod
+from gpusched.engine.budgets import disruption_budgets
 from gpusched.engine.build import build_snapshot
+from gpusched.engine.dra import dra_inputs
 from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
+from gpusched.engine.pins import GpuPins
 from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
 from gpusched.inputs.objects import ClusterObjects
+from gpusched.offline.claims import offline_dra
 
 OTHER_SCHEDULER = "Pod (other scheduler, pending)"
 """How pending pods of another scheduler are counted among the ignored objects."""
@@ -87,7 +91,13 @@ def simulate(
             pending[pod.key] = read.request
         else:
             ignored[OTHER_SCHEDULER] = ignored.get(OTHER_SCHEDULER, 0) + 1
-    snapshot = build_snapshot(objects.nodes, bound.values(), telemetry, config)
+    bound = _pinned(objects, bound)
+    # DRA as the operator gives it to the engine: devices, what claims hold, pods' claims.
+    dra = offline_dra(objects.dra, (pods[key] for key in pending))
+    found = dra_inputs(objects.nodes, dra.objects, list(pending.values()), dra.pods, GPU_RESOURCE)
+    pending = {r.key: r for r in found.ready}
+    held = [*bound.values(), *found.held]
+    snapshot = build_snapshot(objects.nodes, held, telemetry, config, devices=found.devices)
     specs = objects.group_specs()
     wanted = turns(specs) if turns is not None else ()
     kept: dict[str, Snapshot] = {}
@@ -98,7 +108,8 @@ def simulate(
 
     requests, groups = list(pending.values()), list(specs.values())
     result = schedule(snapshot, requests, groups, observe)
-    preemptions = plan_cycle(snapshot, result, requests, groups, (), frozenset(foreign))
+    budgets = disruption_budgets(objects.budgets, (p for p in pods.values() if not p.is_terminal))
+    preemptions = plan_cycle(snapshot, result, requests, groups, budgets, frozenset(foreign))
     return Run(
         objects=objects,
         snapshot=snapshot,
@@ -111,6 +122,34 @@ def simulate(
         ignored=ignored,
         preemptions=preemptions,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    key: str
+    uid: str
+    holding: BoundPod | None
+
+
+def _pinned(objects: ClusterObjects, bound: dict[str, BoundPod]) -> dict[str, BoundPod]:
+    """The bound pods, those holding whole GPUs without saying which (other schedulers'
+    pods) with GPUs assumed as the operator assumes them (`GpuPins`)."""
+    uids = {r.pod.key: r.pod.metadata.uid or r.pod.key for r in objects.pods}
+    held = {key: _Held(key, uids[key], holding) for key, holding in bound.items()}
+    unnamed = {
+        key: h
+        for key, h in held.items()
+        if h.holding is not None
+        and h.holding.gpus is None
+        and h.holding.pod.gpus
+        and not h.holding.pod.gpu_milli
+    }
+    if not unnamed:
+        return bound
+    counts = {n.name: n.allocatable_resources().get(GPU_RESOURCE, 0) for n in objects.nodes}
+    explicit = [b for b in bound.values() if b.gpus is not None]
+    pinned = GpuPins().pinned(unnamed, explicit, lambda node: counts.get(node, 0))
+    return {key: pinned.get(held[key].uid, holding) for key, holding in bound.items()}
 
 
 def first_attempt(result: ScheduleResult) -> ScheduleResult:

@@ -16,7 +16,8 @@ One module per job:
   `resync`: fresh lists that reconcile the cache.
 - `state`: nodes, pods and the reservation ledger, nominations included (`records`: what is
   kept of a pod; `groups`: groups, Workloads and PriorityClasses; `budgets`:
-  PodDisruptionBudgets; `pins`: GPUs assumed for pods that do not say which they hold).
+  PodDisruptionBudgets as watched; the GPUs assumed for pods that do not say which they hold
+  are the engine's `gpusched.engine.pins`).
 - `dra`: ResourceClaims, DRA's ledger and gpusched's allocation of them; `assignments`: the
   kubelet's record of the GPUs it gave.
 - `clock`, `tasks`, `ports`, `refs`: time, background work, the API protocol, object refs.

@@ -19,12 +19,13 @@ from collections.abc import Iterable
 
 from gpusched.api.config import OperatorConfig
 from gpusched.api.k8s import GPUS_ANNOTATION
+from gpusched.engine.claims import held_claims
 from gpusched.engine.result import Binding
 from gpusched.scheduler import metrics
 from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator, ClaimWrite
-from gpusched.scheduler.dra.view import View, held_claims
+from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.ports import ApiError, ClusterApi, FencedError, ObjectRef
@@ -94,7 +95,7 @@ class Binder:
             gpus = ",".join(map(str, binding.gpus)) or "none"
             logger.info("placing %s on %s, GPUs %s (%s)", binding.pod, binding.node, gpus, root)
             self._binding[root].add(binding.pod)
-            writes = self.claims.plan(binding.pod, binding.node, binding.gpus, view)
+            writes = self.claims.plan(binding, view)
             gangs[root].append((binding.pod, reservation, writes))
         for root, members in gangs.items():
             self.background.spawn(self._allocate_and_bind(root, members, term))

@@ -59,17 +59,22 @@ class Decider:
         self._warmed_at = float("-inf")
 
     async def decide(self, ready: list[PodRequest]) -> tuple[ScheduleResult, View]:
-        """The engine's decision on ``ready`` (DRA reasons put in), and the DRA view it saw."""
+        """The engine's decision on ``ready`` (their devices, and what DRA claims hold, among
+        its inputs), and the DRA view it saw."""
         started = self.clock()
         view = self.claims.view.build(
             self.state.nodes, self.state.bound(), ready, self.state.pods, self.claims.busy
         )
         snapshot = build_snapshot(
-            view.nodes, view.bound, self._telemetry(), self.config, self._snapshots
+            view.nodes,
+            view.bound,
+            self._telemetry(),
+            self.config,
+            self._snapshots,
+            devices=view.devices,
         )
         groups = self.state.group_specs()
         result = await asyncio.to_thread(schedule, snapshot, view.ready, groups)
-        view.amend(result)
         self._decided = (snapshot, view.ready)
         metrics.DECISION_SECONDS.observe(self.clock() - started)
         return result, view
@@ -106,10 +111,12 @@ class Decider:
         if now - self.quality_at < QUALITY_SECONDS:
             return
         self.quality_at = now
-        nodes, bound = self.claims.view.cluster(
+        nodes, bound, devices = self.claims.view.cluster(
             self.state.nodes, self.state.bound(), self.claims.busy
         )
-        snapshot = build_snapshot(nodes, bound, self._telemetry(), self.config, self._snapshots)
+        snapshot = build_snapshot(
+            nodes, bound, self._telemetry(), self.config, self._snapshots, devices=devices
+        )
         quality_metrics.update(snapshot, self.config, self._placed)
         self._placed.clear()
 
@@ -121,12 +128,11 @@ class Decider:
         if now - self._warmed_at < WARM_SECONDS:
             return
         self._warmed_at = now
+        nodes, bound, devices = self.claims.view.cluster(
+            self.state.nodes, self.state.bound(), self.claims.busy
+        )
         build_snapshot(
-            self.state.nodes.values(),
-            list(self.state.bound()),
-            self._telemetry(),
-            self.config,
-            self._snapshots,
+            nodes, bound, self._telemetry(), self.config, self._snapshots, devices=devices
         )
 
     def next_measurement(self) -> float:

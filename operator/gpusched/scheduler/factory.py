@@ -12,8 +12,8 @@ from gpusched.scheduler.clock import MONOTONIC, Clock
 from gpusched.scheduler.decider import Decider, Telemetry
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
-from gpusched.scheduler.dra.builder import DraView
 from gpusched.scheduler.dra.release import ClaimReleaser
+from gpusched.scheduler.dra.view import DraView
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop

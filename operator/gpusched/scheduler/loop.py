@@ -221,8 +221,9 @@ class SchedulingLoop:
     def _after_view(self, view: View) -> None:
         """What the DRA view found besides the decision: allocations a previous leader left
         unbound (released), and bound pods whose GPUs differ from our choice (an Event)."""
-        for claim, uid, version in view.stale:
-            self.background.spawn(self.releaser.release_stale(claim, uid, version))
+        for stale in view.stale:
+            release = self.releaser.release_stale(stale.claim, stale.uid, stale.version)
+            self.background.spawn(release)
         for mismatch in view.mismatches:
             if (record := self.state.pods.get(mismatch.pod)) is not None:
                 self.reporter.event(

@@ -36,6 +36,7 @@ from dataclasses import replace
 from enum import Enum
 
 from gpusched.api.config import PreemptionConfig
+from gpusched.engine.holdings import claim_of_holding
 from gpusched.engine.preemption import PreemptionPlan, Victim
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import BoundPod
@@ -44,7 +45,6 @@ from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
-from gpusched.scheduler.dra.holdings import claim_of_holding
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.leadership import Leadership
@@ -622,7 +622,7 @@ class Preemptor:
         self.state.release_nomination(nomination.root)
         self._plans.pop(nomination.root, None)
         view = self._claims_view(nomination)
-        unready = sorted(view.failures.items())
+        unready = sorted(view.refused.items())
         if unready:
             # A claim that cannot be allocated now (being deleted, allocated elsewhere, not
             # made yet): nothing is bound, and the group is planned again like any other.

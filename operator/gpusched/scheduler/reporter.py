@@ -18,6 +18,7 @@ from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS
 from gpusched.api.k8s import Node
 from gpusched.api.status import GroupStatus
 from gpusched.engine.build import topology_problem
+from gpusched.engine.devices import NodeDevices
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.result import GroupDecision, Reason
 from gpusched.scheduler import metrics
@@ -80,13 +81,15 @@ class Reporter:
             placement=decision.placement or None,
         )
 
-    def node_seen(self, node: Node) -> None:
+    def node_seen(self, node: Node, devices: NodeDevices | None = None) -> None:
         """A node that lies about its GPUs (its topology annotation describes more or fewer
         than it advertises, or does not parse) is reported once per change: a log line, a
         Warning Event on the Node, the ``gpusched_nodes_with_unusable_topology`` gauge. The
         engine places only single-GPU pods there (no GPU set can be judged without links), on
-        the smaller of the two counts."""
-        problem = topology_problem(node)
+        the smaller of the two counts. A DRA node (``devices``) is judged by its
+        ResourceSlices, not by ``nvidia.com/gpu`` (it advertises none): its devices that do
+        not match its topology are reported the same way."""
+        problem = topology_problem(node, devices)
         if problem == self._node_problems.get(node.name):
             return
         if problem is None:

@@ -137,7 +137,7 @@ class Scheduler:
         self.state.upsert_node(body)
         node = self.state.nodes.get(name_of(body))
         if node is not None:
-            self.reporter.node_seen(node)
+            self.reporter.node_seen(node, self.claims.view.node_devices(node))
         self.wake()
 
     def node_deleted(self, name: str) -> None:
@@ -196,11 +196,20 @@ class Scheduler:
 
     def slice_changed(self, body: Mapping[str, Any]) -> None:
         self.claims.book.upsert_slice(body)
+        self._devices_changed(body.get("spec", {}).get("nodeName"))
         self.wake()
 
     def slice_deleted(self, name: str) -> None:
+        gone = self.claims.book.slices.get(name)
         self.claims.book.delete_slice(name)
+        self._devices_changed(gone.spec.node_name if gone is not None else None)
         self.wake()
+
+    def _devices_changed(self, node_name: object) -> None:
+        """A node's DRA devices changed: whether they match its topology is judged again."""
+        node = self.state.nodes.get(node_name) if isinstance(node_name, str) else None
+        if node is not None:
+            self.reporter.node_seen(node, self.claims.view.node_devices(node))
 
     def device_class_changed(self, body: Mapping[str, Any]) -> None:
         self.claims.book.upsert_class(body)

@@ -20,11 +20,11 @@ from typing import Any
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node, parse_node, parse_pod
+from gpusched.engine.pins import GpuPins
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.budgets import Budgets
 from gpusched.scheduler.groups import GroupBook, GroupRecord, WorkloadRecord
-from gpusched.scheduler.pins import GpuPins
 from gpusched.scheduler.records import (
     Nomination,
     PodRecord,

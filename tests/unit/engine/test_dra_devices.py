@@ -171,3 +171,17 @@ def test_first_available_and_all_mode_are_refused() -> None:
     body["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "All"
     with pytest.raises(ClaimError, match="allocationMode All"):
         claim_demand(parse_resource_claim(body), CLASSES)
+
+
+def test_list_typed_attributes_are_read_and_an_equality_never_takes_a_list_for_a_scalar() -> None:
+    # DRAListTypeAttributes: a list is not equal to one of its members (CEL's == on a list
+    # and a scalar does not select the device either).
+    body = dra.resource_slice("n1")
+    device = body["spec"]["devices"][0]
+    device["attributes"]["channels"] = {"ints": [0, 1]}
+    device["attributes"]["cliqueIDs"] = {"strings": ["a.1", "a.2"]}
+    found = parse_resource_slice(body).spec.devices[0]
+    assert found.attribute(NVIDIA_DRIVER, "channels") == (0, 1)
+    assert found.attribute(NVIDIA_DRIVER, "cliqueIDs") == ("a.1", "a.2")
+    assert not Check(NVIDIA_DRIVER, "channels", 0).passes(NVIDIA_DRIVER, found)
+    assert Check(NVIDIA_DRIVER, "type", "gpu").passes(NVIDIA_DRIVER, found)

@@ -1,5 +1,5 @@
 """Preemption where GPUs are held through ResourceClaims: the snapshot holds a claim's devices
-as a holding that is no pod (`PodRequest.reserved_for`, as `gpusched.scheduler.dra.holdings`
+as a holding that is no pod (`PodRequest.reserved_for`, as `gpusched.engine.holdings`
 builds it), freed only once every pod it is reserved for is evicted.
 
 Every case is one rack of 8-GPU nodes ``node-a``, ``node-b`` …; a DRA pod holds no GPU itself,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpusched.api.k8s import parse_pod
-from gpusched.scheduler.dra.extended import Mapping, extended_claim
+from gpusched.engine.extended import Mapping, extended_claim
 
 GPU = "nvidia.com/gpu"
 

@@ -548,7 +548,8 @@ async def test_a_pod_joining_a_shared_claim_goes_only_to_its_node_or_nowhere() -
     assert "allocation" not in claims.claims[f"{NS}/big-own"].get("status", {})
     other = "n2" if node == "n1" else "n1"
     messages = [e["message"] for e in api.events if e["involvedObject"]["name"] == "big"]
-    assert any(f"required node affinity does not match: {other}" in m for m in messages), messages
+    want = f"its shared ResourceClaim {NS}/shared is allocated on another node: {other}"
+    assert any(want in m for m in messages), messages
 
 
 @pytest.mark.asyncio
@@ -603,8 +604,33 @@ async def test_a_claims_devices_are_held_for_the_pods_it_is_reserved_for() -> No
     clock.now += 1.0  # the shortest backoff: the second joins the claim now
     await run_cycle(scheduler)
     scheduler.claims.book.upsert_claim(claims.claims[f"{NS}/shared"])
-    _, held = scheduler.claims.view.cluster(
+    _, held, _ = scheduler.claims.view.cluster(
         scheduler.state.nodes, scheduler.state.bound(), scheduler.claims.busy
     )
     by_key = {h.pod.key: h.pod.reserved_for for h in held}
     assert by_key[f"ResourceClaim {NS}/shared"] == (f"{NS}/first", f"{NS}/second")
+
+
+@pytest.mark.asyncio
+async def test_a_dra_node_is_not_warned_about_and_a_real_mismatch_warns_once() -> None:
+    # A DRA node advertises no nvidia.com/gpu: judged by its slices, it is fine, whichever
+    # watch speaks first. A device whose UUID is not in its topology warns once per change.
+    api = LoggingApi()
+    claims = FakeClaims(api.log)
+    scheduler = build_scheduler(load_config({}), ClusterState(), api, claims=claims, clock=Clock())
+    scheduler.node_changed(dra.node("n1"))
+    scheduler.slice_changed(dra.resource_slice("n1"))
+    scheduler.node_changed(dra.node("n1"))
+    await run_cycle(scheduler)
+
+    def warnings() -> list[str]:
+        return [e["message"] for e in api.events if e["reason"] == "GPUTopologyMismatch"]
+
+    assert warnings() == []
+    wrong = dra.resource_slice("n1", replace={3: "GPU-elsewhere"})
+    scheduler.slice_changed(wrong)
+    scheduler.slice_changed(wrong)
+    scheduler.node_changed(dra.node("n1"))
+    await run_cycle(scheduler)
+    (message,) = warnings()
+    assert "device gpu-3 (uuid GPU-elsewhere) matches no GPU" in message, message

@@ -5,16 +5,13 @@ written into its ResourceClaims' ``status.allocation``: the kubelet and the DRA 
 exactly those. So gpusched writes its own choice there, as kube-scheduler's dynamicresources
 plugin would, and reads holdings back from the claims, never from its memory.
 
-One module per job:
+What decides is the engine's: `gpusched.engine.dra` turns the watched objects into its
+inputs (the device inventory, each pod's claims as `PodRequest.devices`, what claims hold),
+the engine filters nodes by them, reports DRA reasons as data, and says which devices each
+claim gets (`Binding.devices`). Here is only the ledger and the writes, one module per job:
 - `book`: the watched ResourceSlices, DeviceClasses and ResourceClaims (`ClaimBook`).
-- `view` and `builder`: per cycle, what the engine sees (`View`, built by `DraView`). DRA nodes
-  advertise the GPUs of their slices (joined with the topology by UUID) and carry a label that
-  only DRA pods select; a DRA pod asks for its claims' GPU count and selects nodes whose every
-  GPU passes its claims' checks. A claim that cannot be allocated exactly is a reason on the pod.
-- `holdings`: every allocated claim (or one we are writing) holds its devices, whichever pod,
-  if any, still runs.
-- `extended`: ``nvidia.com/gpu`` served by a DeviceClass (KEP-5004): the claim kube-scheduler
-  would create for the pod, and the pod's ``status.extendedResourceClaimStatus``.
+- `view`: hands the book to the engine's builder each cycle (`DraView`), and keeps what
+  the decision is carried out with (`View`).
 - `allocator`: the transaction (`ClaimAllocator`). For every pod of a gang, in kube-scheduler's
   order: the claim created (extended resources only), the finalizer
   ``resource.kubernetes.io/delete-protection`` (an update of the claim), then

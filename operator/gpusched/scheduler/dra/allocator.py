@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpusched.api.dra import DELETE_PROTECTION_FINALIZER, ResourceClaim, parse_resource_claim
+from gpusched.engine.claims import choose_devices
 from gpusched.engine.devices import NVIDIA_DRIVER, RequestDemand
+from gpusched.engine.extended import ExtendedClaim
+from gpusched.engine.result import Binding
 from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
-from gpusched.scheduler.dra.builder import DraView
-from gpusched.scheduler.dra.extended import ExtendedClaim
 from gpusched.scheduler.dra.release import WRITE_ATTEMPTS, ClaimReleaser, RefusedError
-from gpusched.scheduler.dra.view import View
+from gpusched.scheduler.dra.view import DraView, View
 from gpusched.scheduler.ports import ApiError, Fence, FencedError
 
 logger = logging.getLogger(__name__)
@@ -110,29 +111,27 @@ class ClaimAllocator:
             slices, classes, claims = [], [], []
         self.book.replace_all(slices, classes, claims)
 
-    def plan(
-        self, pod: str, node: str, gpus: Sequence[int], view: View | None
-    ) -> list[ClaimWrite] | str:
-        """The claim writes placing ``pod`` on ``gpus`` of ``node``, held from now on; or why
-        they cannot be made (the devices' state changed since the view was built)."""
-        plan = view.plans.get(pod) if view is not None else None
-        if plan is None or view is None:
+    def plan(self, binding: Binding, view: View | None) -> list[ClaimWrite] | str:
+        """The claim writes placing ``binding``'s pod on the devices the engine chose
+        (`Binding.devices`; a bind decided earlier, a nomination's, gets them from the same
+        engine function), held from now on; or why they cannot be made (the devices' state
+        changed since the view was built)."""
+        found = view.pod_devices(binding.pod) if view is not None else None
+        if found is None or view is None:
             return []
-        node_obj = next((n for n in view.nodes if n.name == node), None)
-        devices = self.view.devices(node_obj) if node_obj is not None else None
-        if devices is None:
-            if plan.extended is not None:
-                return []  # a device-plugin node: the kubelet gives the pod its nvidia.com/gpu
-            return f"node {node} publishes no {NVIDIA_DRIVER} devices"
-        chosen = [devices.devices.get(i) for i in gpus]
-        if any(d is None for d in chosen) or len(chosen) != plan.gpus:
-            return f"GPUs {list(gpus)} of {node} are not all published as devices"
+        uid, devices = found
+        pod, node = binding.pod, binding.node
+        node_devices = view.devices.get(node)
+        if node_devices is None and devices.extended is not None:
+            return []  # a device-plugin node: the kubelet gives the pod its nvidia.com/gpu
+        chosen = binding.devices or choose_devices(devices, node_devices, binding.gpus)
+        if isinstance(chosen, str):
+            return f"node {node}: {chosen}"
         taken = self._taken()
         writes: list[ClaimWrite] = []
-        queue = [d for d in chosen if d is not None]
-        for claim in plan.claims:
+        for claim, allocation in zip(devices.claims, chosen, strict=True):
             if claim.joins:
-                writes.append(self._join_write(claim.key, pod, plan.uid, node))
+                writes.append(self._join_write(claim.key, pod, uid, node))
                 continue
             other = self.writes.get(claim.key)
             if other is not None:
@@ -140,24 +139,14 @@ class ClaimAllocator:
                     f"ResourceClaim {claim.key} (shared) is being allocated for {other.pod}; "
                     "this pod joins it once that is done"
                 )
-            results: list[tuple[str, str]] = []
-            for demand in claim.demands:
-                for _ in range(demand.count):
-                    gpu = queue.pop(0)
-                    if (gpu.pool, gpu.device) in taken:
-                        return f"device {gpu.device} of {node} is held by another claim"
-                    results.append((demand.request, gpu.device))
-            pool = chosen[0].pool if chosen and chosen[0] is not None else node
+            for device in allocation.devices:
+                if (device.pool, device.device) in taken:
+                    return f"device {device.device} of {node} is held by another claim"
+            results = tuple((d.request, d.device) for d in allocation.devices)
+            pool = allocation.devices[0].pool if allocation.devices else node
             writes.append(
                 ClaimWrite(
-                    claim.key,
-                    pod,
-                    plan.uid,
-                    node,
-                    pool,
-                    tuple(results),
-                    claim.demands,
-                    plan.extended,
+                    claim.key, pod, uid, node, pool, results, claim.demands, devices.extended
                 )
             )
         for write in writes:

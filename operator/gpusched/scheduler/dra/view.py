@@ -1,172 +1,115 @@
-"""What the engine sees of DRA in one cycle (`View`), and the claims a pod asks for."""
+"""The DRA inputs of one decision, gathered from the claim ledger (`DraView`), and what the
+operator keeps of them to carry the decision out (`View`).
+
+Everything that decides is the engine's (`gpusched.engine.dra`): the device inventory, the
+pods' claims, what the claims hold. Here only the watched objects are handed over, with what
+this replica is writing now, and the GPUs the kubelet actually gave bound pods."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from gpusched.api.k8s import Node, Pod
-from gpusched.api.selectors import NodeSelectorTerm
-from gpusched.engine.devices import Check, ClaimError, RequestDemand
+from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.k8s import Node
+from gpusched.engine.claims import PodDevices, Stale
+from gpusched.engine.devices import NodeDevices
+from gpusched.engine.dra import DraCache, DraInputs, DraObjects, PodSource
 from gpusched.engine.request import PodRequest
-from gpusched.engine.result import GroupDecision, Phase, PodFailure, Reason, ScheduleResult
 from gpusched.engine.snapshot import BoundPod
-from gpusched.scheduler.assignments import Mismatch
-from gpusched.scheduler.dra.extended import ExtendedClaim
+from gpusched.scheduler.assignments import ActualAssignments, Mismatch
+from gpusched.scheduler.dra.book import ClaimBook
 
-
-@dataclass(frozen=True, slots=True)
-class ClaimPlan:
-    """A claim to allocate for a pod (its requests in order), or, ``joins``, a shared claim
-    allocated already that the pod is only added to (its devices are held already)."""
-
-    key: str
-    demands: tuple[RequestDemand, ...]
-    joins: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PodPlan:
-    pod: str
-    uid: str
-    claims: tuple[ClaimPlan, ...]
-    extended: ExtendedClaim | None = None
-    """For a pod asking ``nvidia.com/gpu`` served by a DeviceClass: the claim to create when
-    it lands on a DRA node (its one `ClaimPlan` is keyed by `extended_key`). On a
-    device-plugin node nothing is written."""
-    node_terms: tuple[NodeSelectorTerm, ...] | None = None
-    """Where the shared claims it joins were allocated (None: anywhere)."""
-
-    @property
-    def gpus(self) -> int:
-        return sum(d.count for c in self.claims for d in c.demands)
-
-    @property
-    def checks(self) -> tuple[Check, ...]:
-        return tuple(sorted({c for p in self.claims for d in p.demands for c in d.checks}))
+Busy = Mapping[str, tuple[str, tuple[str, ...]]]
+"""Claims being written by a running transaction: claim → pool, devices."""
 
 
 @dataclass(slots=True)
 class View:
+    """One decision's inputs (``nodes`` as watched, ``bound`` with what claims hold) and the
+    pods' devices, for the allocator to write what the engine chose."""
+
     nodes: list[Node]
     bound: list[BoundPod]
-    ready: list[PodRequest]
-    plans: dict[str, PodPlan]
-    failures: dict[str, str]
-    """Pods of ours that cannot be placed for a DRA reason: why."""
-    problems: dict[str, tuple[str, ...]]
-    """DRA nodes whose devices cannot all be used: why."""
-    stale: list[tuple[str, str, str]]
-    """(claim, pod uid): allocations a previous leader wrote for a pod it never bound."""
-    group_of: dict[str, str] = field(default_factory=dict)
-    """Pod → its group's key, for the pods above."""
+    inputs: DraInputs
+    claimed: dict[str, tuple[str, PodDevices]] = field(default_factory=dict)
+    """Pod → its uid and devices, for the pods whose devices can be allocated."""
     mismatches: list[Mismatch] = field(default_factory=list)
     """Bound pods the kubelet gave other GPUs than gpusched chose, new this cycle."""
-    waiting: set[str] = field(default_factory=set)
-    """Pods among ``failures`` that only wait (their claim is being made or released)."""
 
-    def amend(self, result: ScheduleResult) -> None:
-        """Puts our reasons into the engine's result: a pod that could not even be offered to
-        the engine, and the DRA nodes' problems on every DRA pod or group left unplaced."""
-        failed_groups: dict[str, list[str]] = {}
-        only_waiting: dict[str, bool] = {}
-        for pod, why in sorted(self.failures.items()):
-            waits = pod in self.waiting
-            reason = Reason.WAITING_FOR_PODS if waits else Reason.UNSCHEDULABLE
-            result.unschedulable.append(PodFailure(pod, reason, why))
-            group = self.group_of.get(pod)
-            if group is not None:
-                failed_groups.setdefault(group, []).append(f"{pod}: {why}")
-                only_waiting[group] = only_waiting.get(group, True) and waits
-        problems = self.problem_text()
-        for index, decision in enumerate(result.groups):
-            lines = failed_groups.get(decision.name)
-            if lines:
-                waits = only_waiting[decision.name]
-                result.groups[index] = dataclasses.replace(
-                    decision,
-                    phase=Phase.PENDING if waits else Phase.UNSCHEDULABLE,
-                    reason=Reason.WAITING_FOR_PODS if waits else Reason.UNSCHEDULABLE,
-                    message="; ".join(lines),
-                )
-            elif (
-                problems
-                and decision.phase is not Phase.SCHEDULED
-                and _has_dra(decision, self.plans, self.group_of)
-            ):
-                result.groups[index] = dataclasses.replace(
-                    decision, message=f"{decision.message}; {problems}"
-                )
-        for index, failure in enumerate(result.unschedulable):
-            if problems and failure.pod in self.plans:
-                result.unschedulable[index] = dataclasses.replace(
-                    failure, message=f"{failure.message}; {problems}"
-                )
+    @property
+    def ready(self) -> list[PodRequest]:
+        return self.inputs.ready
 
-    def problem_text(self) -> str:
-        return "; ".join(
-            f"DRA node {node}: {problem}"
-            for node, problems in sorted(self.problems.items())
-            for problem in problems
+    @property
+    def devices(self) -> dict[str, NodeDevices]:
+        return self.inputs.devices
+
+    @property
+    def stale(self) -> list[Stale]:
+        return self.inputs.stale
+
+    @property
+    def refused(self) -> dict[str, str]:
+        return self.inputs.refused
+
+    def pod_devices(self, pod: str) -> tuple[str, PodDevices] | None:
+        """The pod's uid and devices, if it asks for some and they can be allocated."""
+        return self.claimed.get(pod)
+
+
+class DraView:
+    """Builds `View`s from the ledger (`ClaimBook`) through one `DraCache`."""
+
+    def __init__(self, book: ClaimBook, gpu_resource: str = GPU_RESOURCE) -> None:
+        self.book = book
+        self.gpu_resource = gpu_resource
+        self.cache = DraCache()
+        self.actual = ActualAssignments()
+
+    def objects(self) -> DraObjects:
+        book = self.book
+        return DraObjects(book.slices, book.classes, book.claims, book.slices_generation)
+
+    def node_devices(self, node: Node) -> NodeDevices | None:
+        """The node's DRA devices now (None: it publishes none)."""
+        return self.cache.node_devices(node, self.objects())
+
+    def build(
+        self,
+        nodes: Mapping[str, Node],
+        bound: Iterable[BoundPod],
+        ready: Sequence[PodRequest],
+        pods: Mapping[str, PodSource],
+        busy: Busy,
+    ) -> View:
+        bound, mismatches = self.actual.apply(nodes, bound)
+        inputs = self.cache.build(
+            nodes,
+            self.objects(),
+            ready,
+            pods,
+            gpu_resource=self.gpu_resource,
+            busy=busy,
+            releasing=self.book.releasing,
         )
+        claimed = {
+            r.key: (record.uid, r.devices)
+            for r in inputs.ready
+            if r.devices is not None
+            and r.devices.refusal is None
+            and (record := pods.get(r.key)) is not None
+        }
+        return View(list(nodes.values()), [*bound, *inputs.held], inputs, claimed, mismatches)
 
-
-def _has_dra(
-    decision: GroupDecision, plans: Mapping[str, PodPlan], group_of: Mapping[str, str]
-) -> bool:
-    return any(group_of.get(pod) == decision.name for pod in plans)
-
-
-class ClaimWaitingError(ClaimError):
-    """Not wrong, only not ready: the claim is being made, written or released. The pod waits
-    without backing off, as a gang waits for its pods."""
-
-
-class PodSource(Protocol):
-    """A watched pod, as the scheduler's state keeps it."""
-
-    @property
-    def pod(self) -> Pod: ...
-
-    @property
-    def uid(self) -> str: ...
-
-
-def extended_key(pod: Pod) -> str:
-    """Stands for the claim of ``pod``'s extended-resource requests until the API server has
-    named it (not a valid claim name, so no real claim is ever mistaken for it)."""
-    return f"{pod.metadata.namespace}/<extended-resources of {pod.metadata.name}>"
-
-
-def claim_keys(pod: Pod) -> list[str]:
-    """The ResourceClaims of the pod's ``spec.resourceClaims``, in order; raises
-    `ClaimError` while one made from a template is not created yet."""
-    made = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses}
-    keys: list[str] = []
-    for entry in pod.spec.resource_claims:
-        if entry.resource_claim_name:
-            keys.append(f"{pod.metadata.namespace}/{entry.resource_claim_name}")
-            continue
-        if entry.name not in made:
-            raise ClaimWaitingError(
-                f"waiting for the ResourceClaim of {entry.name} (from ResourceClaimTemplate "
-                f"{entry.resource_claim_template_name}) to be created"
-            )
-        name = made[entry.name]
-        if name:  # None: the template decided the pod needs no claim
-            keys.append(f"{pod.metadata.namespace}/{name}")
-    return keys
-
-
-def held_claims(pod: Pod) -> list[str]:
-    """The pod's claims that exist by name now (for releasing them)."""
-    try:
-        return claim_keys(pod)
-    except ClaimError:
-        return [
-            f"{pod.metadata.namespace}/{s.resource_claim_name}"
-            for s in pod.status.resource_claim_statuses
-            if s.resource_claim_name
-        ]
+    def cluster(
+        self, nodes: Mapping[str, Node], bound: Iterable[BoundPod], busy: Busy
+    ) -> tuple[list[Node], list[BoundPod], dict[str, NodeDevices]]:
+        """The cluster as `build` shows it to the engine, without pods to place (for the
+        placement-quality gauges and the standby's warm snapshot); mismatches are left for
+        `build` to report."""
+        bound, _ = self.actual.apply(nodes, bound, report=False)
+        objects = self.objects()
+        inventory = self.cache.inventory(nodes, objects)
+        held = self.cache.held(objects, inventory, busy)
+        return list(nodes.values()), [*bound, *held], inventory

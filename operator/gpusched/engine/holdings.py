@@ -10,22 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpusched.api.dra import ResourceClaim
 from gpusched.engine.devices import NVIDIA_DRIVER, NodeDevices
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
-from gpusched.scheduler.dra.book import ClaimBook
 
 
 class ClaimHoldings:
     """Turns holdings into `BoundPod`s, keeping each alive while its claim is unchanged (the
     snapshot cache tells unchanged pods by identity)."""
 
-    def __init__(self, book: ClaimBook) -> None:
-        self.book = book
+    def __init__(self) -> None:
         self._holdings: dict[str, tuple[object, BoundPod]] = {}
 
     def claims(
         self,
+        claims: Mapping[str, ResourceClaim],
         inventory: Mapping[str, NodeDevices],
         busy: Mapping[str, tuple[str, tuple[str, ...]]],
     ) -> list[BoundPod]:
@@ -33,7 +33,7 @@ class ClaimHoldings:
         or not (kube-controller-manager frees them, not we), and those being written now."""
         held: list[BoundPod] = []
         seen: set[str] = set()
-        for key, claim in self.book.claims.items():
+        for key, claim in claims.items():
             allocation = claim.status.allocation
             if allocation is None:
                 continue

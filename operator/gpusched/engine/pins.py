@@ -5,14 +5,31 @@ highest free GPUs) would be remade at every snapshot rebuild, in whatever order 
 and could land on GPUs one of our pods holds: both would then count as one, and the node would
 take more GPUs than it has. Here each such pod gets GPUs once, kept while it is bound: GPUs no
 pod says it holds and no other assumption took, highest first; when too few are left (another
-scheduler over-committed the node) the rest overlap, so the node shows none free."""
+scheduler over-committed the node) the rest overlap, so the node shows none free.
+
+An input of the engine's snapshot like any bound pod, made the same way by the operator (kept
+across cycles) and by ``simulate`` (once)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from gpusched.engine.snapshot import BoundPod
-from gpusched.scheduler.records import PodRecord
+
+
+class HeldPod(Protocol):
+    """A bound pod as its reader keeps it (the operator's watch cache, ``simulate``'s
+    input): its key, its uid, and what it holds (None: nothing, or not bound)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def holding(self) -> BoundPod | None: ...
 
 
 class GpuPins:
@@ -25,7 +42,7 @@ class GpuPins:
 
     def pinned(
         self,
-        pods: Mapping[str, PodRecord],
+        pods: Mapping[str, HeldPod],
         explicit: Iterable[BoundPod],
         gpu_count: Callable[[str], int],
     ) -> dict[str, BoundPod]:
