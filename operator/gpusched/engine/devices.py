@@ -330,6 +330,7 @@ def claim_demand(
             *class_checks(device_class),
             *_selector_checks(exact.selectors, field),
         )
+        _whole_gpus_only(checks, field, exact.device_class_name)
         demands.append(
             RequestDemand(
                 claim.key,
@@ -340,6 +341,24 @@ def claim_demand(
             )
         )
     return tuple(demands)
+
+
+WHOLE_GPU_TYPE = "gpu"
+"""The driver's ``type`` attribute of a whole GPU; MIG slices are ``mig`` (DeviceClass
+``mig.nvidia.com``), passthrough ``vfio``, vGPU ``vgpu``."""
+
+
+def _whole_gpus_only(checks: Iterable[Check], field: str, class_name: str) -> None:
+    """Refuses a request for devices of another ``type`` than whole GPUs (MIG slices above
+    all) with a reason, rather than let it count as whole GPUs no node would ever pass."""
+    kinds = {c.value for c in checks if c.domain == NVIDIA_DRIVER and c.attribute == "type"}
+    other = sorted(str(k) for k in kinds if k != WHOLE_GPU_TYPE)
+    if other:
+        raise ClaimError(
+            f"{field}: DeviceClass {class_name} selects {NVIDIA_DRIVER} devices of type "
+            f"{', '.join(repr(k) for k in other)}; gpusched allocates whole GPUs (type "
+            f"{WHOLE_GPU_TYPE!r}) only, so MIG slices and other partitions are not placed"
+        )
 
 
 def device_passes(checks: Iterable[Check], device: GpuDevice) -> bool:
