@@ -62,6 +62,10 @@ class ClaimHoldings:
                     held.append(holding)
                     seen.add(key)
         for key, (node, devices) in busy.items():
+            channel = _busy_channel(key, node, devices, inventory)
+            if channel is not None and key not in seen:
+                held.append(channel)  # a channel claim being written: its node's channel
+                continue
             if key not in seen:
                 # Being written for a pod not bound yet: no eviction frees it.
                 marker = ("busy", node, devices)
@@ -139,6 +143,19 @@ def _channel_holding(
         key=claim_holding(key), resources={CHANNEL_RESOURCE: 1}, reserved_for=owners
     )
     return BoundPod(request, node.node, ())
+
+
+def _busy_channel(
+    key: str, pool: str, devices: tuple[str, ...], inventory: Mapping[str, NodeDevices]
+) -> BoundPod | None:
+    """The channel a claim being written takes (no eviction frees it)."""
+    for node in inventory.values():
+        if any(p == pool and d.name in devices for p, d in node.channels):
+            request = PodRequest(
+                key=claim_holding(key), resources={CHANNEL_RESOURCE: 1}, reserved_for=()
+            )
+            return BoundPod(request, node.node, ())
+    return None
 
 
 def _pool_node(pool: str, inventory: Mapping[str, NodeDevices]) -> NodeDevices | None:

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_resource_slice
+from gpusched.api.k8s import parse_node, parse_pod
+from gpusched.engine.build import build_snapshot
+from gpusched.engine.dra import DraCache, DraObjects, DraPod
+from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Phase
+from gpusched.engine.schedule import schedule
 from tests.support import dra
 from tests.support.engine import gang
 from tests.unit.engine.test_dra_engine import NS, World
@@ -147,4 +154,29 @@ def test_a_node_whose_channel_another_compute_domain_holds_is_skipped() -> None:
     world.claims.append(held)
     channel_pod(world, "solo", 1)
     result = world.run()
+    assert [(b.pod, b.node) for b in result.bindings] == [(f"{NS}/solo", "n1")]
+
+
+def test_a_channel_claim_being_written_holds_its_nodes_channel() -> None:
+    world = imex_world(2)
+    channel_pod(world, "solo", 1)
+    nodes = [parse_node(n) for n in world.nodes]
+    objects = DraObjects(
+        {s["metadata"]["name"]: parse_resource_slice(s) for s in world.slices},
+        {c["metadata"]["name"]: parse_device_class(c) for c in world.classes},
+        {f"{NS}/{c['metadata']['name']}": parse_resource_claim(c) for c in world.claims},
+    )
+    pods = [parse_pod(p) for p in world.pods]
+    sources = {p.key: DraPod(p, p.metadata.uid or "") for p in pods}
+    busy = {f"{NS}/earlier-channel": ("n0", ("channel-0",))}
+    inputs = DraCache().build(
+        {n.name: n for n in nodes},
+        objects,
+        [PodRequest.from_pod(p) for p in pods],
+        sources,
+        gpu_resource=GPU_RESOURCE,
+        busy=busy,
+    )
+    snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
+    result = schedule(snapshot, inputs.ready)
     assert [(b.pod, b.node) for b in result.bindings] == [(f"{NS}/solo", "n1")]
