@@ -27,7 +27,7 @@ from gpusched.engine.groups import GroupSpec
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod
 from gpusched.offline.nvlink import BLOCK, CLIQUE_LABEL, RACK, ZONE, clique, nvl72_nodes
-from tests.support.engine import bound, decision, gang, members, placements, pod
+from tests.support.engine import bound, composite, decision, gang, members, placements, pod
 
 TRAYS = 4
 
@@ -230,3 +230,20 @@ def test_a_bad_segment_size_is_refused_naming_the_field(
         parse_pod_group(raw)
     assert (caught.value.obj, caught.value.field) == ("PodGroup ml/train", field)
     assert words in caught.value.message
+
+
+def test_a_segmented_child_of_a_composite_is_placed_inside_the_composites_domain() -> None:
+    # The composite wants one block; its segmented child needs two whole domains there.
+    snapshot = build_snapshot(
+        nvl72_nodes(4, domains_per_block=2, trays=TRAYS), [busy(0)], None, SchedulerConfig()
+    )
+    parent = composite("job", 1, topology=BLOCK)
+    child = segmented("g", 8, 4)
+    child = GroupSpec(
+        **{**{f: getattr(child, f) for f in child.__slots__}, "parent": "default/job"}
+    )
+    pods = members("w", 8, gpus=4, group="g")
+    result = schedule(snapshot, pods, [parent, child])
+    assert decision(result, "job").placement == {ZONE: "zone-a", BLOCK: "block-01"}
+    assert len(decision(result, "g").segments) == 2
+    assert len(placements(result)) == 8
