@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusched.api.errors import InvalidObjectError, from_validation_error
+from gpusched.api.names import LabelKey
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -170,6 +171,15 @@ class ScoringConfig(_Strict):
     packing_weight: float = Field(default=0.0, alias="packingWeight", ge=0)
     """GPU packing in three tiers: a share on an already used GPU [50, 100] (less left over is
     better), whole GPUs on a partly used node [33, 50], an idle node [0, 33]. Default 0 (off)."""
+    domain_fill_weight: float = Field(default=5.0, alias="domainFillWeight", ge=0)
+    """Weight of the NVLink-domain fill score: 100 × the share of GPUs in use in the node's
+    domain of ``domainKey`` (0 for a node in no domain), so that small jobs fill partly used
+    NVLink domains and whole domains stay free for big gangs. Default 5: at most 500 points,
+    below one fragmentation step (1000) and above most topology differences. Costs nothing
+    where no node carries ``domainKey``."""
+    domain_key: LabelKey = Field(default="nvidia.com/gpu.clique", alias="domainKey")
+    """The node label whose values are NVLink domains for ``domainFillWeight``. Default
+    ``nvidia.com/gpu.clique``, as the NVIDIA GPU stack labels GB200/GB300 NVL72 nodes."""
     tie_break: TieBreakConfig = Field(default_factory=TieBreakConfig, alias="tieBreak")
 
 

@@ -37,6 +37,7 @@ from gpusched.api.errors import (
 )
 from gpusched.api.meta import ObjectMeta as _KubeObjectMeta
 from gpusched.api.names import DnsLabel, DnsSubdomain, LabelKey, check_dns_subdomain
+from gpusched.api.segments import SEGMENT_SIZE_ANNOTATION, segment_problem, segment_size_annotation
 from gpusched.api.status import GroupStatus, WorkloadStatus
 
 GROUP = "scheduling.gpusched.io"
@@ -159,6 +160,39 @@ class SchedulingConstraints(_Spec):
     topology: list[TopologyConstraint] = Field(default_factory=list, max_length=1)
 
 
+class PodGroupTopologyConstraint(TopologyConstraint):
+    """A PodGroup's constraint may split the gang into segments (`gpusched.api.segments`)."""
+
+    segment_size: int | None = Field(default=None, alias="segmentSize", ge=1)
+    """Pods per segment: the gang is placed as segments of this many pods, each inside one
+    domain of ``key``, the segments as close together as ``topologyLevels`` allows. Must
+    divide ``minCount``. Unset: the whole gang inside one domain."""
+
+
+class PodGroupSchedulingConstraints(_Spec):
+    """`SchedulingConstraints` with segments."""
+
+    topology: list[PodGroupTopologyConstraint] = Field(default_factory=list, max_length=1)
+
+    @property
+    def segment_size(self) -> int | None:
+        return self.topology[0].segment_size if self.topology else None
+
+
+def _check_segments(
+    policy: PodGroupSchedulingPolicy, constraints: PodGroupSchedulingConstraints | None
+) -> None:
+    """A ``segmentSize`` that cannot segment the gang, as a field error."""
+    size = constraints.segment_size if constraints is not None else None
+    if size is None or constraints is None:
+        return
+    gang = policy.gang.min_count if policy.gang is not None else None
+    problem = segment_problem(size, gang, constraints.topology[0].key)
+    if problem is not None:
+        subpath = ("schedulingConstraints", "topology", 0, "segmentSize")
+        raise field_error(problem, *subpath)
+
+
 class WorkloadRef(_Spec):
     """Which Workload template an object was materialised from."""
 
@@ -168,7 +202,7 @@ class WorkloadRef(_Spec):
 
 class PodGroupSpec(PriorityFields):
     scheduling_policy: PodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
-    scheduling_constraints: SchedulingConstraints | None = Field(
+    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(
         default=None, alias="schedulingConstraints"
     )
     parent_composite_pod_group_name: DnsSubdomain | None = Field(
@@ -180,6 +214,11 @@ class PodGroupSpec(PriorityFields):
         default=DEFAULT_SCHEDULE_TIMEOUT_SECONDS, alias="scheduleTimeoutSeconds", ge=1
     )
     """Seconds; see `DEFAULT_SCHEDULE_TIMEOUT_SECONDS`."""
+
+    @model_validator(mode="after")
+    def _segments(self) -> PodGroupSpec:
+        _check_segments(self.scheduling_policy, self.scheduling_constraints)
+        return self
 
 
 class CompositeGangPolicy(_Spec):
@@ -209,9 +248,14 @@ class CompositePodGroupSpec(PriorityFields):
 class PodGroupTemplate(PriorityFields):
     name: DnsLabel
     scheduling_policy: PodGroupSchedulingPolicy = Field(alias="schedulingPolicy")
-    scheduling_constraints: SchedulingConstraints | None = Field(
+    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(
         default=None, alias="schedulingConstraints"
     )
+
+    @model_validator(mode="after")
+    def _segments(self) -> PodGroupTemplate:
+        _check_segments(self.scheduling_policy, self.scheduling_constraints)
+        return self
 
 
 class CompositePodGroupTemplate(PriorityFields):
@@ -355,6 +399,37 @@ class PodGroup(_Object):
     kind: Literal["PodGroup"]
     spec: PodGroupSpec
     status: GroupStatus | None = None
+
+    @property
+    def segment_size(self) -> int | None:
+        """Pods per segment: the field, else the annotation (`gpusched.api.segments`)."""
+        constraints = self.spec.scheduling_constraints
+        field = constraints.segment_size if constraints is not None else None
+        return field if field is not None else segment_size_annotation(self.metadata.annotations)
+
+    @model_validator(mode="after")
+    def _segment_annotation(self) -> PodGroup:
+        """The annotation is checked as the field is, and must not contradict it."""
+        subpath = ("metadata", "annotations", SEGMENT_SIZE_ANNOTATION)
+        try:
+            size = segment_size_annotation(self.metadata.annotations)
+        except ValueError as error:
+            raise field_error(str(error), *subpath) from None
+        if size is None:
+            return self
+        constraints = self.spec.scheduling_constraints
+        field = constraints.segment_size if constraints is not None else None
+        if field is not None and field != size:
+            message = (
+                f"{size} contradicts spec.schedulingConstraints.topology[0].segmentSize {field}"
+            )
+            raise field_error(message, *subpath)
+        gang = self.spec.scheduling_policy.gang
+        key = constraints.topology[0].key if constraints and constraints.topology else None
+        problem = segment_problem(size, gang.min_count if gang else None, key)
+        if problem is not None:
+            raise field_error(problem, *subpath)
+        return self
 
 
 class CompositePodGroup(_Object):

@@ -14,7 +14,7 @@ from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
-from gpusched.engine.devices import NodeDevices
+from gpusched.engine.devices import CHANNEL_RESOURCE, NodeDevices, default_channel
 from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.health import GpuSample, apply_telemetry
 from gpusched.engine.nodes import IntArray, NodeInfo, Statics
@@ -175,8 +175,17 @@ def _build_statics(
     parsed: list[dict[str, int]] | None = None,
 ) -> Statics:
     allocatables = parsed if parsed is not None else [n.allocatable_resources() for n in ordered]
+    allocatables = [
+        _with_channel(a, info.devices) for a, info in zip(allocatables, infos, strict=True)
+    ]
     columns = _columns(allocatables)
     return _statics(config, infos, allocatables, columns, telemetry)
+
+
+def _with_channel(allocatable: dict[str, int], devices: NodeDevices | None) -> dict[str, int]:
+    """A node's allocatable resources with its default IMEX channel (`CHANNEL_RESOURCE`)."""
+    channel = default_channel(devices)
+    return {**allocatable, CHANNEL_RESOURCE: channel} if channel else allocatable
 
 
 def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:

@@ -21,6 +21,7 @@ from gpusched.api.dra import DeviceClass, ResourceClaim
 from gpusched.api.k8s import Pod
 from gpusched.api.selectors import NodeSelectorTerm
 from gpusched.engine.devices import (
+    COMPUTE_DOMAIN_DRIVER,
     NVIDIA_DRIVER,
     Check,
     ClaimError,
@@ -81,7 +82,15 @@ class PodDevices:
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        return tuple(sorted({c for p in self.claims for d in p.demands for c in d.checks}))
+        """What every GPU device of the node must pass (channels are checked apart)."""
+        return tuple(
+            sorted({c for p in self.claims for d in p.demands if not d.channel for c in d.checks})
+        )
+
+    @property
+    def channels(self) -> int:
+        """IMEX channels to allocate with the GPUs (0 or 1: a node has one for a pod)."""
+        return sum(1 for c in self.claims for d in c.demands if d.channel)
 
     @property
     def signature(self) -> tuple[object, ...]:
@@ -385,6 +394,16 @@ def choose_devices(
             continue
         results: list[DeviceChoice] = []
         for demand in claim.demands:
+            if demand.channel:
+                channel = node.channel(demand.checks)
+                if channel is None:
+                    return (
+                        f"{node.node} publishes no {COMPUTE_DOMAIN_DRIVER} channel for {claim.key}"
+                    )
+                results.append(
+                    DeviceChoice(demand.request, COMPUTE_DOMAIN_DRIVER, channel[0], channel[1])
+                )
+                continue
             for _ in range(demand.count):
                 gpu = queue.pop(0)
                 results.append(DeviceChoice(demand.request, gpu.driver, gpu.pool, gpu.device))

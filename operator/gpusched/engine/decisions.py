@@ -10,7 +10,14 @@ from gpusched.api.crds import Reason
 from gpusched.engine import wording
 from gpusched.engine.domains import Domain
 from gpusched.engine.groups import GroupSpec
-from gpusched.engine.result import Attempt, GroupDecision, NodeCheck, Phase, Waiting
+from gpusched.engine.result import (
+    Attempt,
+    GroupDecision,
+    NodeCheck,
+    Phase,
+    SegmentPlaced,
+    Waiting,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,7 @@ class Record:
         attempts: tuple[str, ...] = (),
         wait: Waiting | None = None,
         inherited: str | None = None,
+        segments: tuple[SegmentPlaced, ...] = (),
     ) -> None:
         self.decisions[group.key] = GroupDecision(
             name=group.key,
@@ -115,4 +123,5 @@ class Record:
             tried=tried,
             waiting=wait,
             inherited_from=inherited,
+            segments=segments,
         )

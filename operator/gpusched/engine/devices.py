@@ -19,6 +19,7 @@ they are, and a claim asking for them gets a reason saying so.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,14 @@ from gpusched.api.topology import GpuTopology
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 """The NVIDIA DRA driver: one ResourceSlice pool per node, devices ``gpu-<minor>``."""
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+"""The NVIDIA DRA driver's ComputeDomain half: per node a pool of IMEX channel devices
+(``type: channel``, ``id``); a ComputeDomain's workload pods claim ``channel-0`` through the
+DeviceClass ``compute-domain-default-channel.nvidia.com``."""
+CHANNEL_RESOURCE = f"{COMPUTE_DOMAIN_DRIVER}/channel"
+"""The engine's count of a node's default IMEX channel (1 where the node publishes it): the
+driver prepares it for one pod, of one ComputeDomain, at a time, so a second channel pod on
+a node would bind and never start."""
 GPU_DEVICE_NAME = re.compile(r"gpu-[0-9]+")
 """Whole-GPU devices; MIG devices (``gpu-0-mig-…``) are not whole GPUs and are left alone."""
 
@@ -53,6 +62,15 @@ class NodeDevices:
     gpu_count: int
     devices: Mapping[int, GpuDevice]
     problems: tuple[str, ...] = ()
+    channels: tuple[tuple[str, Device], ...] = ()
+    """The node's IMEX channel devices (`COMPUTE_DOMAIN_DRIVER`), with their pool."""
+
+    def channel(self, checks: Iterable[Check]) -> tuple[str, str] | None:
+        """The (pool, device) of the channel passing every check, if the node has one."""
+        for pool, device in self.channels:
+            if all(c.passes(COMPUTE_DOMAIN_DRIVER, device) for c in checks):
+                return pool, device.name
+        return None
 
     def by_name(self, pool: str, device: str) -> GpuDevice | None:
         for gpu in self.devices.values():
@@ -149,16 +167,24 @@ def node_devices(
     topology_error: str | None = None,
 ) -> NodeDevices | None:
     """The node's DRA GPUs joined with its topology; None when the node publishes none."""
+    slices = list(slices)
     devices, pool, incomplete = current_devices(slices, node)
     if not devices and not incomplete:
         return None
+    channels = tuple(
+        (p.name, d)
+        for p in node_pools(slices, node)
+        if p.driver == COMPUTE_DOMAIN_DRIVER and p.complete
+        for d in p.devices
+    )
     if incomplete:
-        return NodeDevices(node, len(topology.gpus) if topology else 0, {}, (incomplete,))
+        count = len(topology.gpus) if topology else 0
+        return NodeDevices(node, count, {}, (incomplete,), channels)
     if topology is None:
         why = topology_error or "it has no gpusched.io/gpu-topology annotation"
         message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"
-        return NodeDevices(node, 0, {}, (message,))
-    return _join(node, pool, devices, topology)
+        return NodeDevices(node, 0, {}, (message,), channels)
+    return dataclasses.replace(_join(node, pool, devices, topology), channels=channels)
 
 
 def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) -> NodeDevices:
@@ -225,6 +251,9 @@ class RequestDemand:
     count: int
     checks: tuple[Check, ...]
     device_class: str
+    channel: bool = False
+    """An IMEX channel (`COMPUTE_DOMAIN_DRIVER`), not GPUs: ``count`` is 0, ``checks`` pick
+    the channel device on the node."""
 
 
 class ClaimError(Exception):
@@ -326,10 +355,18 @@ def claim_demand(
         device_class = classes.get(exact.device_class_name)
         if device_class is None:
             raise ClaimError(f"{field}: DeviceClass {exact.device_class_name} does not exist")
+        channel = _channel_checks(device_class, exact.selectors, field, exact.count)
+        if channel is not None:
+            demand = RequestDemand(
+                claim.key, request.name, 0, channel, exact.device_class_name, channel=True
+            )
+            demands.append(demand)
+            continue
         checks = (
             *class_checks(device_class),
             *_selector_checks(exact.selectors, field),
         )
+        _whole_gpus_only(checks, field, exact.device_class_name)
         demands.append(
             RequestDemand(
                 claim.key,
@@ -340,6 +377,59 @@ def claim_demand(
             )
         )
     return tuple(demands)
+
+
+def _channel_checks(
+    device_class: DeviceClass, selectors: Iterable[DeviceSelector], field: str, count: int
+) -> tuple[Check, ...] | None:
+    """The checks of a request for an IMEX channel (a class selecting
+    `COMPUTE_DOMAIN_DRIVER` devices of type ``channel``); None for any other request."""
+    where = f"DeviceClass {device_class.metadata.name}"
+    checks = [*_selector_checks(device_class.spec.selectors, where)]
+    drivers = {c.value for c in checks if not c.attribute} | {
+        c.domain for c in checks if c.attribute and c.domain != "resource.kubernetes.io"
+    }
+    kinds = {c.value for c in checks if c.domain == COMPUTE_DOMAIN_DRIVER and c.attribute == "type"}
+    if drivers != {COMPUTE_DOMAIN_DRIVER} or kinds != {"channel"}:
+        return None
+    if count != 1:
+        raise ClaimError(f"{field}: {count} IMEX channels; a pod takes its node's one channel")
+    checks.extend(_selector_checks(selectors, field))
+    if Check(COMPUTE_DOMAIN_DRIVER, "id", 0) not in checks:
+        raise ClaimError(
+            f"{field}: gpusched allocates the default IMEX channel (id 0, DeviceClass "
+            "compute-domain-default-channel.nvidia.com) only"
+        )
+    return tuple(sorted(set(checks)))
+
+
+def default_channel(devices: NodeDevices | None) -> int:
+    """1 where the node publishes its default IMEX channel (type channel, id 0), else 0."""
+    if devices is None:
+        return 0
+    wanted = (
+        Check(COMPUTE_DOMAIN_DRIVER, "type", "channel"),
+        Check(COMPUTE_DOMAIN_DRIVER, "id", 0),
+    )
+    return 1 if devices.channel(wanted) is not None else 0
+
+
+WHOLE_GPU_TYPE = "gpu"
+"""The driver's ``type`` attribute of a whole GPU; MIG slices are ``mig`` (DeviceClass
+``mig.nvidia.com``), passthrough ``vfio``, vGPU ``vgpu``."""
+
+
+def _whole_gpus_only(checks: Iterable[Check], field: str, class_name: str) -> None:
+    """Refuses a request for devices of another ``type`` than whole GPUs (MIG slices above
+    all) with a reason, rather than let it count as whole GPUs no node would ever pass."""
+    kinds = {c.value for c in checks if c.domain == NVIDIA_DRIVER and c.attribute == "type"}
+    other = sorted(str(k) for k in kinds if k != WHOLE_GPU_TYPE)
+    if other:
+        raise ClaimError(
+            f"{field}: DeviceClass {class_name} selects {NVIDIA_DRIVER} devices of type "
+            f"{', '.join(repr(k) for k in other)}; gpusched allocates whole GPUs (type "
+            f"{WHOLE_GPU_TYPE!r}) only, so MIG slices and other partitions are not placed"
+        )
 
 
 def device_passes(checks: Iterable[Check], device: GpuDevice) -> bool:

@@ -14,6 +14,7 @@ from gpusched.api.config import NumaPolicy
 from gpusched.engine.fit import static_mask
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.result import EmptyLabel
 from gpusched.engine.snapshot import Snapshot
 
 
@@ -58,6 +59,22 @@ def subdomains(snapshot: Snapshot, parent: Domain, key: str) -> list[Domain]:
         extra = tuple((k, v) for k, v in path if k not in known)
         domains.append(Domain((*parent.labels, *extra), mask))
     return domains
+
+
+def empty_label(snapshot: Snapshot, parent: Domain, key: str) -> EmptyLabel | None:
+    """The nodes of ``parent`` whose label ``key`` is present but empty (they are in no
+    domain of ``key``); None when there are none."""
+    memo: dict[str, BoolArray] = snapshot.derived.setdefault("empty labels", {})
+    empty = memo.get(key)
+    if empty is None:
+        empty = np.array([n.labels.get(key) == "" for n in snapshot.nodes], dtype=np.bool_)
+        empty.flags.writeable = False
+        memo[key] = empty
+    inside = np.flatnonzero(empty & parent.mask)
+    if not inside.size:
+        return None
+    names = tuple(snapshot.nodes[int(n)].name for n in inside[:3])
+    return EmptyLabel(key, int(inside.size), names)
 
 
 def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:

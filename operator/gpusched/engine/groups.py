@@ -55,6 +55,9 @@ class GroupSpec:
     """Why the priority could not be resolved: such a group neither preempts nor is evicted."""
     preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
     disruption_mode: DisruptionMode = DisruptionMode.SINGLE
+    segment_size: int | None = None
+    """Pods per segment (`gpusched.engine.segments`): each segment lands inside one domain of
+    ``topology_key``; None: the whole group does."""
 
     @property
     def namespace(self) -> str:
@@ -81,6 +84,7 @@ class GroupSpec:
             priority_problem=_problem(resolved),
             preemption_policy=resolved.preemption_policy,
             disruption_mode=resolved.disruption_mode,
+            segment_size=group.segment_size,
         )
 
     @staticmethod

@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpusched.api.dra import ResourceClaim
-from gpusched.engine.devices import NVIDIA_DRIVER, NodeDevices
+from gpusched.engine.devices import (
+    CHANNEL_RESOURCE,
+    COMPUTE_DOMAIN_DRIVER,
+    NVIDIA_DRIVER,
+    NodeDevices,
+)
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 
@@ -41,6 +46,11 @@ class ClaimHoldings:
                 sorted(r.device for r in allocation.devices.results if r.driver == NVIDIA_DRIVER)
             )
             pools = {r.pool for r in allocation.devices.results if r.driver == NVIDIA_DRIVER}
+            channel = _channel_holding(key, claim, inventory)
+            if channel is not None:
+                held.append(channel)
+                seen.add(key)
+                continue
             if devices and len(pools) == 1:
                 owners = tuple(
                     f"{claim.metadata.namespace}/{r.name}"
@@ -52,6 +62,10 @@ class ClaimHoldings:
                     held.append(holding)
                     seen.add(key)
         for key, (node, devices) in busy.items():
+            channel = _busy_channel(key, node, devices, inventory)
+            if channel is not None and key not in seen:
+                held.append(channel)  # a channel claim being written: its node's channel
+                continue
             if key not in seen:
                 # Being written for a pod not bound yet: no eviction frees it.
                 marker = ("busy", node, devices)
@@ -104,6 +118,44 @@ class ClaimHoldings:
         holding = BoundPod(request, devices.node, devices.unusable)
         self._holdings[key] = (marker, holding)
         return holding
+
+
+def _channel_holding(
+    key: str, claim: ResourceClaim, inventory: Mapping[str, NodeDevices]
+) -> BoundPod | None:
+    """What an allocated IMEX channel claim holds: its node's channel (`CHANNEL_RESOURCE`),
+    until kube-controller-manager deallocates it."""
+    allocation = claim.status.allocation
+    results = allocation.devices.results if allocation is not None else ()
+    pools = {r.pool for r in results if r.driver == COMPUTE_DOMAIN_DRIVER}
+    if len(pools) != 1:
+        return None
+    pool = pools.pop()
+    node = next((d for d in inventory.values() if any(p == pool for p, _ in d.channels)), None)
+    if node is None:
+        return None
+    owners = tuple(
+        f"{claim.metadata.namespace}/{r.name}"
+        for r in claim.status.reserved_for
+        if r.resource == "pods" and not r.api_group
+    )
+    request = PodRequest(
+        key=claim_holding(key), resources={CHANNEL_RESOURCE: 1}, reserved_for=owners
+    )
+    return BoundPod(request, node.node, ())
+
+
+def _busy_channel(
+    key: str, pool: str, devices: tuple[str, ...], inventory: Mapping[str, NodeDevices]
+) -> BoundPod | None:
+    """The channel a claim being written takes (no eviction frees it)."""
+    for node in inventory.values():
+        if any(p == pool and d.name in devices for p, d in node.channels):
+            request = PodRequest(
+                key=claim_holding(key), resources={CHANNEL_RESOURCE: 1}, reserved_for=()
+            )
+            return BoundPod(request, node.node, ())
+    return None
 
 
 def _pool_node(pool: str, inventory: Mapping[str, NodeDevices]) -> NodeDevices | None:

@@ -184,7 +184,9 @@ class NodeFacts:
         return cached
 
     def domain_codes(self, key: str) -> tuple[IntArray, list[tuple[tuple[str, str], ...]]]:
-        """Per node, a code for its domain of label ``key`` (-1: no such label), and each
+        """Per node, a code for its domain of label ``key`` (-1: no such label, or an empty
+        value: NVIDIA's ``nvidia.com/gpu.clique`` is empty on a node whose NVLink fabric is
+        not attached, and such a node is in no domain of it), and each
         domain's full path as (key, value) pairs by code, in path order. The path runs through
         every outer ``topologyLevels`` key the node has, so rack-1 of zone-a and rack-1 of
         zone-b are different domains."""
@@ -208,6 +210,6 @@ class NodeFacts:
 def _path(
     labels: Mapping[str, str], outer: Sequence[str], key: str
 ) -> tuple[tuple[str, str], ...] | None:
-    if key not in labels:
+    if not labels.get(key):
         return None
     return (*((k, labels[k]) for k in outer if k in labels), (key, labels[key]))

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
 from gpusched.engine.decisions import Candidates, Record, Tried
-from gpusched.engine.domains import Domain, copies, subdomains
+from gpusched.engine.domains import Domain, copies, empty_label, subdomains
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.nodes import BoolArray
 from gpusched.engine.pick import pick_node
@@ -43,8 +43,15 @@ from gpusched.engine.result import (
 )
 from gpusched.engine.room import ChildBounds, Room
 from gpusched.engine.scoring import Scoring
+from gpusched.engine.segments import enclosing, place_segments, segments_needed
 from gpusched.engine.siblings import Siblings
 from gpusched.engine.snapshot import Holding, Snapshot
+
+
+def _empty_line(snapshot: Snapshot, parent: Domain, key: str) -> Tried | None:
+    """A report line naming the nodes of ``parent`` in no ``key`` domain for an empty value."""
+    empty = empty_label(snapshot, parent, key)
+    return Tried(Attempt(None, empty_label=empty)) if empty is not None else None
 
 
 class Planner:
@@ -109,20 +116,45 @@ class Planner:
     # ----- phase 1: candidate domains --------------------------------------------------------
 
     def candidates(self, group: GroupSpec, parent: Domain) -> Candidates:
+        empty: Tried | None = None
         if group.topology_key is None:
             domains = [parent]
         else:
             domains = self._subdomains(parent, group.topology_key)
+            empty = _empty_line(self.snapshot, parent, group.topology_key)
             if not domains:
+                if empty is not None:
+                    return Candidates([], [empty])
                 note = f"no node has label {group.topology_key}"
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
+            if group.segment_size and group.kind is GroupKind.POD_GROUP:
+                return self._segment_candidates(group, parent, empty)
             pinned = self._pin(group, parent, domains)
             if isinstance(pinned, str):
                 return Candidates([], [Tried(Attempt(None, note=pinned))])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
-            return self._order_pod_group_domains(group, domains)
-        return self._order_composite_domains(group, domains)
+            found = self._order_pod_group_domains(group, domains)
+        else:
+            found = self._order_composite_domains(group, domains)
+        if empty is not None:
+            found.lines.insert(0, empty)
+        return found
+
+    def _segment_candidates(
+        self, group: GroupSpec, parent: Domain, empty: Tried | None
+    ) -> Candidates:
+        """A segmented gang's candidates are the domains that hold all its segments, closest
+        first (`gpusched.engine.segments`); with pods bound, its parent's domain only (the
+        trial sends what bound segments lack to their own domains)."""
+        lines = [empty] if empty is not None else []
+        pods = self.pods.get(group.key, [])
+        key, size = group.topology_key, group.segment_size
+        if self._bound_nodes(group) or not pods or key is None or size is None:
+            return Candidates([parent], lines)
+        wanted = segments_needed(self.needed(group), size)
+        found = enclosing(self.snapshot, key, size, pods, parent, self._subdomains, wanted)
+        return Candidates(found, lines)
 
     def _subdomains(self, parent: Domain, key: str) -> list[Domain]:
         """`subdomains`, memoised with the static facts: a domain's nodes follow from its
@@ -298,7 +330,46 @@ class Planner:
             return self._pod_group_in(group, domain)
         return Siblings(self).place(group, domain)
 
+    def _segmented_in(
+        self, group: GroupSpec, key: str, size: int, domain: Domain
+    ) -> tuple[bool, Tried]:
+        """One trial of a segmented gang with all its segments inside ``domain``."""
+        snapshot = self.snapshot
+        checkpoint = snapshot.checkpoint()
+        pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
+        bound = self._bound_nodes(group)
+        trial = place_segments(
+            snapshot, self.scoring, key, size, pods, bound, domain, self._subdomains
+        )
+        if trial.placed >= self.needed(group) and (trial.placed or not pods or bool(bound)):
+            message = wording.placed(trial.placed, len(pods), Counted.PODS, domain.name)
+            message += " " + wording.segments_placed(trial.segments)
+            left_out = self._left_out(trial.failed, domain)
+            self.record.decide(
+                group,
+                Phase.SCHEDULED,
+                Reason.SCHEDULED,
+                message,
+                domain,
+                left_out,
+                segments=tuple(trial.segments),
+            )
+            return True, Tried(Attempt(domain.name, fits=True))
+        nodes = node_check(snapshot, trial.failed[0], domain.nodes()) if trial.failed else None
+        snapshot.rollback(checkpoint)
+        attempt = Attempt(
+            domain.name,
+            trial.placed,
+            self.missing(group),
+            nodes=nodes,
+            no_pods=not trial.failed,
+            segments=trial.count,
+        )
+        return False, Tried(attempt)
+
     def _pod_group_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:
+        if group.segment_size and group.topology_key is not None:
+            return self._segmented_in(group, group.topology_key, group.segment_size, domain)
         snapshot = self.snapshot
         checkpoint = snapshot.checkpoint()
         pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))

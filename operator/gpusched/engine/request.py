@@ -12,6 +12,7 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import GPU_MILLI_ANNOTATION, Pod
 from gpusched.api.selectors import NodeSelectorTerm, Toleration
 from gpusched.engine.claims import PodDevices
+from gpusched.engine.devices import CHANNEL_RESOURCE
 from gpusched.engine.groups import GroupKey
 
 WHOLE_GPU_MILLI = 1000
@@ -91,8 +92,11 @@ class PodRequest:
         one node; where the shared claims it joins were allocated is a check of its own)."""
         if devices.refusal is not None or devices.extended is not None:
             return dataclasses.replace(self, devices=devices)
+        resources = self.resources
+        if devices.channels:  # the node's one IMEX channel, counted as a resource
+            resources = {**resources, CHANNEL_RESOURCE: devices.channels}
         return dataclasses.replace(
-            self, devices=devices, gpus=self.gpus + devices.gpus, gpu_milli=0
+            self, devices=devices, gpus=self.gpus + devices.gpus, gpu_milli=0, resources=resources
         )
 
     @property

@@ -76,6 +76,41 @@ class ChildBound:
 
 
 @dataclass(frozen=True, slots=True)
+class EmptyLabel:
+    """Nodes that carry the group's topology key with an empty value, so are in no domain of
+    it: NVIDIA's ``nvidia.com/gpu.clique`` is empty on a node whose NVLink fabric is not
+    attached. They cannot host a pod of a group constrained on that key."""
+
+    key: str
+    nodes: int
+    examples: tuple[str, ...]
+    """Up to three of them, by name."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentCount:
+    """A segmented gang's trial: how many of its segments landed whole, each inside one
+    domain of ``key``."""
+
+    fit: int
+    needed: int
+    size: int
+    """Pods per segment."""
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPlaced:
+    """One segment of a placed gang: the domain of the segment key it landed in, its pods."""
+
+    domain: str
+    pods: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"domain": self.domain, "pods": list(self.pods)}
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One domain tried for a group, or a reason that rules out every domain (``note``)."""
 
@@ -99,6 +134,10 @@ class Attempt:
     """For a composite trial: (child group, its message) of up to three that failed."""
     note: str = ""
     """A reason that is not a count: ``no node has label …``, ``bound pods already span …``."""
+    empty_label: EmptyLabel | None = None
+    """Nodes left out of every domain because their label for the key is empty."""
+    segments: SegmentCount | None = None
+    """For a segmented gang's trial: the segments that landed whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +215,12 @@ class GroupDecision:
     left_out: dict[str, str] = field(default_factory=dict)
     """Pods of a placed group left pending (a basic group's extras, a gang's pods beyond
     minCount) → why each did not fit beside the others."""
+    segments: tuple[SegmentPlaced, ...] = ()
+    """A segmented gang placed: its segments, each inside one domain of its topology key
+    (``placement`` is then the domain that holds them all)."""
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"segments": [s.to_dict() for s in self.segments]} if self.segments else {}
         return {
             "name": self.name,
             "kind": self.kind,
@@ -187,6 +230,7 @@ class GroupDecision:
             "message": self.message,
             "attempts": list(self.attempts),
             "explored": self.explored,
+            **extra,
         }
 
 

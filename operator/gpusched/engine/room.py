@@ -77,7 +77,8 @@ class ChildBounds:
         self.unbounded = 0
         for child in children:
             mine = pods.get(child.key, [])
-            if child.kind is GroupKind.COMPOSITE or not mine:
+            if child.kind is GroupKind.COMPOSITE or not mine or child.segment_size:
+                # A segmented child spans several domains of its key: not bounded per domain.
                 self.unbounded += 1
                 continue
             shapes = tuple(sorted({repr(p.shape_key) for p in mine}))

@@ -9,6 +9,7 @@ Ranges (before the weights of `ScoringConfig`):
 - `fragmentation_score`: FGD's sigmoid of the fragmentation growth, (0, 100).
 - `topology`: [0, 100]; 100 when the pod's GPUs are all NVLink-connected, 0 when unknown.
 - `best_fit`, `dot_product`, `packing`: the FGD paper's baselines, [0, 100] each.
+- `domain_fill`: the share of GPUs in use in the node's NVLink domain, [0, 100].
 """
 
 from __future__ import annotations
@@ -181,7 +182,27 @@ def node_scores(
         total += config.dot_product_weight * dot_product(snapshot, pod, nodes)
     if config.packing_weight:
         total += config.packing_weight * packing(snapshot, pod, nodes)
+    if config.domain_fill_weight and pod.wants_gpu:
+        total += config.domain_fill_weight * domain_fill(snapshot, nodes, config.domain_key)
     return total
+
+
+def domain_fill(snapshot: Snapshot, nodes: IntArray, key: str) -> FloatArray:
+    """Per node, 100 × the share of GPUs in use (milli-GPU allocated over capacity) in its
+    domain of label ``key`` — an NVLink domain — and 0 for a node in no domain. Range [0, 100]:
+    the fuller the domain, the better, so small pods fill partly used domains and leave whole
+    ones free. Zeros at no cost when no node carries ``key``."""
+    codes, paths = snapshot.domain_codes(key)
+    if not paths:
+        return np.zeros(nodes.size)
+    inside = codes >= 0
+    gpus = np.diff(snapshot.gpu_offset)[inside] * WHOLE_GPU_MILLI
+    capacity = np.bincount(codes[inside], weights=gpus, minlength=len(paths))
+    used = np.bincount(codes[inside], weights=snapshot.gpu_allocated[inside], minlength=len(paths))
+    share = np.divide(used, capacity, out=np.zeros(len(paths)), where=capacity > 0)
+    mine = codes[nodes]
+    filled: FloatArray = np.where(mine >= 0, share[np.maximum(mine, 0)] * MAX_NODE_SCORE, 0.0)
+    return filled
 
 
 def gpu_dimensions(

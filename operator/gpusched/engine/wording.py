@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpusched.engine.result import Attempt, ChildBound, Counted, NodeCheck, Waiting
+from gpusched.engine.result import (
+    Attempt,
+    ChildBound,
+    Counted,
+    EmptyLabel,
+    NodeCheck,
+    SegmentCount,
+    SegmentPlaced,
+    Waiting,
+)
 
 # ----- nodes -----------------------------------------------------------------------------------
 
@@ -45,10 +54,14 @@ def left_out(total: int, domain: str | None, check: NodeCheck) -> str:
 
 def summary(attempt: Attempt) -> str:
     """Why the domain did not take the group, in short (or that it did)."""
+    if attempt.empty_label is not None:
+        return empty_label(attempt.empty_label)
     if attempt.note:
         return attempt.note
     if attempt.fits:
         return "fits"
+    if attempt.segments is not None:
+        return segment_count(attempt.segments)
     counts = f"{attempt.fit} of {attempt.needed} {attempt.counted.value}"
     if attempt.counted is Counted.PODS:
         return f"at most {counts} fit" if attempt.estimate else f"{counts} fit"
@@ -56,6 +69,29 @@ def summary(attempt: Attempt) -> str:
         return f"at most {counts} could fit ({_bounds(attempt.bounds)})"
     failed = "; ".join(f"{name}: {message}" for name, message in attempt.children)
     return f"{counts} fit" + (f" ({failed})" if failed else "")
+
+
+def empty_label(empty: EmptyLabel) -> str:
+    """ "in no nvidia.com/gpu.clique domain: 2 nodes have it empty (gb-1, gb-2)"."""
+    more = ", …" if empty.nodes > len(empty.examples) else ""
+    have = "node has" if empty.nodes == 1 else "nodes have"
+    names = ", ".join(empty.examples)
+    return f"in no {empty.key} domain: {empty.nodes} {have} it empty ({names}{more})"
+
+
+def segment_count(count: SegmentCount) -> str:
+    """ "1 of 2 segments of 18 pods fit, each in one nvidia.com/gpu.clique domain"."""
+    return (
+        f"{count.fit} of {count.needed} segments of {count.size} pods fit, "
+        f"each in one {count.key} domain"
+    )
+
+
+def segments_placed(segments: Sequence[SegmentPlaced]) -> str:
+    """ "as 2 segments: <clique-1> (18 pods), <clique-2> (18 pods)"."""
+    parts = ", ".join(f"{s.domain} ({len(s.pods)} pods)" for s in segments)
+    noun = "segment" if len(segments) == 1 else "segments"
+    return f"as {len(segments)} {noun}: {parts}"
 
 
 def _bounds(bounds: Sequence[ChildBound]) -> str:

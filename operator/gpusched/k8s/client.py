@@ -176,7 +176,10 @@ class KubeClusterApi:
             "Accept": "application/json",
         }
         await self.api_client.update_params_for_auth(headers, [], ["BearerToken"])
-        payload = _FencedBody(json.dumps(body).encode(), content_type, allowed)
+        # Compact, as Go clients write: a RawExtension (a ResourceClaim's opaque config) is
+        # kept as the bytes sent, and an update must send the same bytes to leave it unchanged.
+        text = json.dumps(body, separators=(",", ":"))
+        payload = _FencedBody(text.encode(), content_type, allowed)
         options: dict[str, Any] = {"timeout": aiohttp.ClientTimeout(total=timeout)}
         if rest.proxy:
             options["proxy"] = rest.proxy

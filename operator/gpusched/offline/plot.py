@@ -49,6 +49,8 @@ LOOSE_COLOUR = "#9e9e9e"
 EXCLUDED_COLOUR = "#37474f"
 HOT_COLOUR = "#d50000"
 NVLINK_COLOUR = "#2e7d32"
+DOMAIN_COLOUR = "#6a1b9a"
+"""Frames of NVLink domains (multi-node, ``nvidia.com/gpu.clique``)."""
 PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -116,6 +118,8 @@ class _Layout:
 
     zones: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     colours: dict[str, str] = field(default_factory=dict)
+    domains: bool = False
+    """Some node is in an NVLink domain (``scoring.domainKey``): the legend names the frame."""
 
 
 def _holder(pod: PodRequest) -> str:
@@ -136,6 +140,8 @@ def _layout(snapshot: Snapshot) -> _Layout:
         rack = info.labels.get(rack_key, "(no rack)") if rack_key else ""
         layout.zones.setdefault(zone, {}).setdefault(rack, []).append(index)
     layout.zones = {z: dict(sorted(r.items())) for z, r in sorted(layout.zones.items())}
+    key = snapshot.config.scoring.domain_key
+    layout.domains = any(n.labels.get(key) for n in snapshot.nodes)
     holders = sorted({_holder(h.pod) for h in snapshot.holdings.values() if h.gpus})
     groups = [h for h in holders if h != LOOSE]
     for i, holder in enumerate(groups):
@@ -257,6 +263,9 @@ def _draw_detailed(
                 for offset, node in enumerate(nodes):
                     y = top + 1.2 + offset
                     _node_row(axes, snapshot, node, left, y, owners, layout, highlight)
+                for first, count, domain in _domain_runs(snapshot, nodes):
+                    y = top + 1.2 + first
+                    _domain_box(axes, domain, left + 0.15, y - 0.08, rack_width - 0.3, count)
                 right = max(right, left + rack_width)
             top += tallest + 2.0
         _zone_box(axes, zone, zone_top, top - zone_top, right)
@@ -272,6 +281,35 @@ def _rack_box(axes: Axes, rack: str, left: float, top: float, width: float, node
     )
     if rack:
         axes.text(left + 0.3, top + 0.6, rack, fontsize=7, va="center", weight="bold")
+
+
+def _domain_runs(snapshot: Snapshot, nodes: Sequence[int]) -> list[tuple[int, int, str]]:
+    """Runs of consecutive ``nodes`` in one NVLink domain (``scoring.domainKey``, e.g.
+    ``nvidia.com/gpu.clique``): (first position, node count, domain value); nodes with the
+    label missing or empty are in none."""
+    key = snapshot.config.scoring.domain_key
+    runs: list[tuple[int, int, str]] = []
+    for position, node in enumerate(nodes):
+        value = snapshot.nodes[node].labels.get(key, "")
+        if value and runs and runs[-1][2] == value and sum(runs[-1][:2]) == position:
+            first, count, _ = runs[-1]
+            runs[-1] = (first, count + 1, value)
+        elif value:
+            runs.append((position, 1, value))
+    return runs
+
+
+def _domain_box(axes: Axes, domain: str, left: float, top: float, width: float, rows: int) -> None:
+    """A dashed box around the rows of one NVLink domain, labelled with its clique id."""
+    from matplotlib.patches import Rectangle
+
+    axes.add_patch(
+        Rectangle(
+            (left, top), width, rows + 0.1, fill=False, edgecolor=DOMAIN_COLOUR, lw=1.2, ls="--"
+        )
+    )
+    label = "NVLink " + _short(domain.rsplit(".", 1)[-1] if "." in domain else domain, 10)
+    axes.text(left + width - 0.1, top - 0.15, label, fontsize=5, ha="right", color=DOMAIN_COLOUR)
 
 
 def _zone_box(axes: Axes, zone: str, top: float, height: float, right: float) -> None:
@@ -370,6 +408,10 @@ def _draw_aggregated(axes: Axes, snapshot: Snapshot, layout: _Layout) -> tuple[f
         extent=(label_width, label_width + width, len(rows), 0),
         interpolation="nearest",
     )
+    for r, (_, nodes) in enumerate(rows):
+        runs = _domain_runs(snapshot, nodes)
+        for first, count, _ in runs:
+            _aggregated_domain(axes, label_width + first, r, count)
     for r, (name, nodes) in enumerate(rows):
         free = int(snapshot.free_whole[nodes].sum())
         total = int(counts[nodes].sum())
@@ -383,6 +425,16 @@ def _draw_aggregated(axes: Axes, snapshot: Snapshot, layout: _Layout) -> tuple[f
                 color=HOT_COLOUR,
             )
     return label_width + width, float(len(rows))
+
+
+def _aggregated_domain(axes: Axes, left: float, row: int, count: int) -> None:
+    from matplotlib.patches import Rectangle
+
+    axes.add_patch(
+        Rectangle(
+            (left, row + 0.04), count, 0.92, fill=False, edgecolor=DOMAIN_COLOUR, lw=0.8, ls="--"
+        )
+    )
 
 
 def _per_node_any(snapshot: Snapshot, per_gpu: np.ndarray[Any, np.dtype[np.bool_]]) -> list[bool]:
@@ -411,6 +463,10 @@ def _legend(axes: Axes, layout: _Layout, aggregated: bool) -> None:
         handles.append(Patch(facecolor=EXCLUDED_COLOUR, label="excluded by telemetry"))
         handles.append(Patch(facecolor="white", edgecolor=HOT_COLOUR, lw=1.8, label="hot"))
         handles.append(Patch(facecolor=NVLINK_COLOUR, label="NVLink block"))
+    if layout.domains:
+        handles.append(
+            Patch(facecolor="white", edgecolor=DOMAIN_COLOUR, ls="--", label="NVLink domain")
+        )
     axes.legend(
         handles=handles,
         loc="upper left",

@@ -69,6 +69,8 @@ def render_table(run: Run) -> str:
             if group.phase.value != "Scheduled":
                 lines.append(f"  {group.name}: {group.message}")
                 lines += [f"    - {attempt}" for attempt in group.attempts]
+            elif group.segments:  # where each segment landed
+                lines.append(f"  {group.name}: {group.message}")
         lines.append("")
     if result.unschedulable:
         # A pod of a group shown above carries the group's message; say so instead of

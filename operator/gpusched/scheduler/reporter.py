@@ -190,7 +190,11 @@ class Reporter:
             ]
             phase = composite_phase(record.spec.minimum, children, timed_out)
         where = placement(
-            record.spec.topology_key, self.config.topology_levels, pods, self.state.nodes
+            record.spec.topology_key,
+            self.config.topology_levels,
+            pods,
+            self.state.nodes,
+            segmented=record.spec.minimum if record.spec.segment_size is not None else None,
         )
         previous = self.outbox.last(group_ref(record)) or record.raw_status
         attempt = self._preempting(key, self._priority_noted(key, self.attempts.get(key)), wall)

@@ -100,12 +100,20 @@ def placement(
     levels: Sequence[str],
     pods: Sequence[PodRecord],
     nodes: Mapping[str, Node],
+    segmented: int | None = None,
 ) -> dict[str, str]:
     """The domain the group's bound pods share, as a full path: the label of every topology
     level down to the group's key (rack names need not be unique across zones, so the zone
-    is part of a rack's name). {} when nothing is bound or the pods disagree at the key."""
+    is part of a rack's name). {} when nothing is bound or the pods disagree at the key.
+    ``segmented``: the gang's minCount when the key bounds each segment only: the path of
+    levels above it that the pods share (the engine's placement of a segmented gang), once at
+    least minCount are bound, since a status patch merges keys and a path read while the
+    first segment binds would be narrower than the gang's."""
     if topology_key is None:
         return {}
+    if segmented is not None:
+        bound = sum(1 for p in pods if p.node is not None and p.node in nodes)
+        return _shared_above(topology_key, levels, pods, nodes) if bound >= segmented else {}
     path = list(levels[: levels.index(topology_key) + 1]) if topology_key in levels else []
     if topology_key not in path:
         path = [topology_key]
@@ -119,6 +127,22 @@ def placement(
             if level == topology_key:
                 return {}
             continue  # a level above the key that these nodes do not carry
+        where[level] = values.pop()  # type: ignore[assignment]
+    return where
+
+
+def _shared_above(
+    key: str, levels: Sequence[str], pods: Sequence[PodRecord], nodes: Mapping[str, Node]
+) -> dict[str, str]:
+    above = levels[: levels.index(key)] if key in levels else levels
+    labels = [nodes[p.node].metadata.labels for p in pods if p.node is not None and p.node in nodes]
+    where: dict[str, str] = {}
+    for level in above if labels else ():
+        values = {node_labels.get(level) for node_labels in labels}
+        if None in values:
+            continue  # a level these nodes do not carry
+        if len(values) != 1:
+            break
         where[level] = values.pop()  # type: ignore[assignment]
     return where
 

@@ -114,9 +114,12 @@ def test_other_cel_is_refused_not_guessed(expression: str) -> None:
         parse_selector(expression)
 
 
+MIG_CEL = "device.attributes['gpu.nvidia.com'].type == 'mig'"
+"""The NVIDIA DRA driver's DeviceClass ``mig.nvidia.com`` selects MIG slices by this."""
 CLASSES = {
     "gpu.nvidia.com": parse_device_class(dra.device_class()),
     "nic": parse_device_class(dra.device_class("nic", "device.driver == 'nic.example.com'")),
+    "mig.nvidia.com": parse_device_class(dra.device_class("mig.nvidia.com", MIG_CEL)),
 }
 
 
@@ -154,8 +157,17 @@ def test_a_claim_becomes_a_gpu_count_with_its_class_and_request_checks() -> None
             dra.claim("c", "ml", 1, selectors=("device.attributes['gpu.nvidia.com'].x > 1",)),
             "beyond what gpusched evaluates",
         ),
+        (
+            dra.claim("c", "ml", 1, device_class_name="mig.nvidia.com"),
+            "request gpus: DeviceClass mig.nvidia.com selects gpu.nvidia.com devices of type "
+            "'mig'; gpusched allocates whole GPUs",
+        ),
+        (
+            dra.claim("c", "ml", 1, device_class_name="gpu.nvidia.com", selectors=(MIG_CEL,)),
+            "of type 'mig'",
+        ),
     ],
-    ids=["another driver", "a missing class", "CEL we cannot evaluate"],
+    ids=["another driver", "a missing class", "CEL we cannot evaluate", "MIG", "MIG selector"],
 )
 def test_claims_gpusched_cannot_allocate_exactly_say_why(claim: dict[str, Any], why: str) -> None:
     with pytest.raises(ClaimError, match=why.replace("(", r"\(")):

@@ -17,16 +17,19 @@ from matplotlib import image
 from gpusched.api.config import SchedulerConfig
 from gpusched.cli import main
 from gpusched.commands import EXIT_OK
-from gpusched.engine.build import _node_info
+from gpusched.engine.build import _node_info, build_snapshot
 from gpusched.engine.health import GpuSample
 from gpusched.engine.schedule import schedule
 from gpusched.inputs.objects import SAMPLE_DIR, load
+from gpusched.offline.nvlink import CLIQUE_LABEL, clique, gb200_node, nvl72_nodes
 from gpusched.offline.plot import (
+    DOMAIN_COLOUR,
     EXCLUDED_COLOUR,
     HOT_COLOUR,
     LOOSE_COLOUR,
     NVLINK_COLOUR,
     PlotSummary,
+    _domain_runs,
     nvlink_blocks,
     plot_run,
     plot_snapshot,
@@ -170,3 +173,20 @@ def test_simulate_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert out.startswith("Cluster:")
     rgb = pixels(tmp_path / "simulate.png")
     assert colour_count(rgb, NVLINK_COLOUR) > 500
+
+
+def test_nvlink_domains_are_framed_in_both_layouts(tmp_path: Path) -> None:
+    """Trays of one NVLink domain (``nvidia.com/gpu.clique``) get a dashed frame: around their
+    rows in the detailed picture, around their cells in the aggregated one; a tray with an
+    empty clique is in no frame."""
+    loose = gb200_node("spare", {CLIQUE_LABEL: ""})
+    config = SchedulerConfig()
+    small = build_snapshot([*nvl72_nodes(2, trays=3), loose], (), None, config)
+    assert _domain_runs(small, list(range(7))) == [(0, 3, clique(0)), (3, 3, clique(1))]
+    plot_snapshot(small, tmp_path / "small.png")
+    assert colour_count(pixels(tmp_path / "small.png"), DOMAIN_COLOUR) > 20
+    plot_snapshot(build_snapshot(nvl72_nodes(8), (), None, config), tmp_path / "big.png")
+    assert colour_count(pixels(tmp_path / "big.png"), DOMAIN_COLOUR) > 20
+    plain = cluster({"z1": {"r1": ["a100x8"] * 2}})
+    plot_snapshot(plain, tmp_path / "plain.png")
+    assert colour_count(pixels(tmp_path / "plain.png"), DOMAIN_COLOUR) == 0

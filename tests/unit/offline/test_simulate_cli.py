@@ -227,7 +227,7 @@ def test_table_output_states_the_key_facts(capsys: pytest.CaptureFixture[str]) -
     code, out, err = simulate(capsys)
     assert (code, err) == (EXIT_OK, "")
     for fact in (
-        "8 nodes, 64 GPUs",
+        "27 nodes, 140 GPUs",
         "BINDINGS",
         "ml/train-worker-7",
         "research/finetune-0",

@@ -84,7 +84,7 @@ def test_table_output_names_the_telemetry(
     metrics.write_text(scrape({}))
     assert main(["simulate", "--metrics", str(metrics)]) == EXIT_OK
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith(f"Telemetry: file {metrics} up: 64 GPUs, data 0-0 s old"), first
+    assert first.startswith(f"Telemetry: file {metrics} up: 140 GPUs, data 0-0 s old"), first
 
 
 @pytest.mark.parametrize(

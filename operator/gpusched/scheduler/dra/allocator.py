@@ -11,7 +11,7 @@ from typing import Any
 
 from gpusched.api.dra import DELETE_PROTECTION_FINALIZER, ResourceClaim, parse_resource_claim
 from gpusched.engine.claims import choose_devices
-from gpusched.engine.devices import NVIDIA_DRIVER, RequestDemand
+from gpusched.engine.devices import COMPUTE_DOMAIN_DRIVER, NVIDIA_DRIVER, RequestDemand
 from gpusched.engine.extended import ExtendedClaim
 from gpusched.engine.result import Binding
 from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
@@ -303,8 +303,15 @@ class ClaimAllocator:
         return {"resource": "pods", "name": write.pod.split("/", 1)[1], "uid": write.uid}
 
     def _allocation(self, write: ClaimWrite, claim: ResourceClaim) -> dict[str, Any]:
+        # An IMEX channel request is the ComputeDomain driver's; every other is a GPU.
+        channels = {d.request for d in write.demands if d.channel}
         results = [
-            {"request": request, "driver": NVIDIA_DRIVER, "pool": write.pool, "device": device}
+            {
+                "request": request,
+                "driver": COMPUTE_DOMAIN_DRIVER if request in channels else NVIDIA_DRIVER,
+                "pool": write.pool,
+                "device": device,
+            }
             for request, device in write.results
         ]
         config: list[dict[str, Any]] = []

@@ -1,0 +1,117 @@
+"""The NVIDIA DRA driver as it publishes devices, on the real control plane: what gpusched
+does not place (MIG slices) is refused with a reason naming it, and the rest is scheduled;
+IMEX channels of a ComputeDomain are allocated with the pods' GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testing import dra
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import condition, events_for, group_status, running_operator
+from tests.integration.test_dra import NS, _all_bound, _claims, _gang, dra_nodes  # noqa: F401
+from tests.unit.engine.test_imex_channels import (
+    CD_DRIVER,
+    CHANNEL_CEL,
+    CHANNEL_CLASS,
+    channel_claim,
+    channel_slice,
+)
+
+pytestmark = pytest.mark.usefixtures("real_cluster")
+
+MIG_CLASS = "mig.nvidia.com"
+MIG_SELECTOR = "device.attributes['gpu.nvidia.com'].type == 'mig'"
+"""The driver's DeviceClass for MIG slices selects them by the ``type`` attribute."""
+
+
+def test_a_claim_for_mig_slices_is_refused_naming_them_and_the_rest_is_scheduled(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    api.create(dra.device_class(MIG_CLASS, MIG_SELECTOR))
+    api.create(dra.claim_template("slice", NS, 1, device_class_name=MIG_CLASS))
+    api.create(dra.pod("wants-mig", NS, template="slice"))
+    with running_operator(kubeconfig):
+        members = _gang(api, "whole", 2, 4)
+        wait_for(lambda: _all_bound(api, members), timeout=90, message="the whole-GPU gang bound")
+
+        def reason() -> str:
+            return " ".join(
+                e["message"]
+                for e in events_for(api, "wants-mig", NS)
+                if e["reason"] == "FailedScheduling"
+            )
+
+        assert wait_for(
+            lambda: "devices of type 'mig'; gpusched allocates whole GPUs" in reason(),
+            message=reason,
+        )
+    mig_claims = [
+        c
+        for c in _claims(api)
+        if c["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == MIG_CLASS
+    ]
+    assert mig_claims, "the resource-claim controller made the pod's claim"
+    assert all(not (c.get("status") or {}).get("allocation") for c in mig_claims), mig_claims
+
+
+def test_a_compute_domains_pods_get_a_channel_each_with_their_gpus_one_pod_a_node(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    """Each node publishes the ComputeDomain plugin's pool (channel-0, daemon-0); the pods
+    claim GPUs and a channel from the ComputeDomain's template, whose config the driver reads
+    at Prepare: gpusched allocates both in one decision, copies the config, and never puts
+    two channel pods on one node."""
+    api.create(dra.device_class(CHANNEL_CLASS, CHANNEL_CEL))
+    for node in dra_nodes:
+        api.create(channel_slice(node))
+    template = channel_claim("cd-channel")
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "cd-channel", "namespace": NS},
+            "spec": {"spec": template["spec"]},
+        }
+    )
+    api.create(dra.claim_template("imex-gpus", NS, 4))
+    api.create(dra.pod_group("imex", NS, 2))
+    members = ["imex-0", "imex-1"]
+    for member in members:
+        body = dra.pod(member, NS, template="imex-gpus", group="imex")
+        body["spec"]["resourceClaims"].append(
+            {"name": "channel", "resourceClaimTemplateName": "cd-channel"}
+        )
+        body["spec"]["containers"][0]["resources"]["claims"].append({"name": "channel"})
+        api.create(body)
+    with running_operator(kubeconfig):
+        bound = wait_for(
+            lambda: _all_bound(api, members),
+            timeout=90,
+            message=lambda: (
+                str([e["message"] for e in events_for(api, "imex-0", NS)][-3:])
+                + str(condition(group_status(api, "imex", NS)))
+            ),
+        )
+    nodes = sorted(bound[f"{NS}/{m}"]["spec"]["nodeName"] for m in members)
+    assert nodes == sorted(dra_nodes), "one channel pod a node"
+    channels = [c for c in _claims(api) if c["spec"]["devices"]["requests"][0]["name"] == "channel"]
+    assert len(channels) == 2
+    for claim in channels:
+        allocation = claim["status"]["allocation"]
+        (result,) = allocation["devices"]["results"]
+        assert (result["driver"], result["device"]) == (CD_DRIVER, "channel-0")
+        owner = claim["status"]["reservedFor"][0]["name"]
+        assert result["pool"] == bound[f"{NS}/{owner}"]["spec"]["nodeName"]
+        (config,) = allocation["devices"]["config"]
+        assert config["source"] == "FromClaim"
+        assert config["opaque"]["parameters"]["kind"] == "ComputeDomainChannelConfig"
