@@ -302,6 +302,25 @@ OPERATOR_GRANTS = {
     ("", "pods/status"): {"patch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch"},
+    # Other projects' groups (handlers/foreign.py), their status in their own fields.
+    **{
+        (api_group, resource): {"list", "watch"}
+        for api_group, resource in (
+            ("scheduling.k8s.io", "podgroups"),
+            ("scheduling.k8s.io", "compositepodgroups"),
+            ("scheduling.volcano.sh", "podgroups"),
+            ("scheduling.x-k8s.io", "podgroups"),
+        )
+    },
+    **{
+        (api_group, resource): {"patch"}
+        for api_group, resource in (
+            ("scheduling.k8s.io", "podgroups/status"),
+            ("scheduling.k8s.io", "compositepodgroups/status"),
+            ("scheduling.volcano.sh", "podgroups/status"),
+            ("scheduling.x-k8s.io", "podgroups/status"),
+        )
+    },
     # KubeClusterApi.bind: POST pods/{name}/binding.
     ("", "pods/binding"): {"create"},
     # KubeClusterApi.create_event / patch_event: aggregated Scheduled / FailedScheduling.

@@ -255,7 +255,8 @@ class KubeClusterApi:
             raise
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
-        collection = f"/apis/{GROUP}/{VERSION}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
+        # Ours, or a foreign group's (upstream, Volcano, coscheduling): same plurals.
+        collection = f"/apis/{obj.api_version}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
         path = f"{collection}/{obj.name}/status"
         await self._write("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
 

@@ -12,6 +12,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS
@@ -22,6 +23,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.engine.result import GroupDecision, Reason
 from gpusched.scheduler import metrics
 from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.foreign_status import stamp, their_status
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ObjectRef
@@ -150,11 +152,17 @@ class Reporter:
                     group_ref(group), "Warning", Reason.INVALID, group.spec.invalid
                 )
             self.outbox.offer(
-                group_ref(group),
-                statuses[key].model_dump(mode="json", by_alias=True, exclude_none=True),
-                group.raw_status,
+                group_ref(group), self._written(group, statuses[key], wall), group.raw_status
             )
         self._report_workloads(statuses, wall)
+
+    def _written(self, group: GroupRecord, status: GroupStatus, wall: datetime) -> dict[str, Any]:
+        """The status body for ``group``'s object: ours, or in a foreign object's own fields."""
+        if group.foreign is None:
+            return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        previous = self.outbox.last(group_ref(group)) or group.raw_status
+        body = their_status(group.source, group.spec.kind, status, previous)
+        return stamp(body, wall.isoformat().replace("+00:00", "Z"))
 
     def _parents_last(self) -> list[str]:
         """Group keys, children before their parents."""

@@ -165,6 +165,11 @@ class Scheduler:
         if self.state.upsert_group(kind, body):
             self.wake()  # a status-only update changes nothing to decide
 
+    def foreign_group_changed(self, body: Mapping[str, Any]) -> None:
+        """An upstream, Volcano or coscheduling group object (`gpusched.api.foreign`)."""
+        if self.state.upsert_foreign(body):
+            self.wake()
+
     def group_deleted(self, key: str) -> None:
         self.reporter.group_gone(key)
         self.state.delete_group(key)

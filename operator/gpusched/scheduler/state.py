@@ -19,6 +19,7 @@ from typing import Any
 
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.errors import InvalidObjectError
+from gpusched.api.grouprefs import GroupSource, group_name
 from gpusched.api.k8s import Node, parse_node, parse_pod
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
@@ -53,6 +54,9 @@ PREEMPTION_ANNOTATION = "gpusched.io/preemption"
 """Written on every pod of an eviction unit before its first eviction (JSON: ``preemptor``,
 ``unit``, ``size``), so that a unit left part-evicted by a crash or a failure is finished by
 whoever leads next, and one never started is unmarked."""
+
+IMPLICIT_PREFIX = group_name(GroupSource.KUEUE, "")
+"""The start of the engine names of groups made from their pods."""
 
 MAX_GONE_UIDS = 10_000
 """How many uids of deleted pods are remembered (see `ClusterState.gone`): far more than the
@@ -233,7 +237,17 @@ class ClusterState(GroupBook):
                 self._waiting[key] = record
             if (group := _group_of(record)) is not None:
                 self._members.setdefault(group, {})[key] = None
+        if _implicit(before) or _implicit(record):
+            self._note_implicit(key, record)
         return before
+
+    def _note_implicit(self, key: str, record: PodRecord | None) -> None:
+        """Kueue's plain-pod groups have no object: their members make them."""
+        if record is None or record.request is None or not _implicit(record):
+            self.note_member(key, key.split("/", 1)[0], None, 0.0)
+            return
+        ref = record.pod.group_ref()
+        self.note_member(key, record.pod.metadata.namespace, ref, record.request.created)
 
     def _unindex(self, key: str, record: PodRecord) -> None:
         if record.holding is not None:
@@ -473,6 +487,12 @@ class ClusterState(GroupBook):
 def _unnamed_gpus(holding: BoundPod) -> bool:
     """Whole GPUs held without saying which: the pods `GpuPins.pinned` assumes GPUs for."""
     return holding.gpus is None and bool(holding.pod.gpus) and not holding.pod.gpu_milli
+
+
+def _implicit(record: PodRecord | None) -> bool:
+    """Whether the pod belongs to a group made from its pods (`GroupBook.implicit`)."""
+    group = record.request.group if record is not None and record.request is not None else None
+    return group is not None and group.startswith(IMPLICIT_PREFIX)
 
 
 def _group_of(record: PodRecord) -> str | None:
