@@ -15,8 +15,8 @@ import kopf
 
 from gpusched.api.foreign import UPSTREAM_VERSIONS
 from gpusched.api.grouprefs import GroupSource
+from gpusched.engine.groupsources import foreign_key
 from gpusched.handlers import _scheduler, registry
-from gpusched.scheduler.groupsources import foreign_key
 
 WATCHED = (
     *((GroupSource.UPSTREAM.value, v, "podgroups") for v in UPSTREAM_VERSIONS["PodGroup"][:1]),

@@ -30,11 +30,14 @@ from gpusched.api.crds import (
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError, format_field_path
+from gpusched.api.foreign import ForeignGroup, parse_foreign, source_of
+from gpusched.api.grouprefs import GroupRef, GroupSource
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
 from gpusched.api.materialize import materialize
 from gpusched.api.priority import PriorityClass, parse_priority_class
 from gpusched.api.strict import check_pod_fields
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groupsources import foreign_key, foreign_spec, implicit_specs, invalid_spec
 from gpusched.engine.request import PodRequest
 from gpusched.inputs import InputError
 
@@ -43,6 +46,8 @@ CLUSTER_SCOPED = frozenset(
     {"Node", "Namespace", "PersistentVolume", "StorageClass", "PriorityClass"}
 )
 """Kinds without a namespace, among those a snapshot may hold."""
+_GROUP_KINDS = ("PodGroup", "CompositePodGroup", "Workload")
+"""Kinds other projects define too (`gpusched.api.foreign`), told apart by apiVersion."""
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "samples"
 """The embedded sample: ``examples/`` of the source tree, shipped inside the package."""
 
@@ -55,6 +60,8 @@ class ReadPod:
     request: PodRequest
     gpus: tuple[int, ...] | None
     """The GPU indices its annotation assigns (bound pods), or None."""
+    ref: GroupRef | None = None
+    """The group it names, from whichever source (`gpusched.api.grouprefs`)."""
 
 
 @dataclass(slots=True)
@@ -73,12 +80,33 @@ class ClusterObjects:
     """Kinds we read past, with counts (Jobs, Namespaces, …)."""
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     """By name: what a group's ``priorityClassName`` resolves to."""
+    foreign: list[ForeignGroup] = field(default_factory=list)
+    """Upstream, Volcano and coscheduling groups (`gpusched.api.foreign`), read as ours."""
 
     def group_specs(self) -> dict[str, GroupSpec]:
-        """Every group the engine is given, by key: the valid ones and the invalid ones."""
+        """Every group the engine is given, by key: the valid ones and the invalid ones, ours
+        and other projects' (Kueue's plain-pod groups made from their pods)."""
         specs = {g.key: _spec(g, self.priority_classes) for g in self.groups}
+        for found in self.foreign:
+            spec = foreign_spec(found, self.priority_classes)
+            specs[spec.key] = spec
         specs.update({g.key: g for g in self.invalid_groups if g.key not in specs})
+        for spec in implicit_specs(self._implicit_members(specs)):
+            specs[spec.key] = spec
         return specs
+
+    def _implicit_members(
+        self, specs: Mapping[str, GroupSpec]
+    ) -> dict[str, dict[str, tuple[GroupRef, float]]]:
+        members: dict[str, dict[str, tuple[GroupRef, float]]] = {}
+        for read in self.pods:
+            ref = read.ref
+            if ref is None or ref.source is not GroupSource.KUEUE:
+                continue
+            key = foreign_key(ref.source, read.pod.namespace, ref.name)
+            if key not in specs:
+                members.setdefault(key, {})[read.pod.key] = (ref, read.request.created)
+        return members
 
     def workload_groups(self) -> dict[str, list[str]]:
         """Workload key → keys of the groups it materialises."""
@@ -119,6 +147,8 @@ class _Reader:
             self._lenient(document, lambda: objects.nodes.append(parse_node(document)))
         elif kind == "Pod":
             self._lenient(document, lambda: self._add_pod(document))
+        elif kind in _GROUP_KINDS and source_of(str(document.get("apiVersion") or "")):
+            self._add_foreign(document)
         elif kind in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
             self._add_group(GroupKind(kind), document)
         elif kind == "PriorityClass":
@@ -151,7 +181,25 @@ class _Reader:
             check_pod_fields(document, f"Pod {pod.key}")
         # Fields read only when scheduling (GPU share, GPU indices) are parsed now, while the
         # file and document are known for the message.
-        self.objects.pods.append(ReadPod(pod, PodRequest.from_pod(pod), pod.assigned_gpus()))
+        request = PodRequest.from_pod(pod)
+        self.objects.pods.append(ReadPod(pod, request, pod.assigned_gpus(), pod.group_ref()))
+
+    def _add_foreign(self, document: dict[str, Any]) -> None:
+        """Another project's group (the Workload API's Workload itself places nothing: its
+        controller creates the groups). Kept with its error when invalid, as the operator."""
+        kind = document.get("kind")
+        if kind not in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
+            self.objects.ignored[str(kind)] = self.objects.ignored.get(str(kind), 0) + 1
+            return
+        try:
+            self.objects.foreign.append(parse_foreign(document))
+        except InvalidObjectError as error:
+            identity = _identity(document)
+            source = source_of(str(document.get("apiVersion")))
+            if identity is None or source is None:
+                raise
+            spec = invalid_spec(source, str(kind), identity[1], identity[2], str(error))
+            self.objects.invalid_groups.append(spec)
 
     def _add_group(self, kind: GroupKind, document: dict[str, Any]) -> None:
         """A valid group, or an invalid one kept with its error (the operator's way)."""

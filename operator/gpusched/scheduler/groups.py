@@ -21,14 +21,14 @@ from gpusched.api.foreign import ForeignGroup, describe, parse_foreign, source_o
 from gpusched.api.grouprefs import GroupRef, GroupSource
 from gpusched.api.materialize import materialize
 from gpusched.api.priority import PriorityClass, parse_priority_class
-from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec
-from gpusched.engine.request import PodRequest
-from gpusched.scheduler.groupsources import (
+from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groupsources import (
     foreign_key,
     foreign_spec,
-    implicit_spec,
+    implicit_specs,
     invalid_spec,
 )
+from gpusched.engine.request import PodRequest
 from gpusched.scheduler.records import generation_of, mapping, metadata_of, name_of, namespace_of
 
 logger = logging.getLogger(__name__)
@@ -173,26 +173,8 @@ class GroupBook:
             self.groups_generation += 1
 
     def _implicit_specs(self) -> list[GroupSpec]:
-        specs = []
-        for key, members in self.implicit.items():
-            if key in self.groups:
-                continue  # an object of that name wins
-            refs = sorted(members.items())
-            totals = {ref.total for _, (ref, _) in refs}
-            first_key, (first, _) = refs[0]
-            namespace = GroupKey.parse(key).namespace
-            created = min(c for _, (_, c) in refs)
-            if len(totals) > 1:
-                other_key, (other, _) = next((k, m) for k, m in refs if m[0].total != first.total)
-                why = (
-                    f"Pod {other_key}: metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: "
-                    f"{other.total}, but Pod {first_key} says {first.total}; "
-                    "the pods of one Kueue group must agree on its size"
-                )
-                specs.append(GroupSpec(key, GroupKind.POD_GROUP, invalid=why))
-            else:
-                specs.append(implicit_spec(namespace, first, created))
-        return specs
+        # An object of the same name wins over the group its pods make.
+        return implicit_specs({k: m for k, m in self.implicit.items() if k not in self.groups})
 
     def delete_foreign(self, api_version: str, namespace: str, name: str) -> None:
         source = source_of(api_version)

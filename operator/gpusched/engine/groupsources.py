@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from gpusched.api.crds import PodGroup
 from gpusched.api.foreign import ForeignGroup
-from gpusched.api.grouprefs import GroupRef, GroupSource, group_name
+from gpusched.api.grouprefs import KUEUE_TOTAL_ANNOTATION, GroupRef, GroupSource, group_name
 from gpusched.api.priority import PriorityClass
 from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec
 
@@ -56,3 +56,29 @@ def implicit_spec(namespace: str, ref: GroupRef, created: float) -> GroupSpec:
         minimum=ref.total,
         created=created,
     )
+
+
+Members = Mapping[str, Mapping[str, tuple[GroupRef, float]]]
+"""Implicit group key → pod key → (the pod's reference, its creation time)."""
+
+
+def implicit_specs(members: Members) -> list[GroupSpec]:
+    """The spec of each Kueue plain-pod group, from its pods; pods that disagree on the size
+    make it invalid, naming one of them and the annotation."""
+    specs = []
+    for key, pods in members.items():
+        refs = sorted(pods.items())
+        first_key, (first, _) = refs[0]
+        disagreeing = [(k, ref) for k, (ref, _) in refs if ref.total != first.total]
+        if disagreeing:
+            other_key, other = disagreeing[0]
+            why = (
+                f"Pod {other_key}: metadata.annotations[{KUEUE_TOTAL_ANNOTATION}]: "
+                f"{other.total}, but Pod {first_key} says {first.total}; "
+                "the pods of one Kueue group must agree on its size"
+            )
+            specs.append(GroupSpec(key, GroupKind.POD_GROUP, invalid=why))
+            continue
+        created = min(c for _, (_, c) in refs)
+        specs.append(implicit_spec(GroupKey.parse(key).namespace, first, created))
+    return specs
