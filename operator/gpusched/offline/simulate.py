@@ -81,9 +81,9 @@ def simulate(
             continue
         if pod.spec.node_name:
             bound[pod.key] = BoundPod(read.request, pod.spec.node_name, read.gpus)
-            if pod.spec.scheduler_name != config.scheduler_name:
+            if pod.spec.scheduler_name not in config.scheduler_names:
                 foreign.add(pod.key)
-        elif pod.spec.scheduler_name == config.scheduler_name:
+        elif pod.spec.scheduler_name in config.scheduler_names:
             pending[pod.key] = read.request
         else:
             ignored[OTHER_SCHEDULER] = ignored.get(OTHER_SCHEDULER, 0) + 1

@@ -44,6 +44,7 @@ def build_scheduler(
     Lease now (None: it schedules alone); ``claims``: the DRA API (None: no DRA objects are
     read or written)."""
     settings = config.operator
+    state.scheduler_aliases = frozenset(config.scheduler_name_aliases)
     background = Background(clock)
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)

@@ -68,6 +68,8 @@ class ClusterState(GroupBook):
     """Nodes, pods, groups and Workloads as last watched, plus the reservation ledger."""
 
     scheduler_name: str = "gpusched"
+    scheduler_aliases: frozenset[str] = frozenset()
+    """Other scheduler names whose pods are ours too (``schedulerNameAliases``)."""
     nodes: dict[str, Node] = field(default_factory=dict)
     node_errors: dict[str, str] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
@@ -172,7 +174,7 @@ class ClusterState(GroupBook):
             if version != before.version:
                 self._store(key, replace(before, version=version))
             return
-        record = _pod_record(key, body, self.scheduler_name)
+        record = _pod_record(key, body, self.scheduler_name, self.scheduler_aliases)
         if record is None:
             self.delete_pod(key)
             return
@@ -266,10 +268,13 @@ class ClusterState(GroupBook):
         nominated (which `pending` checks, as those change without the record changing)."""
         return (
             record.node is None
-            and record.pod.spec.scheduler_name == self.scheduler_name
+            and self.is_ours(record.pod.spec.scheduler_name)
             and not record.pod.is_terminal
             and not record.deleting
         )
+
+    def is_ours(self, scheduler_name: str) -> bool:
+        return scheduler_name == self.scheduler_name or scheduler_name in self.scheduler_aliases
 
     def _bury(self, uid: str) -> None:
         self.gone[uid] = None
@@ -513,14 +518,17 @@ def _predecessor(body: Mapping[str, Any], record: PodRecord) -> bool:
     return version.isdigit() and record.version.isdigit() and int(version) < int(record.version)
 
 
-def _pod_record(key: str, body: Mapping[str, Any], scheduler_name: str) -> PodRecord | None:
+def _pod_record(
+    key: str, body: Mapping[str, Any], scheduler_name: str, aliases: frozenset[str] = frozenset()
+) -> PodRecord | None:
     """The record of a pod body (None: not a pod we can use; a stub when it is ours)."""
     uid = str(metadata_of(body).get("uid") or "")
     try:
         pod = parse_pod(body)
     except InvalidObjectError as error:
         spec = mapping(body.get("spec"))
-        if spec.get("schedulerName") == scheduler_name and not spec.get("nodeName"):
+        named = spec.get("schedulerName")
+        if (named == scheduler_name or named in aliases) and not spec.get("nodeName"):
             # Ours and pending: keep a stub so the pod gets an Event naming the field.
             stub = _invalid_pod(key, uid, scheduler_name, str(error))
             if stub is not None:

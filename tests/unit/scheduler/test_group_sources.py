@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpusched.api.config import load_config
+from gpusched.api.errors import InvalidObjectError
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
@@ -293,3 +294,55 @@ async def test_a_kueue_pod_without_its_groups_size_waits_naming_the_annotation(
     assert api.binds == []
     [event] = events_about(api, "k-0")
     assert "metadata.annotations[kueue.x-k8s.io/pod-group-total-count]" in event["message"]
+
+
+# ----- scheduler-name aliases ------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_gang_under_a_forced_scheduler_name_is_placed_when_the_name_is_an_alias() -> None:
+    api = FakeApi()
+    config = load_config(
+        {
+            "schedulerNameAliases": ["scheduler-plugins-scheduler"],
+            "operator": {"batchWindowSeconds": 0},
+        }
+    )
+    scheduler = build_scheduler(config, ClusterState(), api, clock=Clock())
+    for name, rack in (("a", "rack-1"), ("b", "rack-2"), ("c", "rack-2")):
+        scheduler.state.upsert_node(node(name, rack=rack))
+    scheduler.foreign_group_changed(coscheduling_pod_group("ray", 3))
+    for i in range(3):
+        forced = coscheduling_member(f"ray-{i}", 4, "ray", scheduler="scheduler-plugins-scheduler")
+        scheduler.pod_changed(forced)
+    scheduler.pod_changed(pod("kube", 1, scheduler="default-scheduler"))
+    await run_cycle(scheduler)
+    assert sorted(bound_to(api)) == ["ray-0", "ray-1", "ray-2"]
+    assert set(bound_to(api).values()) == {"b", "c"}
+
+
+@pytest.mark.parametrize(
+    ("story", "raw", "field"),
+    [
+        (
+            "an alias naming kube-scheduler",
+            {"schedulerNameAliases": ["default-scheduler"]},
+            "schedulerNameAliases",
+        ),
+        ("our own name kube-scheduler's", {"schedulerName": "default-scheduler"}, "schedulerName"),
+        ("an empty alias", {"schedulerNameAliases": [""]}, "schedulerNameAliases"),
+    ],
+)
+def test_a_config_taking_kube_schedulers_pods_unasked_is_refused_at_load(
+    story: str, raw: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidObjectError) as caught:
+        load_config(raw)
+    assert caught.value.field == field, story
+
+
+def test_kube_schedulers_name_is_an_alias_when_explicitly_allowed() -> None:
+    config = load_config(
+        {"schedulerNameAliases": ["default-scheduler"], "allowDefaultSchedulerAlias": True}
+    )
+    assert config.scheduler_names == {"gpusched", "default-scheduler"}
