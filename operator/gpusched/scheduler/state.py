@@ -528,7 +528,8 @@ def _pod_record(
     except InvalidObjectError as error:
         spec = mapping(body.get("spec"))
         named = spec.get("schedulerName")
-        if (named == scheduler_name or named in aliases) and not spec.get("nodeName"):
+        ours = named == scheduler_name or (isinstance(named, str) and named in aliases)
+        if ours and not spec.get("nodeName"):
             # Ours and pending: keep a stub so the pod gets an Event naming the field.
             stub = _invalid_pod(key, uid, scheduler_name, str(error))
             if stub is not None:

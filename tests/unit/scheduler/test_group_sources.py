@@ -346,3 +346,26 @@ def test_kube_schedulers_name_is_an_alias_when_explicitly_allowed() -> None:
         {"schedulerNameAliases": ["default-scheduler"], "allowDefaultSchedulerAlias": True}
     )
     assert config.scheduler_names == {"gpusched", "default-scheduler"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "v"},
+        },
+        {**volcano_pod_group("v", 2), "spec": ["not", "a", "mapping"]},
+        volcano_pod_group("v", [4]),
+        {**upstream_pod_group("u", 2), "spec": {"schedulingPolicy": {"gang": {}}}},
+        {**upstream_pod_group("u", 2), "spec": {"disruptionMode": {"all": {}, "single": {}}}},
+        {**upstream_pod_group("u", 2), "kind": "Workload"},
+        {**coscheduling_pod_group("c", 2), "kind": "ElasticQuota"},
+    ],
+)
+def test_a_malformed_foreign_group_never_stops_the_operator(body: dict[str, Any]) -> None:
+    state = ClusterState()
+    state.upsert_foreign(body)
+    for spec in state.group_specs():
+        assert spec.invalid is not None
