@@ -308,16 +308,16 @@ OPERATOR_GRANTS = {
         for api_group, resource in (
             ("scheduling.k8s.io", "podgroups"),
             ("scheduling.k8s.io", "compositepodgroups"),
-            ("scheduling.volcano.sh", "podgroups"),
             ("scheduling.x-k8s.io", "podgroups"),
         )
     },
+    # Volcano's PodGroup has no status subresource: patched whole.
+    ("scheduling.volcano.sh", "podgroups"): {"list", "watch", "patch"},
     **{
         (api_group, resource): {"patch"}
         for api_group, resource in (
             ("scheduling.k8s.io", "podgroups/status"),
             ("scheduling.k8s.io", "compositepodgroups/status"),
-            ("scheduling.volcano.sh", "podgroups/status"),
             ("scheduling.x-k8s.io", "podgroups/status"),
         )
     },

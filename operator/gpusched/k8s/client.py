@@ -32,6 +32,8 @@ PLURALS = {
     "Workload": "workloads",
 }
 LEASES = "/apis/coordination.k8s.io/v1"
+NO_STATUS_SUBRESOURCE = "scheduling.volcano.sh/"
+"""API groups whose group objects' status is written on the object (no status subresource)."""
 REQUEST_TIMEOUT_SECONDS = 30.0
 """No single API request may take longer; the caller decides whether to retry. A bind gets
 `BIND_TIMEOUT_SECONDS`."""
@@ -255,9 +257,11 @@ class KubeClusterApi:
             raise
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
-        # Ours, or a foreign group's (upstream, Volcano, coscheduling): same plurals.
+        # Ours, or a foreign group's (upstream, Volcano, coscheduling): same plurals. Volcano's
+        # PodGroup CRD has no status subresource: its status is patched on the object.
         collection = f"/apis/{obj.api_version}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
-        path = f"{collection}/{obj.name}/status"
+        whole = obj.api_version.startswith(NO_STATUS_SUBRESOURCE)
+        path = f"{collection}/{obj.name}" if whole else f"{collection}/{obj.name}/status"
         await self._write("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
 
     async def create_event(self, body: Mapping[str, Any]) -> str:

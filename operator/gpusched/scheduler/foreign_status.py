@@ -8,9 +8,10 @@
   (the domain chosen, why each domain tried did not fit) go into the condition's message.
 - Volcano PodGroup: ``phase`` (Pending, Inqueue once placed, Running, Completed, Unknown for
   failed pods), ``running`` / ``succeeded`` / ``failed``, and the ``Scheduled`` or
-  ``Unschedulable`` condition (reason ``NotEnoughResources`` as Volcano's own).
+  ``Unschedulable`` condition (reason ``NotEnoughResources`` as Volcano's own). Volcano's CRD
+  has no status subresource, so this status is patched on the object itself.
 - coscheduling PodGroup: ``phase`` (Pending, Scheduled, Running, Finished, Failed) and its
-  counts ``scheduled`` / ``running`` / ``succeeded`` / ``failed``.
+  counts ``running`` / ``succeeded`` / ``failed`` (its schema has no more).
 
 ``lastTransitionTime`` moves only when a condition's status flips, so an unchanged group is
 never patched again.
@@ -66,7 +67,6 @@ def their_status(
         }
     return {
         "phase": _COSCHEDULING_PHASES[status.phase],
-        "scheduled": status.scheduled,
         "running": status.running,
         "succeeded": status.succeeded,
         "failed": status.failed,

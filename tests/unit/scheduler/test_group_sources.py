@@ -249,7 +249,7 @@ async def test_a_coscheduling_gang_is_placed_whole_and_counted_in_its_own_fields
     assert set(bound_to(api).values()) == {"b", "c"}
     await run_cycle(scheduler)
     status = api.last_status("default/ray")
-    assert (status["phase"], status["scheduled"]) == ("Scheduled", 3)
+    assert (status["phase"], status["running"]) == ("Scheduled", 0)
 
 
 # ----- Kueue plain pods ------------------------------------------------------------------------
