@@ -26,6 +26,8 @@ from gpusched.api.crds import Reason
 from gpusched.api.grouprefs import GroupSource
 from gpusched.api.status import GroupPhase, GroupStatus
 from gpusched.engine.groups import GroupKind
+from gpusched.scheduler.nominations import Mark
+from gpusched.scheduler.state import ClusterState
 
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 COMPOSITE_INITIALLY_SCHEDULED = "CompositePodGroupInitiallyScheduled"
@@ -52,11 +54,25 @@ _COSCHEDULING_PHASES = {
 
 
 def their_status(
-    source: GroupSource, kind: GroupKind, status: GroupStatus, previous: Mapping[str, Any]
+    source: GroupSource,
+    kind: GroupKind,
+    status: GroupStatus,
+    previous: Mapping[str, Any],
+    preempted_by: str | None = None,
 ) -> dict[str, Any]:
-    """``status`` in the fields of ``source``'s object; ``previous`` is what it shows now."""
+    """``status`` in the fields of ``source``'s object; ``previous`` is what it shows now.
+    ``preempted_by``: the preemptor whose plan evicts pods of the group (upstream objects
+    then carry ``DisruptionTarget``, reason ``PreemptionByScheduler``, as upstream's)."""
     if source is GroupSource.UPSTREAM:
-        return {"conditions": [_upstream_condition(kind, status, previous)]}
+        conditions = [_upstream_condition(kind, status, previous)]
+        if preempted_by is not None:
+            message = f"gpusched: preempted to make room for {preempted_by}"
+            conditions.append(
+                _condition(previous, DISRUPTION_TARGET, "True", PREEMPTION_BY_SCHEDULER, message)
+            )
+        elif (kept := _condition_of(previous, DISRUPTION_TARGET)) is not None:
+            conditions.append(dict(kept))  # the merge patch replaces the list: keep it
+        return {"conditions": conditions}
     if source is GroupSource.VOLCANO:
         return {
             "phase": _VOLCANO_PHASES[status.phase],
@@ -136,12 +152,12 @@ def _condition_of(previous: Mapping[str, Any], type_: str) -> Mapping[str, Any] 
     return None
 
 
-def disruption_target(message: str, now: str) -> dict[str, Any]:
-    """Upstream's condition on a group whose pods the scheduler evicts."""
-    return {
-        "type": DISRUPTION_TARGET,
-        "status": "True",
-        "reason": PREEMPTION_BY_SCHEDULER,
-        "message": message,
-        "lastTransitionTime": now,
-    }
+def preemptor_of(state: ClusterState, key: str) -> str | None:
+    """The preemptor whose plan has marked pods of group ``key`` (or of a group under it)
+    for eviction, None when none has."""
+    for record in state.pods_of(state.descendants(key)):
+        mark = state.marked.get(record.pod.key)
+        found = Mark.parse(mark) if mark is not None else None
+        if found is not None:
+            return found.preemptor
+    return None

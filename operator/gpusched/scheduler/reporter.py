@@ -23,7 +23,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.engine.result import GroupDecision, Reason
 from gpusched.scheduler import metrics
 from gpusched.scheduler.events import EventRecorder
-from gpusched.scheduler.foreign_status import stamp, their_status
+from gpusched.scheduler.foreign_status import preemptor_of, stamp, their_status
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ObjectRef
@@ -161,7 +161,8 @@ class Reporter:
         if group.foreign is None:
             return status.model_dump(mode="json", by_alias=True, exclude_none=True)
         previous = self.outbox.last(group_ref(group)) or group.raw_status
-        body = their_status(group.source, group.spec.kind, status, previous)
+        preempted_by = preemptor_of(self.state, group.spec.key)
+        body = their_status(group.source, group.spec.kind, status, previous, preempted_by)
         return stamp(body, wall.isoformat().replace("+00:00", "Z"))
 
     def _parents_last(self) -> list[str]:

@@ -21,6 +21,7 @@ import pytest
 from gpusched.api.config import load_config
 from gpusched.api.errors import InvalidObjectError
 from gpusched.scheduler.factory import build_scheduler
+from gpusched.scheduler.nominations import Mark
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from tests.support.clock import Clock
@@ -369,3 +370,25 @@ def test_a_malformed_foreign_group_never_stops_the_operator(body: dict[str, Any]
     state.upsert_foreign(body)
     for spec in state.group_specs():
         assert spec.invalid is not None
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_group_whose_pods_a_preemption_evicts_is_a_disruption_target(
+    api: FakeApi, scheduler: Scheduler
+) -> None:
+    scheduler.foreign_group_changed(upstream_pod_group("low", 2, key=None))
+    for i in range(2):
+        scheduler.pod_changed(upstream_member(f"low-{i}", 1, "low", node="a", at=[i]))
+    await run_cycle(scheduler)
+    assert [c["type"] for c in api.last_status("default/low")["conditions"]] == [
+        "PodGroupInitiallyScheduled"
+    ]
+    mark = Mark("default/urgent", "default/k8s:low", 2, "plan-1").to_json()
+    marked = upstream_member("low-0", 1, "low", node="a", at=[0])
+    marked["metadata"]["annotations"]["gpusched.io/preemption"] = mark
+    scheduler.pod_changed(marked)
+    await run_cycle(scheduler)
+    conditions = {c["type"]: c for c in api.last_status("default/low")["conditions"]}
+    target = conditions["DisruptionTarget"]
+    assert (target["status"], target["reason"]) == ("True", "PreemptionByScheduler")
+    assert "default/urgent" in target["message"]
