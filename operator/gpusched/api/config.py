@@ -344,6 +344,14 @@ DEFAULT_SCHEDULER = "default-scheduler"
 """kube-scheduler's name, and the name of every pod that names none."""
 
 
+class OwnerGroupsConfig(_Strict):
+    """Implicit gangs for pods that name no group, one per top owner (`gpusched.api.owners`)."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces where a pod of ours that names no group joins its top owner's gang; ``*``
+    is every namespace. Default none: a pod without a group is placed on its own."""
+
+
 class SchedulerConfig(_Strict):
     """Everything the scheduler can be told; every field's docstring gives its default."""
 
@@ -378,6 +386,7 @@ class SchedulerConfig(_Strict):
     """At most this many per-domain lines in a group's ``lastAttempt``."""
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
+    owner_groups: OwnerGroupsConfig = Field(default_factory=OwnerGroupsConfig, alias="ownerGroups")
 
     @model_validator(mode="after")
     def _no_silent_default_scheduler(self) -> SchedulerConfig:
@@ -397,6 +406,11 @@ class SchedulerConfig(_Strict):
         if any(not name for name in self.scheduler_name_aliases):
             raise field_error("an alias may not be empty", "schedulerNameAliases")
         return self
+
+    def owner_grouped(self, namespace: str) -> bool:
+        """Whether pods without a group in ``namespace`` join their top owner's gang."""
+        namespaces = self.owner_groups.namespaces
+        return "*" in namespaces or namespace in namespaces
 
     @property
     def scheduler_names(self) -> frozenset[str]:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from gpusched.api.crds import PodGroup
 from gpusched.api.foreign import ForeignGroup
 from gpusched.api.grouprefs import KUEUE_TOTAL_ANNOTATION, GroupRef, GroupSource, group_name
+from gpusched.api.owners import LWS_GROUP_INDEX_LABEL, TopOwner
 from gpusched.api.priority import PriorityClass
 from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec
 
@@ -82,3 +83,25 @@ def implicit_specs(members: Members) -> list[GroupSpec]:
         created = min(c for _, (_, c) in refs)
         specs.append(implicit_spec(GroupKey.parse(key).namespace, first, created))
     return specs
+
+
+def owner_group_name(top: TopOwner, labels: Mapping[str, str]) -> str:
+    """The engine name of the implicit group of pods whose top owner is ``top``: one per
+    owner, one per replica of a LeaderWorkerSet."""
+    name = f"{top.kind}.{top.name}"
+    index = labels.get(LWS_GROUP_INDEX_LABEL)
+    if top.kind == "LeaderWorkerSet" and index is not None:
+        name = f"{name}.{index}"
+    return group_name(GroupSource.OWNER, name)
+
+
+def owner_spec(namespace: str, engine_name: str, top: TopOwner, created: float) -> GroupSpec:
+    """A gang of the owner's size, in one domain of its topology annotation if it has one."""
+    return GroupSpec(
+        key=str(GroupKey(namespace, engine_name)),
+        kind=GroupKind.POD_GROUP,
+        gang=True,
+        minimum=top.size,
+        topology_key=top.topology_key,
+        created=created,
+    )

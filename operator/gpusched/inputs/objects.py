@@ -16,12 +16,13 @@ Each pod's `PodRequest` and GPU indices are parsed once, here, and travel with t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
@@ -31,13 +32,21 @@ from gpusched.api.crds import (
 )
 from gpusched.api.errors import InvalidObjectError, format_field_path
 from gpusched.api.foreign import ForeignGroup, parse_foreign, source_of
-from gpusched.api.grouprefs import GroupRef, GroupSource
+from gpusched.api.grouprefs import GroupRef, GroupSource, group_name
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
 from gpusched.api.materialize import materialize
+from gpusched.api.owners import SIZES, OwnerKey, owner_key, top_owner
 from gpusched.api.priority import PriorityClass, parse_priority_class
 from gpusched.api.strict import check_pod_fields
 from gpusched.engine.groups import GroupKind, GroupSpec
-from gpusched.engine.groupsources import foreign_key, foreign_spec, implicit_specs, invalid_spec
+from gpusched.engine.groupsources import (
+    foreign_key,
+    foreign_spec,
+    implicit_specs,
+    invalid_spec,
+    owner_group_name,
+    owner_spec,
+)
 from gpusched.engine.request import PodRequest
 from gpusched.inputs import InputError
 
@@ -82,6 +91,10 @@ class ClusterObjects:
     """By name: what a group's ``priorityClassName`` resolves to."""
     foreign: list[ForeignGroup] = field(default_factory=list)
     """Upstream, Volcano and coscheduling groups (`gpusched.api.foreign`), read as ours."""
+    owners: dict[OwnerKey, dict[str, Any]] = field(default_factory=dict)
+    """Objects that may own pods (Jobs, JobSets, RayClusters, …), for `group_by_owner`."""
+    owner_groups: dict[str, GroupSpec] = field(default_factory=dict)
+    """The implicit gangs `group_by_owner` made, by key."""
 
     def group_specs(self) -> dict[str, GroupSpec]:
         """Every group the engine is given, by key: the valid ones and the invalid ones, ours
@@ -91,9 +104,42 @@ class ClusterObjects:
             spec = foreign_spec(found, self.priority_classes)
             specs[spec.key] = spec
         specs.update({g.key: g for g in self.invalid_groups if g.key not in specs})
+        specs.update(self.owner_groups)
         for spec in implicit_specs(self._implicit_members(specs)):
             specs[spec.key] = spec
         return specs
+
+    def group_by_owner(self, config: SchedulerConfig) -> None:
+        """Puts each pod of ours that names no group, in a namespace where owner grouping is
+        on, in its top owner's gang (`gpusched.api.owners`), as the operator does. A pod whose
+        owner chain loops is kept invalid, naming the chain."""
+        for index, read in enumerate(self.pods):
+            pod = read.pod
+            if read.ref is not None or read.request.group is not None:
+                continue
+            if pod.spec.scheduler_name not in config.scheduler_names:
+                continue
+            if not config.owner_grouped(pod.namespace):
+                continue
+            metadata = pod.metadata.model_dump(by_alias=True)
+            try:
+                top = top_owner(f"Pod {pod.key}", pod.namespace, metadata, self.owners)
+            except InvalidObjectError as error:
+                # Its gang cannot be known: it waits, Invalid, naming the chain.
+                name = group_name(GroupSource.OWNER, f"Pod.{pod.name}")
+                self.pods[index] = replace(read, request=replace(read.request, group=name))
+                key = foreign_key(GroupSource.OWNER, pod.namespace, f"Pod.{pod.name}")
+                self.owner_groups[key] = GroupSpec(key, GroupKind.POD_GROUP, invalid=str(error))
+                continue
+            if top is None:
+                continue
+            name = owner_group_name(top, pod.labels)
+            request = replace(read.request, group=name)
+            self.pods[index] = replace(read, request=request)
+            spec = owner_spec(pod.namespace, name, top, request.created)
+            before = self.owner_groups.get(spec.key)
+            if before is None or before.created > spec.created:
+                self.owner_groups[spec.key] = spec
 
     def _implicit_members(
         self, specs: Mapping[str, GroupSpec]
@@ -161,8 +207,19 @@ class _Reader:
                 objects.invalid_workloads[_key(document)] = str(error)
         elif isinstance(kind, str) and kind:
             objects.ignored[kind] = objects.ignored.get(kind, 0) + 1
+            self._keep_owner(kind, document)
         else:
             raise InvalidObjectError("document", "kind", "missing or not a string")
+
+    def _keep_owner(self, kind: str, document: dict[str, Any]) -> None:
+        """Objects that own pods, kept for `ClusterObjects.group_by_owner`: the kinds it sizes,
+        and any other that itself has an owner (a ReplicaSet under a Deployment)."""
+        identity = _identity(document)
+        metadata = document.get("metadata") or {}
+        if identity is None or (kind not in SIZES and not metadata.get("ownerReferences")):
+            return
+        api_version = str(document.get("apiVersion") or "")
+        self.objects.owners[owner_key(api_version, kind, identity[1], identity[2])] = document
 
     def _lenient(self, document: dict[str, Any], add: Callable[[], None]) -> None:
         try:

@@ -69,6 +69,7 @@ def simulate(
     """Runs the engine once on ``objects``. ``telemetry`` goes to `build_snapshot` unchanged
     (``None``: no telemetry source); ``turns``: given the groups, the units (root group keys,
     keys of pods without a group) whose turn to keep a copy of the cluster at."""
+    objects.group_by_owner(config)
     bound: dict[str, BoundPod] = {}
     foreign: set[str] = set()
     pending: dict[str, PodRequest] = {}

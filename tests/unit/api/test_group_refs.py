@@ -10,6 +10,7 @@ import pytest
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.foreign import parse_foreign
 from gpusched.api.grouprefs import GroupRef, GroupSource, resolve_group, split_group_name
+from gpusched.api.owners import owner_key, top_owner
 from tests.support.gangs import upstream_pod_group, volcano_pod_group
 
 KUEUE = {"kueue.x-k8s.io/pod-group-name": "batch"}
@@ -150,3 +151,63 @@ def test_a_bad_volcano_pod_group_is_named_with_its_own_field(
         parse_foreign(body)
     assert caught.value.obj == "PodGroup.scheduling.volcano.sh default/v", story
     assert caught.value.field == field, story
+
+
+@pytest.mark.parametrize(
+    ("story", "kind", "spec", "annotations", "want"),
+    [
+        ("a Job of parallelism 4", "Job", {"parallelism": 4}, {}, 4),
+        ("a Job with fewer completions", "Job", {"parallelism": 4, "completions": 2}, {}, 2),
+        ("a Job without parallelism", "Job", {}, {}, 1),
+        (
+            "a JobSet: replicas × parallelism",
+            "JobSet",
+            {"replicatedJobs": [{"replicas": 3, "template": {"spec": {"parallelism": 2}}}]},
+            {},
+            6,
+        ),
+        (
+            "a LeaderWorkerSet group",
+            "LeaderWorkerSet",
+            {"leaderWorkerTemplate": {"size": 4}},
+            {},
+            4,
+        ),
+        (
+            "a PyTorchJob: master and workers",
+            "PyTorchJob",
+            {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}},
+            {},
+            4,
+        ),
+        (
+            "an MPIJob: launcher and workers",
+            "MPIJob",
+            {"mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 8}}},
+            {},
+            9,
+        ),
+        (
+            "a RayCluster: head and workers",
+            "RayCluster",
+            {"workerGroupSpecs": [{"replicas": 2}, {"minReplicas": 3}]},
+            {},
+            6,
+        ),
+        (
+            "min members from the owner's annotation",
+            "Job",
+            {"parallelism": 8},
+            {"scheduling.gpusched.io/min-members": "6"},
+            6,
+        ),
+    ],
+)
+def test_a_top_owner_sizes_its_gang_as_its_controller_sizes_its_pods(
+    story: str, kind: str, spec: dict[str, Any], annotations: dict[str, str], want: int
+) -> None:
+    owner = {"metadata": {"name": "o", "annotations": annotations}, "spec": spec}
+    pod_meta = {"ownerReferences": [{"apiVersion": "x/v1", "kind": kind, "name": "o"}]}
+    top = top_owner("Pod ml/p", "ml", pod_meta, {owner_key("x/v1", kind, "ml", "o"): owner})
+    assert top is not None, story
+    assert (top.size, top.known) == (want, True), story
