@@ -161,3 +161,12 @@ def preemptor_of(state: ClusterState, key: str) -> str | None:
         if found is not None:
             return found.preemptor
     return None
+
+
+def has_our_pods(state: ClusterState, key: str) -> bool:
+    """Whether a pod of group ``key`` (or of a group under it) is ours: only then is a
+    foreign group's status ours to write (kube-scheduler, Volcano and coscheduling write
+    their own groups')."""
+    return any(
+        state.is_ours(r.pod.spec.scheduler_name) for r in state.pods_of(state.descendants(key))
+    )

@@ -23,7 +23,7 @@ from gpusched.engine.groups import GroupKind
 from gpusched.engine.result import GroupDecision, Reason
 from gpusched.scheduler import metrics
 from gpusched.scheduler.events import EventRecorder
-from gpusched.scheduler.foreign_status import preemptor_of, stamp, their_status
+from gpusched.scheduler.foreign_status import has_our_pods, preemptor_of, stamp, their_status
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ObjectRef
@@ -147,6 +147,8 @@ class Reporter:
         for key in self._parents_last():
             statuses[key] = self._group_status(key, by_group, statuses, wall)
             group = self.state.groups[key]
+            if group.foreign is not None and not has_our_pods(self.state, key):
+                continue  # another scheduler's group (kube-scheduler's, Volcano's): theirs to write
             if group.spec.invalid is not None:
                 self.recorder.record(
                     group_ref(group), "Warning", Reason.INVALID, group.spec.invalid

@@ -392,3 +392,19 @@ async def test_an_upstream_group_whose_pods_a_preemption_evicts_is_a_disruption_
     target = conditions["DisruptionTarget"]
     assert (target["status"], target["reason"]) == ("True", "PreemptionByScheduler")
     assert "default/urgent" in target["message"]
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_group_of_kube_schedulers_pods_is_left_to_kube_scheduler(
+    api: FakeApi, scheduler: Scheduler
+) -> None:
+    scheduler.foreign_group_changed(upstream_pod_group("theirs", 2, key=None))
+    for i in range(2):
+        scheduler.pod_changed(
+            upstream_member(f"theirs-{i}", 1, "theirs", scheduler="default-scheduler")
+        )
+    scheduler.foreign_group_changed(upstream_pod_group("empty", 2, key=None))
+    await run_cycle(scheduler)
+    assert api.binds == []
+    assert api.statuses == []
+    assert api.events == []
