@@ -42,14 +42,6 @@ TOPOLOGY_ANNOTATION = "scheduling.gpusched.io/topology-key"
 TIMEOUT_ANNOTATION = "scheduling.gpusched.io/schedule-timeout-seconds"
 """On an upstream or Volcano PodGroup: our ``scheduleTimeoutSeconds``."""
 
-UPSTREAM_VERSIONS: Mapping[str, tuple[str, ...]] = {
-    "PodGroup": ("v1beta1", "v1alpha3", "v1"),
-    "CompositePodGroup": ("v1alpha3", "v1beta1", "v1"),
-    "Workload": ("v1beta1", "v1alpha3", "v1"),
-}
-"""Versions of ``scheduling.k8s.io`` whose group kinds we read, preferred first (1.37 serves
-PodGroup and Workload at v1beta1 and CompositePodGroup at v1alpha3; 1.38 adds v1)."""
-
 _META_KEYS = ("name", "namespace", "uid", "creationTimestamp", "labels", "annotations")
 _UPSTREAM_SPEC_KEYS = (
     "schedulingPolicy",

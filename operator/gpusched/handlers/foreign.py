@@ -13,19 +13,14 @@ from typing import Any
 
 import kopf
 
-from gpusched.api.foreign import UPSTREAM_VERSIONS
 from gpusched.api.grouprefs import GroupSource
 from gpusched.engine.groupsources import foreign_key
 from gpusched.handlers import _scheduler, registry
+from gpusched.k8s.client import FOREIGN_GROUPS, PLURALS
 
-WATCHED = (
-    *((GroupSource.UPSTREAM.value, v, "podgroups") for v in UPSTREAM_VERSIONS["PodGroup"][:1]),
-    *(
-        (GroupSource.UPSTREAM.value, v, "compositepodgroups")
-        for v in UPSTREAM_VERSIONS["CompositePodGroup"][:1]
-    ),
-    (GroupSource.VOLCANO.value, "v1beta1", "podgroups"),
-    (GroupSource.COSCHEDULING.value, "v1alpha1", "podgroups"),
+WATCHED = tuple(
+    (api_version.partition("/")[0], api_version.partition("/")[2], PLURALS[kind])
+    for api_version, kind in FOREIGN_GROUPS
 )
 """(API group, version, plural) of each foreign group kind watched."""
 

@@ -264,10 +264,11 @@ class SchedulingLoop:
                 metrics.ATTEMPTS.labels(failure.reason.value.lower()).inc()
 
     def _told_on_group(self, record: PodRecord) -> bool:
-        """Whether the pod's group has an object whose status says what it waits for (a
-        Kueue or owner group, made from its pods, has none: its pods are told)."""
+        """Whether what the pod waits for is told elsewhere: on its group's object, or (a pod
+        without a group) by its own reason. A Kueue or owner group, made from its pods, has
+        no object: its pods are told."""
         group = record.request.group if record.request is not None else None
-        return group is not None and f"{record.pod.metadata.namespace}/{group}" in self.state.groups
+        return group is None or f"{record.pod.metadata.namespace}/{group}" in self.state.groups
 
     def _root_outcome(self, decision: GroupDecision, now: float) -> None:
         record = self.state.groups.get(decision.name)

@@ -14,6 +14,7 @@ scheduler that ignores the group does.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from gpusched.api.config import load_config
 from gpusched.api.errors import InvalidObjectError
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.nominations import Mark
+from gpusched.scheduler.ports import Listing
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from tests.support.clock import Clock
@@ -408,3 +410,33 @@ async def test_an_upstream_group_of_kube_schedulers_pods_is_left_to_kube_schedul
     assert api.binds == []
     assert api.statuses == []
     assert api.events == []
+
+
+@pytest.mark.asyncio
+async def test_a_new_leader_lists_foreign_groups_before_its_first_decision() -> None:
+    api, clock = FakeApi(), Clock()
+    config = load_config({"operator": {"batchWindowSeconds": 0}})
+    leading = [False]
+    scheduler = build_scheduler(
+        config, ClusterState(), api, clock=clock, leading=lambda: leading[0]
+    )
+    nodes = [
+        node(name, rack=rack) for name, rack in (("a", "rack-1"), ("b", "rack-2"), ("c", "rack-2"))
+    ]
+    members = [volcano_member(f"train-{i}", 4, "train") for i in range(4)]
+
+    async def list_nodes() -> list[dict[str, Any]]:
+        return nodes
+
+    async def fresh_list() -> AsyncIterator[Listing]:
+        yield Listing(members)
+
+    async def list_groups() -> list[dict[str, Any]]:  # as the client lists them: kind added
+        return [volcano_pod_group("train", 4)]
+
+    api.list_groups = list_groups  # type: ignore[method-assign]
+    api.list_nodes = list_nodes  # type: ignore[method-assign]
+    leading[0] = True
+    await scheduler.take_leadership(fresh_list())
+    await run_cycle(scheduler)
+    assert set(bound_to(api).values()) == {"b", "c"}
