@@ -311,6 +311,18 @@ OPERATOR_GRANTS = {
             ("scheduling.x-k8s.io", "podgroups"),
         )
     },
+    # Owners of pods, for ownerGroups (handlers/owners.py).
+    **{
+        (api_group, resource): {"list", "watch"}
+        for api_group, resource in (
+            ("batch", "jobs"),
+            ("jobset.x-k8s.io", "jobsets"),
+            ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+            ("kubeflow.org", "pytorchjobs"),
+            ("kubeflow.org", "mpijobs"),
+            ("ray.io", "rayclusters"),
+        )
+    },
     # Volcano's PodGroup has no status subresource: patched whole.
     ("scheduling.volcano.sh", "podgroups"): {"list", "watch", "patch"},
     **{

@@ -270,3 +270,31 @@ def test_an_upstream_gang_whose_pods_are_fewer_than_its_min_count_waits_saying_s
         assert condition["reason"] == "Unschedulable"
         assert condition["message"].startswith("WaitingForPods"), condition
         assert not any(placement_of(pods(api)[f"default/{n}"]) for n in GANG[:3])
+
+
+def test_a_jobs_pods_without_a_group_are_one_gang_when_owner_groups_are_on(
+    cluster: ApiClient, kubeconfig: Path
+) -> None:
+    # No job controller runs here: the test makes the Job, then its pods as the controller
+    # would (owned by it, with its uid, so the garbage collector keeps them).
+    api = cluster
+    if not any(s.plural == "jobs" for s in api.specs):
+        api.specs.append(ResourceSpec("batch", "v1", "jobs", "Job", True, status_subresource=True))
+    config = {"ownerGroups": {"namespaces": ["default"]}}
+    with running_operator(kubeconfig, config):
+        template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
+        annotations = {"scheduling.gpusched.io/topology-key": RACK}
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train", "namespace": "default", "annotations": annotations},
+            "spec": {"parallelism": 4, "completions": 4, "suspend": True, "template": template},
+        }
+        uid = api.create(body)["metadata"]["uid"]
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": uid}
+        for name in GANG:
+            member = gpu_pod(name, 4)
+            member["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
+            api.create(member)
+        assert _bound_in_one_rack(api, GANG) == "rack-2"
+    api.http.request("DELETE", "/apis/batch/v1/namespaces/default/jobs/train")

@@ -408,3 +408,4 @@ async def workload_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> Non
 
 from gpusched.handlers import dra as _dra  # noqa: E402, F401  (registers the DRA watches)
 from gpusched.handlers import foreign as _foreign  # noqa: E402, F401  (other projects' groups)
+from gpusched.handlers import owners as _owners  # noqa: E402, F401  (owners of pods: ownerGroups)

@@ -45,6 +45,7 @@ def build_scheduler(
     read or written)."""
     settings = config.operator
     state.scheduler_aliases = frozenset(config.scheduler_name_aliases)
+    state.owner_groups.namespaces = config.owner_groups.namespaces
     background = Background(clock)
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)

@@ -21,10 +21,12 @@ from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.grouprefs import GroupSource, group_name
 from gpusched.api.k8s import Node, parse_node, parse_pod
+from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.budgets import Budgets
 from gpusched.scheduler.groups import GroupBook, GroupRecord, WorkloadRecord
+from gpusched.scheduler.ownergroups import OwnerGroups
 from gpusched.scheduler.pins import GpuPins
 from gpusched.scheduler.records import (
     Nomination,
@@ -70,6 +72,8 @@ class ClusterState(GroupBook):
     scheduler_name: str = "gpusched"
     scheduler_aliases: frozenset[str] = frozenset()
     """Other scheduler names whose pods are ours too (``schedulerNameAliases``)."""
+    owner_groups: OwnerGroups = field(default_factory=OwnerGroups)
+    """Pods without a group joined to their top owner's gang (``ownerGroups``)."""
     nodes: dict[str, Node] = field(default_factory=dict)
     node_errors: dict[str, str] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
@@ -179,6 +183,8 @@ class ClusterState(GroupBook):
             self.delete_pod(key)
             return
         record = replace(record, source=seen)
+        if self.owner_groups.namespaces and self.is_ours(record.pod.spec.scheduler_name):
+            record = self.owner_groups.group(record)
         if (
             before is not None
             and before.node is not None
@@ -215,6 +221,7 @@ class ClusterState(GroupBook):
             if current is not None and current.uid != uid:
                 return
         before = self._store(key, None)
+        self.owner_groups.forget(key)
         reserved = self._reserve(key, None)
         self.marked.pop(key, None)
         if before is not None or reserved is not None:
@@ -272,6 +279,29 @@ class ClusterState(GroupBook):
             and not record.pod.is_terminal
             and not record.deleting
         )
+
+    def group_specs(self) -> list[GroupSpec]:
+        specs = GroupBook.group_specs(self)
+        specs.extend(self.owner_groups.specs.values())
+        return specs
+
+    def owner_changed(self, api_version: str, kind: str, body: Mapping[str, Any]) -> None:
+        """A Job, JobSet, RayCluster, … appeared or changed: its pods are grouped again."""
+        self._regroup(self.owner_groups.upsert(api_version, kind, body))
+
+    def owner_deleted(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self._regroup(self.owner_groups.delete(api_version, kind, namespace, name))
+
+    def _regroup(self, keys: Iterable[str]) -> None:
+        changed = False
+        for key in sorted(keys):
+            record = self.pods.get(key)
+            if record is not None and record.request is not None:
+                self._store(key, self.owner_groups.group(record))
+                changed = True
+        if changed:
+            self.groups_generation += 1
+            self._changed(capacity=False)
 
     def is_ours(self, scheduler_name: str) -> bool:
         return scheduler_name == self.scheduler_name or scheduler_name in self.scheduler_aliases

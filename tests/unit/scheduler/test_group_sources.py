@@ -440,3 +440,80 @@ async def test_a_new_leader_lists_foreign_groups_before_its_first_decision() -> 
     await scheduler.take_leadership(fresh_list())
     await run_cycle(scheduler)
     assert set(bound_to(api).values()) == {"b", "c"}
+
+
+# ----- owner groups in the operator -------------------------------------------------------------
+
+
+def owned_pod(name: str, gpus: int, kind: str, owner: str, api: str = "batch/v1") -> Any:
+    body = pod(name, gpus)
+    reference = {"apiVersion": api, "kind": kind, "name": owner, "controller": True}
+    body["metadata"]["ownerReferences"] = [reference]
+    return body
+
+
+def job(name: str, parallelism: int, owner: Any = None) -> Any:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "default",
+        "annotations": {"scheduling.gpusched.io/topology-key": RACK},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [{**owner, "controller": True}]
+    return {"metadata": metadata, "spec": {"parallelism": parallelism}}
+
+
+def owner_service(api: FakeApi) -> Scheduler:
+    config = load_config(
+        {"ownerGroups": {"namespaces": ["default"]}, "operator": {"batchWindowSeconds": 0}}
+    )
+    scheduler = build_scheduler(config, ClusterState(), api, clock=Clock())
+    for name, rack in (("a", "rack-1"), ("b", "rack-2"), ("c", "rack-2")):
+        scheduler.state.upsert_node(node(name, rack=rack))
+    return scheduler
+
+
+@pytest.mark.asyncio
+async def test_pods_listed_before_their_job_wait_for_it_then_land_whole_as_its_gang() -> None:
+    api = FakeApi()
+    scheduler = owner_service(api)
+    for i in range(4):
+        scheduler.pod_changed(owned_pod(f"j-{i}", 4, "Job", "train"))
+    await run_cycle(scheduler)
+    assert api.binds == []  # the Job not seen yet: never placed alone
+    assert any("owner:Job.train" in e["message"] for e in events_about(api, "j-0"))
+    scheduler.owner_changed("batch/v1", "Job", job("train", 4))
+    await run_cycle(scheduler)
+    assert set(bound_to(api).values()) == {"b", "c"}
+    assert len(api.binds) == 4
+
+
+@pytest.mark.asyncio
+async def test_a_jobsets_gang_spans_its_jobs_and_waits_for_all_of_them() -> None:
+    api = FakeApi()
+    scheduler = owner_service(api)
+    jobset_ref = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js"}
+    jobset = {
+        "metadata": {"name": "js", "namespace": "default"},
+        "spec": {"replicatedJobs": [{"replicas": 2, "template": {"spec": {"parallelism": 2}}}]},
+    }
+    scheduler.owner_changed("jobset.x-k8s.io/v1alpha2", "JobSet", jobset)
+    for j in range(2):
+        scheduler.owner_changed("batch/v1", "Job", job(f"js-{j}", 2, jobset_ref))
+    for i in range(3):
+        scheduler.pod_changed(owned_pod(f"js-{i // 2}-{i % 2}", 1, "Job", f"js-{i // 2}"))
+    await run_cycle(scheduler)
+    assert api.binds == []  # 3 of the JobSet's 4
+    scheduler.pod_changed(owned_pod("js-1-1", 1, "Job", "js-1"))
+    await run_cycle(scheduler)
+    assert len(api.binds) == 4
+
+
+@pytest.mark.asyncio
+async def test_without_owner_groups_a_jobs_pods_are_placed_one_by_one(api: FakeApi) -> None:
+    scheduler = service(api, Clock())
+    scheduler.owner_changed("batch/v1", "Job", job("train", 8))
+    for i in range(2):
+        scheduler.pod_changed(owned_pod(f"j-{i}", 1, "Job", "train"))
+    await run_cycle(scheduler)
+    assert len(api.binds) == 2
