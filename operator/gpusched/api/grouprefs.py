@@ -162,3 +162,22 @@ def _label(key: str) -> str:
 
 def _annotation(key: str) -> str:
     return format_field_path(["metadata", "annotations", key])
+
+
+MEMBER_FIELDS: Mapping[GroupSource, str] = {
+    GroupSource.GPUSCHED: f"labelled {POD_GROUP_LABEL}=",
+    GroupSource.UPSTREAM: f"with {SCHEDULING_GROUP_FIELD}=",
+    GroupSource.VOLCANO: f"annotated {VOLCANO_GROUP_ANNOTATION}=",
+    GroupSource.COSCHEDULING: f"labelled {COSCHEDULING_GROUP_LABEL}=",
+    GroupSource.KUEUE: f"labelled {KUEUE_GROUP_LABEL}=",
+    GroupSource.OWNER: "owned by ",
+}
+"""How a pod joins a group of each source, for hints (``labelled …=train``)."""
+
+
+def how_to_join(engine_name: str) -> str:
+    """``labelled scheduling.gpusched.io/pod-group=train``, ``with
+    spec.schedulingGroup.podGroupName=train``, … for the group the engine calls
+    ``engine_name``."""
+    source, name = split_group_name(engine_name)
+    return f"{MEMBER_FIELDS[source]}{name}"

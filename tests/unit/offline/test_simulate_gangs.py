@@ -94,3 +94,19 @@ def test_a_kueue_group_is_placed_whole_where_its_node_selector_says(
     short = [kueue_member(f"s-{i}", 1, "short", 3) for i in range(2)]
     document = run(tmp_path, capsys, *short)
     assert document["bindings"] == []
+
+
+def test_explain_tells_how_to_complete_or_create_a_foreign_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [node(name, rack=rack) for name, rack in RACKS.items()]
+    path = tmp_path / "cluster.yaml"
+    members = [volcano_member(f"t-{i}", 4, "train") for i in range(4)]
+    orphan = upstream_member("orphan", 1, "missing")
+    path.write_text(yaml.safe_dump_all([*nodes, volcano_pod_group("train", 5), *members, orphan]))
+    assert main(["explain", "pod/t-0", "-n", "default", "-f", str(path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "create 1 more valid pod(s) annotated scheduling.k8s.io/group-name=train" in out
+    assert main(["explain", "pod/orphan", "-n", "default", "-f", str(path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "create the scheduling.k8s.io group default/missing" in out
