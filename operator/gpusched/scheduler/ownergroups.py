@@ -43,6 +43,9 @@ class OwnerGroups:
     _group_of: dict[str, str] = field(default_factory=dict)
     unknown_kinds: dict[str, str] = field(default_factory=dict)
     """Top owner kinds without a sizing rule, with one owner of each (logged once)."""
+    untold: dict[str, str] = field(default_factory=dict)
+    """Pod key → why it is a gang of one (its owner's kind has no sizing rule), until the
+    reporter has posted it as an Event on the pod (`drain_untold`)."""
 
     def enabled(self, namespace: str) -> bool:
         return "*" in self.namespaces or namespace in self.namespaces
@@ -80,6 +83,12 @@ class OwnerGroups:
         engine_name = owner_group_name(top, pod.labels)
         if not top.known and top.kind in WATCHED_KINDS:
             return self._join(record, engine_name, None)  # its owner not seen yet: it waits
+        if not top.known:
+            self.untold[key] = (
+                f"owner {top.kind} {pod.namespace}/{top.name} is of a kind gpusched cannot "
+                "size (Job, JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster): this pod "
+                "is a gang of one"
+            )
         if not top.known and top.kind not in self.unknown_kinds:
             self.unknown_kinds[top.kind] = f"{pod.namespace}/{top.name}"
             logger.warning(
@@ -122,7 +131,12 @@ class OwnerGroups:
                 return
             current = meta
 
+    def drain_untold(self) -> dict[str, str]:
+        told, self.untold = self.untold, {}
+        return told
+
     def forget(self, pod_key: str) -> None:
+        self.untold.pop(pod_key, None)
         group = self._group_of.pop(pod_key, None)
         if group is not None:
             members = self._members.get(group, {})

@@ -28,7 +28,7 @@ from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ObjectRef
 from gpusched.scheduler.records import PodRecord
-from gpusched.scheduler.refs import group_ref, workload_ref
+from gpusched.scheduler.refs import group_ref, pod_ref, workload_ref
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.status import (
     Attempt,
@@ -157,6 +157,9 @@ class Reporter:
                 group_ref(group), self._written(group, statuses[key], wall), group.raw_status
             )
         self._report_workloads(statuses, wall)
+        for key, message in self.state.owner_groups.drain_untold().items():
+            if (member := self.state.pods.get(key)) is not None:
+                self.recorder.record(pod_ref(member), "Normal", "OwnerKindUnknown", message)
 
     def _written(self, group: GroupRecord, status: GroupStatus, wall: datetime) -> dict[str, Any]:
         """The status body for ``group``'s object: ours, or in a foreign object's own fields."""

@@ -517,3 +517,18 @@ async def test_without_owner_groups_a_jobs_pods_are_placed_one_by_one(api: FakeA
         scheduler.pod_changed(owned_pod(f"j-{i}", 1, "Job", "train"))
     await run_cycle(scheduler)
     assert len(api.binds) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_pod_whose_owner_cannot_be_sized_is_a_gang_of_one_and_is_told_so() -> None:
+    api = FakeApi()
+    scheduler = owner_service(api)
+    for i in range(2):
+        scheduler.pod_changed(owned_pod(f"web-{i}", 1, "ReplicaSet", "web-1", api="apps/v1"))
+    await run_cycle(scheduler)
+    assert len(api.binds) == 2
+    told = [e for e in events_about(api, "web-0") if e["reason"] == "OwnerKindUnknown"]
+    assert len(told) == 1
+    assert "ReplicaSet default/web-1" in told[0]["message"]
+    await run_cycle(scheduler)
+    assert len([e for e in api.events if e["reason"] == "OwnerKindUnknown"]) == 2
