@@ -42,7 +42,7 @@ from tests.integration.harness import (
     pods,
     running_operator,
 )
-from tests.integration.upstream import clear_upstream
+from tests.integration.upstream import clear_upstream, kube_scheduler
 from tests.support.gangs import (
     coscheduling_member,
     coscheduling_pod_group,
@@ -298,3 +298,29 @@ def test_a_jobs_pods_without_a_group_are_one_gang_when_owner_groups_are_on(
             api.create(member)
         assert _bound_in_one_rack(api, GANG) == "rack-2"
     api.http.request("DELETE", "/apis/batch/v1/namespaces/default/jobs/train")
+
+
+@pytest.mark.parametrize("scheduler", ["gpusched", "default-scheduler"])
+def test_the_same_upstream_objects_land_whole_in_rack_2_with_either_scheduler(
+    cluster: ApiClient, apiserver: RealCluster, kubeconfig: Path, scheduler: str
+) -> None:
+    # Side by side on identical objects: only spec.schedulerName differs (no translation).
+    api = cluster
+
+    def story() -> None:
+        api.create(upstream_pod_group("train", 4))
+        for name in GANG:
+            api.create(upstream_member(name, 4, "train", scheduler=scheduler))
+        assert _bound_in_one_rack(api, GANG) == "rack-2"
+        condition = wait_for(
+            lambda: (c := _upstream_condition(api, "train")).get("status") == "True" and c,
+            message=lambda: f"PodGroupInitiallyScheduled: {_upstream_condition(api, 'train')}",
+        )
+        assert condition["reason"] == "Scheduled"
+
+    if scheduler == "gpusched":
+        with running_operator(kubeconfig):
+            story()
+    else:
+        with kube_scheduler(apiserver):
+            story()
