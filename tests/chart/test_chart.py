@@ -302,6 +302,37 @@ OPERATOR_GRANTS = {
     ("", "pods/status"): {"patch"},
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch"},
+    # Other projects' groups (handlers/foreign.py), their status in their own fields.
+    **{
+        (api_group, resource): {"list", "watch"}
+        for api_group, resource in (
+            ("scheduling.k8s.io", "podgroups"),
+            ("scheduling.k8s.io", "compositepodgroups"),
+            ("scheduling.x-k8s.io", "podgroups"),
+        )
+    },
+    # Owners of pods, for ownerGroups (handlers/owners.py).
+    **{
+        (api_group, resource): {"list", "watch"}
+        for api_group, resource in (
+            ("batch", "jobs"),
+            ("jobset.x-k8s.io", "jobsets"),
+            ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+            ("kubeflow.org", "pytorchjobs"),
+            ("kubeflow.org", "mpijobs"),
+            ("ray.io", "rayclusters"),
+        )
+    },
+    # Volcano's PodGroup has no status subresource: patched whole.
+    ("scheduling.volcano.sh", "podgroups"): {"list", "watch", "patch"},
+    **{
+        (api_group, resource): {"patch"}
+        for api_group, resource in (
+            ("scheduling.k8s.io", "podgroups/status"),
+            ("scheduling.k8s.io", "compositepodgroups/status"),
+            ("scheduling.x-k8s.io", "podgroups/status"),
+        )
+    },
     # KubeClusterApi.bind: POST pods/{name}/binding.
     ("", "pods/binding"): {"create"},
     # KubeClusterApi.create_event / patch_event: aggregated Scheduled / FailedScheduling.

@@ -30,6 +30,12 @@ PODGROUP = ObjectRef(f"{GROUP}/v1alpha1", "PodGroup", "ml", "train-workers")
 COMPOSITE = ObjectRef(f"{GROUP}/v1alpha1", "CompositePodGroup", "ml", "train-zone")
 WORKLOAD = ObjectRef(f"{GROUP}/v1alpha1", "Workload", "ml", "train")
 EVENT = {"metadata": {"namespace": "ml"}}
+FOREIGN = (  # other projects' groups, their status in their own fields
+    ObjectRef("scheduling.k8s.io/v1beta1", "PodGroup", "ml", "train"),
+    ObjectRef("scheduling.k8s.io/v1alpha3", "CompositePodGroup", "ml", "train"),
+    ObjectRef("scheduling.volcano.sh/v1beta1", "PodGroup", "ml", "train"),
+    ObjectRef("scheduling.x-k8s.io/v1alpha1", "PodGroup", "ml", "train"),
+)
 
 
 def _custom(kind: str) -> dict[str, Any]:
@@ -61,7 +67,7 @@ CALLS: dict[str, list[_Call]] = {
     "evict": [lambda api: api.evict(POD)],
     "delete_pod": [lambda api: api.delete_pod(POD)],
     "patch_pod_status": [lambda api: api.patch_pod_status(POD, {})],
-    "patch_status": [_patch_status(o) for o in (PODGROUP, COMPOSITE, WORKLOAD)],
+    "patch_status": [_patch_status(o) for o in (PODGROUP, COMPOSITE, WORKLOAD, *FOREIGN)],
     "create_event": [lambda api: api.create_event(EVENT)],
     "patch_event": [lambda api: api.patch_event("ml", "e-1", {"count": 2})],
     # What `materialize` makes of a Workload; Workloads themselves are the user's.

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpusched.api.errors import InvalidObjectError, from_validation_error
+from gpusched.api.errors import InvalidObjectError, field_error, from_validation_error
 from gpusched.api.names import LabelKey
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -356,10 +356,30 @@ class PreemptionConfig(_Strict):
     seconds rather than in every cycle. Default 5 s. Only the operator uses it."""
 
 
+DEFAULT_SCHEDULER = "default-scheduler"
+"""kube-scheduler's name, and the name of every pod that names none."""
+
+
+class OwnerGroupsConfig(_Strict):
+    """Implicit gangs for pods that name no group, one per top owner (`gpusched.api.owners`)."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces where a pod of ours that names no group joins its top owner's gang; ``*``
+    is every namespace. Default none: a pod without a group is placed on its own."""
+
+
 class SchedulerConfig(_Strict):
     """Everything the scheduler can be told; every field's docstring gives its default."""
 
     scheduler_name: str = Field(default="gpusched", alias="schedulerName", min_length=1)
+    scheduler_name_aliases: tuple[str, ...] = Field(default=(), alias="schedulerNameAliases")
+    """Other ``spec.schedulerName`` values whose pods gpusched places as its own, for
+    controllers that force a name (KubeRay's batch schedulers write ``volcano`` or
+    ``scheduler-plugins-scheduler``). Run no other scheduler answering to them. Never
+    ``default-scheduler`` unless `allow_default_scheduler_alias`. Default: none."""
+    allow_default_scheduler_alias: bool = Field(default=False, alias="allowDefaultSchedulerAlias")
+    """Whether ``schedulerNameAliases`` may name ``default-scheduler``: gpusched would then
+    take every pod that names no scheduler, kube-scheduler's included. Default off."""
     numa_policy: NumaPolicy = Field(default=NumaPolicy.BEST_EFFORT, alias="numaPolicy")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
@@ -382,6 +402,36 @@ class SchedulerConfig(_Strict):
     """At most this many per-domain lines in a group's ``lastAttempt``."""
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
+    owner_groups: OwnerGroupsConfig = Field(default_factory=OwnerGroupsConfig, alias="ownerGroups")
+
+    @model_validator(mode="after")
+    def _no_silent_default_scheduler(self) -> SchedulerConfig:
+        names = (self.scheduler_name, *self.scheduler_name_aliases)
+        if DEFAULT_SCHEDULER in names and not self.allow_default_scheduler_alias:
+            where = (
+                "schedulerName"
+                if self.scheduler_name == DEFAULT_SCHEDULER
+                else ("schedulerNameAliases")
+            )
+            raise field_error(
+                f"names {DEFAULT_SCHEDULER}: gpusched would take every pod of the cluster that "
+                "names no scheduler from kube-scheduler; set allowDefaultSchedulerAlias: true "
+                "if that is meant",
+                where,
+            )
+        if any(not name for name in self.scheduler_name_aliases):
+            raise field_error("an alias may not be empty", "schedulerNameAliases")
+        return self
+
+    def owner_grouped(self, namespace: str) -> bool:
+        """Whether pods without a group in ``namespace`` join their top owner's gang."""
+        namespaces = self.owner_groups.namespaces
+        return "*" in namespaces or namespace in namespaces
+
+    @property
+    def scheduler_names(self) -> frozenset[str]:
+        """Every ``spec.schedulerName`` gpusched answers to: its name and its aliases."""
+        return frozenset((self.scheduler_name, *self.scheduler_name_aliases))
 
 
 def load_config(raw: Any, source: str = "SchedulerConfig") -> SchedulerConfig:

@@ -32,6 +32,8 @@ from gpusched.api.errors import (
     format_field_path,
     from_validation_error,
 )
+from gpusched.api.grouprefs import POD_GROUP_LABEL as POD_GROUP_LABEL
+from gpusched.api.grouprefs import GroupRef, resolve_group
 from gpusched.api.meta import K8sModel, ObjectMeta, utf8_len
 from gpusched.api.quantity import (
     ResourceList,
@@ -42,7 +44,6 @@ from gpusched.api.quantity import (
 from gpusched.api.selectors import NodeSelectorTerm, Taint, Toleration, required_terms_match
 from gpusched.api.topology import MAX_GPUS_PER_NODE
 
-POD_GROUP_LABEL = "scheduling.gpusched.io/pod-group"
 GPU_MILLI_ANNOTATION = "gpusched.io/gpu-milli"
 GPUS_ANNOTATION = "gpusched.io/gpus"
 
@@ -254,6 +255,12 @@ class ExtendedResourceClaimStatus(K8sModel):
     resource_claim_name: str = Field(default="", alias="resourceClaimName")
 
 
+class PodSchedulingGroup(K8sModel):
+    """``spec.schedulingGroup``: the ``scheduling.k8s.io`` PodGroup the pod belongs to."""
+
+    pod_group_name: str | None = Field(default=None, alias="podGroupName")
+
+
 class PodSchedulingGate(K8sModel):
     """One entry of ``spec.schedulingGates``: while any is left, no scheduler places the pod."""
 
@@ -296,6 +303,7 @@ class PodSpec(K8sModel):
     node_name: str | None = Field(default=None, alias="nodeName")
     resource_claims: list[PodResourceClaim] = Field(default_factory=list, alias="resourceClaims")
     scheduling_gates: list[PodSchedulingGate] = Field(default_factory=list, alias="schedulingGates")
+    scheduling_group: PodSchedulingGroup | None = Field(default=None, alias="schedulingGroup")
 
     @field_validator("containers", "init_containers")
     @classmethod
@@ -376,8 +384,25 @@ class Pod(K8sModel):
 
     @property
     def group(self) -> str | None:
-        """Name of the pod's PodGroup (same namespace), from label ``POD_GROUP_LABEL``."""
-        return self.metadata.labels.get(POD_GROUP_LABEL)
+        """The engine's name of the pod's group (same namespace), from whichever source names
+        it (`gpusched.api.grouprefs`); None without one, or when it names two
+        (`group_ref` raises then)."""
+        try:
+            ref = self.group_ref()
+        except InvalidObjectError:
+            return None
+        return ref.group_name if ref is not None else None
+
+    def group_ref(self) -> GroupRef | None:
+        """The pod's group reference; raises `InvalidObjectError` naming the fields when the
+        pod names two different groups or a Kueue group without its size."""
+        named = self.spec.scheduling_group
+        return resolve_group(
+            f"Pod {self.key}",
+            self.metadata.labels,
+            self.metadata.annotations,
+            named.pod_group_name if named is not None else None,
+        )
 
     @property
     def app(self) -> str | None:

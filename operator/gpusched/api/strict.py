@@ -63,6 +63,7 @@ _POD_SPEC: _Schema = {
     "resources": _RESOURCES,
     "affinity": _AFFINITY,
     "tolerations": _TOLERATION,
+    "schedulingGroup": {"podGroupName": None},
     **_unread(
         "activeDeadlineSeconds automountServiceAccountToken dnsConfig dnsPolicy "
         "enableServiceLinks ephemeralContainers hostAliases hostIPC hostNetwork hostPID "

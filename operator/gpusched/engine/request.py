@@ -125,6 +125,7 @@ class PodRequest:
                 )
             gpus, gpu_milli = 0, share
         created = pod.metadata.creation_timestamp
+        ref = pod.group_ref()  # a pod naming two groups is refused, never placed alone
         return PodRequest(
             key=pod.key,
             resources=requests,
@@ -135,7 +136,7 @@ class PodRequest:
             tolerations=tuple(pod.spec.tolerations),
             priority=pod.spec.priority or 0,
             preemption_policy=pod.spec.preemption_policy or PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
-            group=pod.group,
+            group=ref.group_name if ref is not None else None,
             app=pod.app,
             created=created.timestamp() if created is not None else 0.0,
             gates=pod.scheduling_gates,

@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.engine.collector import freeze_survivors
-from gpusched.handlers import dra, events
+from gpusched.handlers import dra, events, foreign, owners
 from gpusched.handlers.events import Adapter
 from gpusched.handlers.probes import serve_metrics
 from gpusched.k8s.claims import KubeClaimApi
@@ -39,8 +39,9 @@ logger = logging.getLogger(__name__)
 
 
 def watched() -> tuple[tuple[Kind, Adapter], ...]:
-    """Every kind the operator watches, with its adapter: the core kinds, then DRA's."""
-    return events.CORE + dra.WATCHED
+    """Every kind the operator watches, with its adapter: the core kinds, DRA's, other
+    projects' group kinds and the owners of pods (for owner groups)."""
+    return events.CORE + dra.WATCHED + foreign.WATCHED + owners.WATCHED
 
 
 @dataclass(slots=True, kw_only=True)

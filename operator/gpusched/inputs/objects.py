@@ -16,13 +16,14 @@ Each pod's `PodRequest` and GPU indices are parsed once, here, and travel with t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpusched.api.budgets import PodDisruptionBudget, parse_pod_disruption_budget
+from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import (
     CompositePodGroup,
     PodGroup,
@@ -41,11 +42,22 @@ from gpusched.api.dra import (
     parse_resource_slice,
 )
 from gpusched.api.errors import InvalidObjectError, format_field_path
+from gpusched.api.foreign import ForeignGroup, parse_foreign, source_of
+from gpusched.api.grouprefs import GroupRef, GroupSource, group_name
 from gpusched.api.k8s import Node, Pod, parse_node, parse_pod
 from gpusched.api.materialize import materialize
+from gpusched.api.owners import SIZES, OwnerKey, owner_key, top_owner
 from gpusched.api.priority import PriorityClass, parse_priority_class
 from gpusched.api.strict import check_pod_fields
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groupsources import (
+    foreign_key,
+    foreign_spec,
+    implicit_specs,
+    invalid_spec,
+    owner_group_name,
+    owner_spec,
+)
 from gpusched.engine.request import PodRequest
 from gpusched.inputs import InputError
 
@@ -62,6 +74,8 @@ CLUSTER_SCOPED = frozenset(
     }
 )
 """Kinds without a namespace, among those a snapshot may hold."""
+_GROUP_KINDS = ("PodGroup", "CompositePodGroup", "Workload")
+"""Kinds other projects define too (`gpusched.api.foreign`), told apart by apiVersion."""
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "samples"
 """The embedded sample: ``examples/`` of the source tree, shipped inside the package."""
 
@@ -74,6 +88,8 @@ class ReadPod:
     request: PodRequest
     gpus: tuple[int, ...] | None
     """The GPU indices its annotation assigns (bound pods), or None."""
+    ref: GroupRef | None = None
+    """The group it names, from whichever source (`gpusched.api.grouprefs`)."""
 
 
 @dataclass(slots=True)
@@ -106,12 +122,70 @@ class ClusterObjects:
     """ResourceSlices, DeviceClasses, ResourceClaims and their templates."""
     budgets: list[PodDisruptionBudget] = field(default_factory=list)
     """PodDisruptionBudgets, by key order as read."""
+    foreign: list[ForeignGroup] = field(default_factory=list)
+    """Upstream, Volcano and coscheduling groups (`gpusched.api.foreign`), read as ours."""
+    owners: dict[OwnerKey, dict[str, Any]] = field(default_factory=dict)
+    """Objects that may own pods (Jobs, JobSets, RayClusters, …), for `group_by_owner`."""
+    owner_groups: dict[str, GroupSpec] = field(default_factory=dict)
+    """The implicit gangs `group_by_owner` made, by key."""
 
     def group_specs(self) -> dict[str, GroupSpec]:
-        """Every group the engine is given, by key: the valid ones and the invalid ones."""
+        """Every group the engine is given, by key: the valid ones and the invalid ones, ours
+        and other projects' (Kueue's plain-pod groups made from their pods)."""
         specs = {g.key: _spec(g, self.priority_classes) for g in self.groups}
+        for found in self.foreign:
+            spec = foreign_spec(found, self.priority_classes)
+            specs[spec.key] = spec
         specs.update({g.key: g for g in self.invalid_groups if g.key not in specs})
+        specs.update(self.owner_groups)
+        for spec in implicit_specs(self._implicit_members(specs)):
+            specs[spec.key] = spec
         return specs
+
+    def group_by_owner(self, config: SchedulerConfig) -> None:
+        """Puts each pod of ours that names no group, in a namespace where owner grouping is
+        on, in its top owner's gang (`gpusched.api.owners`), as the operator does. A pod whose
+        owner chain loops is kept invalid, naming the chain."""
+        for index, read in enumerate(self.pods):
+            pod = read.pod
+            if read.ref is not None or read.request.group is not None:
+                continue
+            if pod.spec.scheduler_name not in config.scheduler_names:
+                continue
+            if not config.owner_grouped(pod.namespace):
+                continue
+            metadata = pod.metadata.model_dump(by_alias=True)
+            try:
+                top = top_owner(f"Pod {pod.key}", pod.namespace, metadata, self.owners)
+            except InvalidObjectError as error:
+                # Its gang cannot be known: it waits, Invalid, naming the chain.
+                name = group_name(GroupSource.OWNER, f"Pod.{pod.name}")
+                self.pods[index] = replace(read, request=replace(read.request, group=name))
+                key = foreign_key(GroupSource.OWNER, pod.namespace, f"Pod.{pod.name}")
+                self.owner_groups[key] = GroupSpec(key, GroupKind.POD_GROUP, invalid=str(error))
+                continue
+            if top is None:
+                continue
+            name = owner_group_name(top, pod.labels)
+            request = replace(read.request, group=name)
+            self.pods[index] = replace(read, request=request)
+            spec = owner_spec(pod.namespace, name, top, request.created)
+            before = self.owner_groups.get(spec.key)
+            if before is None or before.created > spec.created:
+                self.owner_groups[spec.key] = spec
+
+    def _implicit_members(
+        self, specs: Mapping[str, GroupSpec]
+    ) -> dict[str, dict[str, tuple[GroupRef, float]]]:
+        members: dict[str, dict[str, tuple[GroupRef, float]]] = {}
+        for read in self.pods:
+            ref = read.ref
+            if ref is None or ref.source is not GroupSource.KUEUE:
+                continue
+            key = foreign_key(ref.source, read.pod.namespace, ref.name)
+            if key not in specs:
+                members.setdefault(key, {})[read.pod.key] = (ref, read.request.created)
+        return members
 
     def workload_groups(self) -> dict[str, list[str]]:
         """Workload key → keys of the groups it materialises."""
@@ -152,6 +226,8 @@ class _Reader:
             self._lenient(document, lambda: objects.nodes.append(parse_node(document)))
         elif kind == "Pod":
             self._lenient(document, lambda: self._add_pod(document))
+        elif kind in _GROUP_KINDS and source_of(str(document.get("apiVersion") or "")):
+            self._add_foreign(document)
         elif kind in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
             self._add_group(GroupKind(kind), document)
         elif kind == "PriorityClass":
@@ -166,6 +242,7 @@ class _Reader:
                 objects.invalid_workloads[_key(document)] = str(error)
         elif isinstance(kind, str) and kind:
             objects.ignored[kind] = objects.ignored.get(kind, 0) + 1
+            self._keep_owner(kind, document)
         else:
             raise InvalidObjectError("document", "kind", "missing or not a string")
 
@@ -189,6 +266,16 @@ class _Reader:
         else:
             self.objects.budgets.append(parse_pod_disruption_budget(document))
 
+    def _keep_owner(self, kind: str, document: dict[str, Any]) -> None:
+        """Objects that own pods, kept for `ClusterObjects.group_by_owner`: the kinds it sizes,
+        and any other that itself has an owner (a ReplicaSet under a Deployment)."""
+        identity = _identity(document)
+        metadata = document.get("metadata") or {}
+        if identity is None or (kind not in SIZES and not metadata.get("ownerReferences")):
+            return
+        api_version = str(document.get("apiVersion") or "")
+        self.objects.owners[owner_key(api_version, kind, identity[1], identity[2])] = document
+
     def _lenient(self, document: dict[str, Any], add: Callable[[], None]) -> None:
         try:
             add()
@@ -206,7 +293,25 @@ class _Reader:
             check_pod_fields(document, f"Pod {pod.key}")
         # Fields read only when scheduling (GPU share, GPU indices) are parsed now, while the
         # file and document are known for the message.
-        self.objects.pods.append(ReadPod(pod, PodRequest.from_pod(pod), pod.assigned_gpus()))
+        request = PodRequest.from_pod(pod)
+        self.objects.pods.append(ReadPod(pod, request, pod.assigned_gpus(), pod.group_ref()))
+
+    def _add_foreign(self, document: dict[str, Any]) -> None:
+        """Another project's group (the Workload API's Workload itself places nothing: its
+        controller creates the groups). Kept with its error when invalid, as the operator."""
+        kind = document.get("kind")
+        if kind not in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
+            self.objects.ignored[str(kind)] = self.objects.ignored.get(str(kind), 0) + 1
+            return
+        try:
+            self.objects.foreign.append(parse_foreign(document))
+        except InvalidObjectError as error:
+            identity = _identity(document)
+            source = source_of(str(document.get("apiVersion")))
+            if identity is None or source is None:
+                raise
+            spec = invalid_spec(source, str(kind), identity[1], identity[2], str(error))
+            self.objects.invalid_groups.append(spec)
 
     def _add_group(self, kind: GroupKind, document: dict[str, Any]) -> None:
         """A valid group, or an invalid one kept with its error (the operator's way)."""

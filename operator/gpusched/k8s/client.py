@@ -34,6 +34,16 @@ PLURALS = {
     "Workload": "workloads",
 }
 LEASES = "/apis/coordination.k8s.io/v1"
+FOREIGN_GROUPS = (
+    ("scheduling.k8s.io/v1beta1", "PodGroup"),
+    ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"),
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+)
+"""Other projects' group kinds a new leader lists with ours (`gpusched.handlers.foreign`
+watches the same)."""
+NO_STATUS_SUBRESOURCE = "scheduling.volcano.sh/"
+"""API groups whose group objects' status is written on the object (no status subresource)."""
 REQUEST_TIMEOUT_SECONDS = 30.0
 """No single API request may take longer; the caller decides whether to retry. A bind gets
 `BIND_TIMEOUT_SECONDS`."""
@@ -260,8 +270,11 @@ class KubeClusterApi:
             raise
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
-        collection = f"/apis/{GROUP}/{VERSION}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
-        path = f"{collection}/{obj.name}/status"
+        # Ours, or a foreign group's (upstream, Volcano, coscheduling): same plurals. Volcano's
+        # PodGroup CRD has no status subresource: its status is patched on the object.
+        collection = f"/apis/{obj.api_version}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
+        whole = obj.api_version.startswith(NO_STATUS_SUBRESOURCE)
+        path = f"{collection}/{obj.name}" if whole else f"{collection}/{obj.name}/status"
         await self._write("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
 
     async def create_event(self, body: Mapping[str, Any]) -> str:
@@ -362,6 +375,17 @@ class KubeClusterApi:
         groups: list[dict[str, Any]] = []
         for kind in ("PodGroup", "CompositePodGroup"):
             for body in await self._list_all(f"/apis/{GROUP}/{VERSION}/{PLURALS[kind]}", _unmanage):
+                body.setdefault("kind", kind)
+                groups.append(body)
+        for api_version, kind in FOREIGN_GROUPS:  # other projects' groups, where served
+            try:
+                found = await self._list_all(f"/apis/{api_version}/{PLURALS[kind]}", _unmanage)
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                continue
+            for body in found:
+                body.setdefault("apiVersion", api_version)
                 body.setdefault("kind", kind)
                 groups.append(body)
         return groups

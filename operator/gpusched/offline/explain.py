@@ -24,6 +24,7 @@ from typing import Any
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import CONDITION_SCHEDULED, Reason
+from gpusched.api.grouprefs import GroupSource, split_group_name
 from gpusched.api.k8s import POD_GROUP_LABEL, Pod
 from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
@@ -398,6 +399,12 @@ def _pod_failure_hints(run: Run, key: str, failure: PodFailure, group_key: str |
     if failure.reason is Reason.SCHEDULING_GATED:
         return [_ungate_hint(run, [key])]
     if group_key is not None:
+        namespace, engine_name = group_key.split("/", 1)
+        source, name = split_group_name(engine_name)
+        if source is not GroupSource.GPUSCHED:
+            return [
+                f"create the {source.value} group {namespace}/{name}, or change the pod's group"
+            ]
         return [f"create PodGroup {group_key}, or change the pod's {POD_GROUP_LABEL} label"]
     return hints.pod_hints(run.turns.get(key, run.snapshot), run.pending[key])
 

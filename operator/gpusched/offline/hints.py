@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
-from gpusched.api.k8s import POD_GROUP_LABEL
+from gpusched.api.grouprefs import how_to_join
 from gpusched.engine.blockers import node_reason
 from gpusched.engine.domains import Domain, copies, root_domain, subdomains
 from gpusched.engine.fit import static_mask
@@ -74,7 +74,7 @@ def waiting_hints(
         if len(invalid) >= minimum - present:
             return hints
         hints.append(
-            f"create {minimum - present} more valid pod(s) labelled {POD_GROUP_LABEL}={name} "
+            f"create {minimum - present} more valid pod(s) {how_to_join(name)} "
             f"(minCount {minimum}, {present} valid)"
         )
         if present:

@@ -73,6 +73,7 @@ def simulate(
     """Runs the engine once on ``objects``. ``telemetry`` goes to `build_snapshot` unchanged
     (``None``: no telemetry source); ``turns``: given the groups, the units (root group keys,
     keys of pods without a group) whose turn to keep a copy of the cluster at."""
+    objects.group_by_owner(config)
     bound: dict[str, BoundPod] = {}
     foreign: set[str] = set()
     pending: dict[str, PodRequest] = {}
@@ -85,9 +86,9 @@ def simulate(
             continue
         if pod.spec.node_name:
             bound[pod.key] = BoundPod(read.request, pod.spec.node_name, read.gpus)
-            if pod.spec.scheduler_name != config.scheduler_name:
+            if pod.spec.scheduler_name not in config.scheduler_names:
                 foreign.add(pod.key)
-        elif pod.spec.scheduler_name == config.scheduler_name:
+        elif pod.spec.scheduler_name in config.scheduler_names:
             pending[pod.key] = read.request
         else:
             ignored[OTHER_SCHEDULER] = ignored.get(OTHER_SCHEDULER, 0) + 1

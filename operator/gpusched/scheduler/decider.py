@@ -92,8 +92,7 @@ class Decider:
         foreign = frozenset(
             record.key
             for record in self.state.pods.values()
-            if record.holding is not None
-            and record.pod.spec.scheduler_name != self.state.scheduler_name
+            if record.holding is not None and not self.state.is_ours(record.pod.spec.scheduler_name)
         )
         groups = self.state.group_specs()
         budgets = self.state.budgets.for_pods(self.state.pods.values())

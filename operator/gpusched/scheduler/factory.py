@@ -47,6 +47,8 @@ def build_scheduler(
     read or written); ``telemetry_join``: makes the telemetry joined with the nodes listed
     (None: no telemetry to wait for, see `FirstRead`)."""
     settings = config.operator
+    state.scheduler_aliases = frozenset(config.scheduler_name_aliases)
+    state.owner_groups.namespaces = config.owner_groups.namespaces
     background = Background(clock)
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)

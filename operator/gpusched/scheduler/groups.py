@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.api.crds import (
+    API_VERSION,
     CompositePodGroup,
     PodGroup,
     Workload,
@@ -16,9 +17,17 @@ from gpusched.api.crds import (
     parse_workload,
 )
 from gpusched.api.errors import InvalidObjectError
+from gpusched.api.foreign import ForeignGroup, describe, parse_foreign, source_of
+from gpusched.api.grouprefs import GroupRef, GroupSource
 from gpusched.api.materialize import materialize
 from gpusched.api.priority import PriorityClass, parse_priority_class
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.groupsources import (
+    foreign_key,
+    foreign_spec,
+    implicit_specs,
+    invalid_spec,
+)
 from gpusched.engine.request import PodRequest
 from gpusched.scheduler.records import generation_of, mapping, metadata_of, name_of, namespace_of
 
@@ -35,6 +44,13 @@ class GroupRecord:
     generation: int
     timeout_seconds: float
     raw_status: Mapping[str, Any]
+    api_version: str = API_VERSION
+    """Whose object it is: ours, or a foreign group's (`gpusched.api.foreign`)."""
+    foreign: ForeignGroup | None = None
+
+    @property
+    def source(self) -> GroupSource:
+        return GroupSource.GPUSCHED if self.foreign is None else self.foreign.source
 
 
 @dataclass(slots=True)
@@ -60,6 +76,9 @@ class GroupBook:
     groups_generation: int = 0
     """Bumped when a group's spec (or a PriorityClass it may name) appears, changes or goes."""
     _children_index: tuple[int, dict[str, list[str]]] | None = None
+    implicit: dict[str, dict[str, tuple[GroupRef, float]]] = field(default_factory=dict)
+    """Kueue plain-pod groups, which have no object: group key → pod key → (its reference,
+    its creation time). Their specs are made from their pods (`group_specs`)."""
 
     def upsert_group(self, kind: GroupKind, body: Mapping[str, Any]) -> bool:
         """Returns whether the spec changed (status-only updates do not wake the scheduler)."""
@@ -90,10 +109,84 @@ class GroupBook:
         self._changed(capacity=False)
         return True
 
-    def _spec(self, obj: Group) -> GroupSpec:
+    def upsert_foreign(self, body: Mapping[str, Any]) -> bool:
+        """A Volcano, coscheduling or upstream group object (`gpusched.api.foreign`); returns
+        whether its spec changed."""
+        api_version = str(body.get("apiVersion") or "")
+        source = source_of(api_version)
+        kind = str(body.get("kind") or "PodGroup")
+        if source is None or kind not in (GroupKind.POD_GROUP, GroupKind.COMPOSITE):
+            return False
+        namespace, name = namespace_of(body), name_of(body)
+        key = foreign_key(source, namespace, name)
+        metadata = metadata_of(body)
+        generation = generation_of(metadata)
+        before = self.groups.get(key)
+        status = mapping(body.get("status"))
+        if before is not None and before.generation == generation and generation:
+            before.raw_status = status
+            return False
+        found: ForeignGroup | None = None
+        timeout = 0.0
+        try:
+            found = parse_foreign(body)
+            spec = foreign_spec(found, self.priority_classes or None)
+            if isinstance(found.group, PodGroup):
+                timeout = float(found.group.spec.schedule_timeout_seconds)
+        except InvalidObjectError as error:
+            spec = invalid_spec(source, kind, namespace, name, str(error))
+            logger.warning("%s", error)
+        obj = found.group if found is not None else None
+        uid = str(metadata.get("uid") or "")
+        self.groups[key] = GroupRecord(
+            obj, spec, uid, generation, timeout, status, api_version, found
+        )
+        if found is not None and found.unhonoured:
+            logger.info(
+                "%s: read past %s (gpusched does not act on them)",
+                describe(kind, api_version, body),
+                ", ".join(found.unhonoured),
+            )
+        self.groups_generation += 1
+        self._changed(capacity=False)
+        return True
+
+    def note_member(
+        self, pod_key: str, namespace: str, ref: GroupRef | None, created: float
+    ) -> None:
+        """Keeps the members of Kueue's implicit groups: ``ref`` is the pod's reference now
+        (None when it has none or is gone)."""
+        for key, members in list(self.implicit.items()):
+            if pod_key in members and (
+                ref is None or foreign_key(ref.source, namespace, ref.name) != key
+            ):
+                del members[pod_key]
+                if not members:
+                    del self.implicit[key]
+                self.groups_generation += 1
+        if ref is None or ref.source is not GroupSource.KUEUE:
+            return
+        key = foreign_key(ref.source, namespace, ref.name)
+        members = self.implicit.setdefault(key, {})
+        if members.get(pod_key) != (ref, created):
+            members[pod_key] = (ref, created)
+            self.groups_generation += 1
+
+    def _implicit_specs(self) -> list[GroupSpec]:
+        # An object of the same name wins over the group its pods make.
+        return implicit_specs({k: m for k, m in self.implicit.items() if k not in self.groups})
+
+    def delete_foreign(self, api_version: str, namespace: str, name: str) -> None:
+        source = source_of(api_version)
+        if source is not None:
+            self.delete_group(foreign_key(source, namespace, name))
+
+    def _spec(self, obj: Group, foreign: ForeignGroup | None = None) -> GroupSpec:
         # Until the PriorityClasses are listed (a cluster always has the system ones), a
         # name alone is left unresolved rather than judged not found.
         classes = self.priority_classes or None
+        if foreign is not None:
+            return foreign_spec(foreign, classes)
         if isinstance(obj, PodGroup):
             return GroupSpec.from_pod_group(obj, classes)
         return GroupSpec.from_composite(obj, classes)
@@ -118,7 +211,7 @@ class GroupBook:
         for record in self.groups.values():
             if record.obj is not None:
                 try:
-                    record.spec = self._spec(record.obj)
+                    record.spec = self._spec(record.obj, record.foreign)
                 except InvalidObjectError as error:
                     record.spec = GroupSpec(
                         key=record.spec.key, kind=record.spec.kind, invalid=str(error)
@@ -132,7 +225,10 @@ class GroupBook:
             self._changed(capacity=False)
 
     def group_specs(self) -> list[GroupSpec]:
-        return [record.spec for record in self.groups.values()]
+        specs = [record.spec for record in self.groups.values()]
+        if self.implicit:
+            specs.extend(self._implicit_specs())
+        return specs
 
     def upsert_workload(self, body: Mapping[str, Any]) -> WorkloadRecord:
         key = f"{namespace_of(body)}/{name_of(body)}"

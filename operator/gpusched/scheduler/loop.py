@@ -37,7 +37,7 @@ from gpusched.scheduler.preemptor import Preemptor
 from gpusched.scheduler.refs import group_ref, pod_ref
 from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
-from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.state import ClusterState, PodRecord
 from gpusched.scheduler.tasks import Background
 from gpusched.scheduler.unknown import UnknownBinds
 from gpusched.scheduler.workloads import Materializer
@@ -251,7 +251,9 @@ class SchedulingLoop:
                 self._root_outcome(decision, now)
         for failure in result.unschedulable:
             record = self.state.pods.get(failure.pod)
-            if record is None or failure.reason is Reason.WAITING_FOR_PODS:
+            if record is None:
+                continue
+            if failure.reason is Reason.WAITING_FOR_PODS and self._told_on_group(record):
                 continue
             self.reporter.event(pod_ref(record), "Warning", "FailedScheduling", failure.message)
             if record.request is not None and record.request.group is None:
@@ -260,6 +262,13 @@ class SchedulingLoop:
                 )
                 self.backoff.failed(failure.pod, now)
                 metrics.ATTEMPTS.labels(failure.reason.value.lower()).inc()
+
+    def _told_on_group(self, record: PodRecord) -> bool:
+        """Whether what the pod waits for is told elsewhere: on its group's object, or (a pod
+        without a group) by its own reason. A Kueue or owner group, made from its pods, has
+        no object: its pods are told."""
+        group = record.request.group if record.request is not None else None
+        return group is None or f"{record.pod.metadata.namespace}/{group}" in self.state.groups
 
     def _root_outcome(self, decision: GroupDecision, now: float) -> None:
         record = self.state.groups.get(decision.name)

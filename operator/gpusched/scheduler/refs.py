@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpusched.api.crds import API_VERSION
+from gpusched.api.grouprefs import split_group_name
 from gpusched.scheduler.groups import GroupRecord, WorkloadRecord
 from gpusched.scheduler.ports import ObjectRef
 from gpusched.scheduler.records import PodRecord, Reservation
@@ -19,8 +20,11 @@ def reserved_ref(key: str, reservation: Reservation) -> ObjectRef:
 
 
 def group_ref(record: GroupRecord) -> ObjectRef:
+    """Ours, or the foreign object itself (its own API version and name)."""
     namespace, name = record.spec.key.split("/", 1)
-    return ObjectRef(API_VERSION, record.spec.kind.value, namespace, name, record.uid)
+    if record.api_version != API_VERSION:
+        name = split_group_name(name)[1]
+    return ObjectRef(record.api_version, record.spec.kind.value, namespace, name, record.uid)
 
 
 def workload_ref(record: WorkloadRecord) -> ObjectRef:

@@ -12,6 +12,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS
@@ -23,11 +24,12 @@ from gpusched.engine.groups import GroupKind
 from gpusched.engine.result import GroupDecision, Reason
 from gpusched.scheduler import metrics
 from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.foreign_status import has_our_pods, preemptor_of, stamp, their_status
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.ports import ObjectRef
 from gpusched.scheduler.records import PodRecord
-from gpusched.scheduler.refs import group_ref, workload_ref
+from gpusched.scheduler.refs import group_ref, pod_ref, workload_ref
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.status import (
     Attempt,
@@ -148,16 +150,28 @@ class Reporter:
         for key in self._parents_last():
             statuses[key] = self._group_status(key, by_group, statuses, wall)
             group = self.state.groups[key]
+            if group.foreign is not None and not has_our_pods(self.state, key):
+                continue  # another scheduler's group (kube-scheduler's, Volcano's): theirs to write
             if group.spec.invalid is not None:
                 self.recorder.record(
                     group_ref(group), "Warning", Reason.INVALID, group.spec.invalid
                 )
             self.outbox.offer(
-                group_ref(group),
-                statuses[key].model_dump(mode="json", by_alias=True, exclude_none=True),
-                group.raw_status,
+                group_ref(group), self._written(group, statuses[key], wall), group.raw_status
             )
         self._report_workloads(statuses, wall)
+        for key, message in self.state.owner_groups.drain_untold().items():
+            if (member := self.state.pods.get(key)) is not None:
+                self.recorder.record(pod_ref(member), "Normal", "OwnerKindUnknown", message)
+
+    def _written(self, group: GroupRecord, status: GroupStatus, wall: datetime) -> dict[str, Any]:
+        """The status body for ``group``'s object: ours, or in a foreign object's own fields."""
+        if group.foreign is None:
+            return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        previous = self.outbox.last(group_ref(group)) or group.raw_status
+        preempted_by = preemptor_of(self.state, group.spec.key)
+        body = their_status(group.source, group.spec.kind, status, previous, preempted_by)
+        return stamp(body, wall.isoformat().replace("+00:00", "Z"))
 
     def _parents_last(self) -> list[str]:
         """Group keys, children before their parents."""

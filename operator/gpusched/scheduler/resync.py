@@ -9,6 +9,7 @@ from collections.abc import AsyncIterable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpusched.api.foreign import source_of
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.clock import Clock
@@ -153,7 +154,10 @@ class Resync:
                 self._take_pods(pods, known),
             )
             for group in groups:
-                self.state.upsert_group(GroupKind(group["kind"]), group)
+                if source_of(str(group.get("apiVersion") or "")) is not None:
+                    self.state.upsert_foreign(group)  # another project's group
+                else:
+                    self.state.upsert_group(GroupKind(group["kind"]), group)
 
     async def _take_pods(self, pages: AsyncIterable[Listing], known: Mapping[str, str]) -> None:
         """Takes each page in as it comes (`take_listed`), so that the whole list is never

@@ -171,6 +171,22 @@ class Scheduler:
         if self.state.upsert_group(kind, body):
             self.wake()  # a status-only update changes nothing to decide
 
+    def foreign_group_changed(self, body: Mapping[str, Any]) -> None:
+        """An upstream, Volcano or coscheduling group object (`gpusched.api.foreign`)."""
+        if self.state.upsert_foreign(body):
+            self.wake()
+
+    def owner_changed(self, api_version: str, kind: str, body: Mapping[str, Any]) -> None:
+        """A Job, JobSet, RayCluster, … (owner groups, `gpusched.scheduler.ownergroups`)."""
+        if self.state.owner_groups.namespaces:
+            self.state.owner_changed(api_version, kind, body)
+            self.wake()
+
+    def owner_deleted(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        if self.state.owner_groups.namespaces:
+            self.state.owner_deleted(api_version, kind, namespace, name)
+            self.wake()
+
     def group_deleted(self, key: str) -> None:
         self.reporter.group_gone(key)
         self.state.delete_group(key)

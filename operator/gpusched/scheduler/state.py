@@ -19,12 +19,15 @@ from typing import Any
 
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.errors import InvalidObjectError
+from gpusched.api.grouprefs import GroupSource, group_name
 from gpusched.api.k8s import Node, parse_node, parse_pod
+from gpusched.engine.groups import GroupSpec
 from gpusched.engine.pins import GpuPins
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.budgets import Budgets
 from gpusched.scheduler.groups import GroupBook, GroupRecord, WorkloadRecord
+from gpusched.scheduler.ownergroups import OwnerGroups
 from gpusched.scheduler.records import (
     Nomination,
     PodRecord,
@@ -54,6 +57,9 @@ PREEMPTION_ANNOTATION = "gpusched.io/preemption"
 ``unit``, ``size``), so that a unit left part-evicted by a crash or a failure is finished by
 whoever leads next, and one never started is unmarked."""
 
+IMPLICIT_PREFIX = group_name(GroupSource.KUEUE, "")
+"""The start of the engine names of groups made from their pods."""
+
 MAX_GONE_UIDS = 10_000
 """How many uids of deleted pods are remembered (see `ClusterState.gone`): far more than the
 events a lagging watch can hold back."""
@@ -64,6 +70,10 @@ class ClusterState(GroupBook):
     """Nodes, pods, groups and Workloads as last watched, plus the reservation ledger."""
 
     scheduler_name: str = "gpusched"
+    scheduler_aliases: frozenset[str] = frozenset()
+    """Other scheduler names whose pods are ours too (``schedulerNameAliases``)."""
+    owner_groups: OwnerGroups = field(default_factory=OwnerGroups)
+    """Pods without a group joined to their top owner's gang (``ownerGroups``)."""
     nodes: dict[str, Node] = field(default_factory=dict)
     node_errors: dict[str, str] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
@@ -168,11 +178,13 @@ class ClusterState(GroupBook):
             if version != before.version:
                 self._store(key, replace(before, version=version))
             return
-        record = _pod_record(key, body, self.scheduler_name)
+        record = _pod_record(key, body, self.scheduler_name, self.scheduler_aliases)
         if record is None:
             self.delete_pod(key)
             return
         record = replace(record, source=seen)
+        if self.owner_groups.namespaces and self.is_ours(record.pod.spec.scheduler_name):
+            record = self.owner_groups.group(record)
         if (
             before is not None
             and before.node is not None
@@ -209,6 +221,7 @@ class ClusterState(GroupBook):
             if current is not None and current.uid != uid:
                 return
         before = self._store(key, None)
+        self.owner_groups.forget(key)
         reserved = self._reserve(key, None)
         self.marked.pop(key, None)
         if before is not None or reserved is not None:
@@ -233,7 +246,17 @@ class ClusterState(GroupBook):
                 self._waiting[key] = record
             if (group := _group_of(record)) is not None:
                 self._members.setdefault(group, {})[key] = None
+        if _implicit(before) or _implicit(record):
+            self._note_implicit(key, record)
         return before
+
+    def _note_implicit(self, key: str, record: PodRecord | None) -> None:
+        """Kueue's plain-pod groups have no object: their members make them."""
+        if record is None or record.request is None or not _implicit(record):
+            self.note_member(key, key.split("/", 1)[0], None, 0.0)
+            return
+        ref = record.pod.group_ref()
+        self.note_member(key, record.pod.metadata.namespace, ref, record.request.created)
 
     def _unindex(self, key: str, record: PodRecord) -> None:
         if record.holding is not None:
@@ -252,10 +275,36 @@ class ClusterState(GroupBook):
         nominated (which `pending` checks, as those change without the record changing)."""
         return (
             record.node is None
-            and record.pod.spec.scheduler_name == self.scheduler_name
+            and self.is_ours(record.pod.spec.scheduler_name)
             and not record.pod.is_terminal
             and not record.deleting
         )
+
+    def group_specs(self) -> list[GroupSpec]:
+        specs = GroupBook.group_specs(self)
+        specs.extend(self.owner_groups.specs.values())
+        return specs
+
+    def owner_changed(self, api_version: str, kind: str, body: Mapping[str, Any]) -> None:
+        """A Job, JobSet, RayCluster, … appeared or changed: its pods are grouped again."""
+        self._regroup(self.owner_groups.upsert(api_version, kind, body))
+
+    def owner_deleted(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self._regroup(self.owner_groups.delete(api_version, kind, namespace, name))
+
+    def _regroup(self, keys: Iterable[str]) -> None:
+        changed = False
+        for key in sorted(keys):
+            record = self.pods.get(key)
+            if record is not None and record.request is not None:
+                self._store(key, self.owner_groups.group(record))
+                changed = True
+        if changed:
+            self.groups_generation += 1
+            self._changed(capacity=False)
+
+    def is_ours(self, scheduler_name: str) -> bool:
+        return scheduler_name == self.scheduler_name or scheduler_name in self.scheduler_aliases
 
     def _bury(self, uid: str) -> None:
         self.gone[uid] = None
@@ -475,6 +524,12 @@ def _unnamed_gpus(holding: BoundPod) -> bool:
     return holding.gpus is None and bool(holding.pod.gpus) and not holding.pod.gpu_milli
 
 
+def _implicit(record: PodRecord | None) -> bool:
+    """Whether the pod belongs to a group made from its pods (`GroupBook.implicit`)."""
+    group = record.request.group if record is not None and record.request is not None else None
+    return group is not None and group.startswith(IMPLICIT_PREFIX)
+
+
 def _group_of(record: PodRecord) -> str | None:
     """``namespace/PodGroup`` of the pod's group label, None without one."""
     if record.request is None or record.request.group is None:
@@ -493,14 +548,18 @@ def _predecessor(body: Mapping[str, Any], record: PodRecord) -> bool:
     return version.isdigit() and record.version.isdigit() and int(version) < int(record.version)
 
 
-def _pod_record(key: str, body: Mapping[str, Any], scheduler_name: str) -> PodRecord | None:
+def _pod_record(
+    key: str, body: Mapping[str, Any], scheduler_name: str, aliases: frozenset[str] = frozenset()
+) -> PodRecord | None:
     """The record of a pod body (None: not a pod we can use; a stub when it is ours)."""
     uid = str(metadata_of(body).get("uid") or "")
     try:
         pod = parse_pod(body)
     except InvalidObjectError as error:
         spec = mapping(body.get("spec"))
-        if spec.get("schedulerName") == scheduler_name and not spec.get("nodeName"):
+        named = spec.get("schedulerName")
+        ours = named == scheduler_name or (isinstance(named, str) and named in aliases)
+        if ours and not spec.get("nodeName"):
             # Ours and pending: keep a stub so the pod gets an Event naming the field.
             stub = _invalid_pod(key, uid, scheduler_name, str(error))
             if stub is not None:

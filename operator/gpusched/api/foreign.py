@@ -1,0 +1,179 @@
+"""Other projects' group objects, read as our PodGroup and CompositePodGroup models.
+
+Each kind is translated into the body of our own object, field by field, and parsed by our
+own parser, so one set of rules (and one engine) serves all of them:
+
+- ``scheduling.k8s.io/v1beta1`` PodGroup: our PodGroup, same fields;
+  ``disruptionMode: {all: {}}`` is ``All``;
+- ``scheduling.k8s.io/v1alpha3`` CompositePodGroup: our CompositePodGroup, same fields;
+- ``scheduling.volcano.sh/v1beta1`` PodGroup: a gang of ``minMember``, ``priorityClassName``;
+- ``scheduling.x-k8s.io/v1alpha1`` PodGroup: a gang of ``minMember``,
+  ``scheduleTimeoutSeconds``.
+
+What their schemas cannot say is set with annotations on the object (`TOPOLOGY_ANNOTATION`,
+`TIMEOUT_ANNOTATION`); everything else (NUMA policy, scoring, the backtracking budget) is
+the operator's configuration, as for our own objects. Fields read but not acted on
+(`ForeignGroup.unhonoured`): Volcano's ``queue``, ``minTaskMember``, ``minResources`` and
+``networkTopology``, coscheduling's ``minResources``, upstream's ``resourceClaims``.
+
+Errors name the object as ``<Kind>.<api group> ns/name`` and the field as its author wrote it
+(``spec.minMember``), not as our translation spells it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpusched.api.crds import (
+    API_VERSION,
+    CompositePodGroup,
+    PodGroup,
+    parse_composite_pod_group,
+    parse_pod_group,
+)
+from gpusched.api.errors import InvalidObjectError
+from gpusched.api.grouprefs import GroupSource
+
+TOPOLOGY_ANNOTATION = "scheduling.gpusched.io/topology-key"
+"""On a Volcano or coscheduling PodGroup: the node label whose one value all its pods share
+(our ``schedulingConstraints.topology[0].key``); their schemas have no such field."""
+TIMEOUT_ANNOTATION = "scheduling.gpusched.io/schedule-timeout-seconds"
+"""On an upstream or Volcano PodGroup: our ``scheduleTimeoutSeconds``."""
+
+_META_KEYS = ("name", "namespace", "uid", "creationTimestamp", "labels", "annotations")
+_UPSTREAM_SPEC_KEYS = (
+    "schedulingPolicy",
+    "schedulingConstraints",
+    "parentCompositePodGroupName",
+    "workloadRef",
+    "priorityClassName",
+    "priority",
+    "preemptionPolicy",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignGroup:
+    """A foreign group read as ours: ``group`` has the object's own name; the engine keys it
+    by ``grouprefs.group_name(source, name)``."""
+
+    source: GroupSource
+    api_version: str
+    group: PodGroup | CompositePodGroup
+    unhonoured: tuple[str, ...] = ()
+    """Fields present on the object that gpusched reads past (see the module docstring)."""
+
+
+def source_of(api_version: str) -> GroupSource | None:
+    """Which source defines objects of ``api_version`` (None: not a group source we read)."""
+    group = api_version.partition("/")[0]
+    for source in (GroupSource.UPSTREAM, GroupSource.VOLCANO, GroupSource.COSCHEDULING):
+        if group == source.value:
+            return source
+    return None
+
+
+def describe(kind: str, api_version: str, raw: Mapping[str, Any]) -> str:
+    """``PodGroup.scheduling.volcano.sh ml/train``."""
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    group = api_version.partition("/")[0]
+    return f"{kind}.{group} {meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+
+
+def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
+    """Reads a foreign group object; raises `InvalidObjectError` naming it and its field."""
+    api_version = str(raw.get("apiVersion") or "")
+    kind = str(raw.get("kind") or "")
+    source = source_of(api_version)
+    obj = describe(kind, api_version, raw)
+    if source is None:
+        raise InvalidObjectError(obj, "apiVersion", "not a group API gpusched reads")
+    spec = raw.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InvalidObjectError(obj, "spec", "missing or not a mapping")
+    if source is GroupSource.UPSTREAM:
+        body, unhonoured = _upstream(kind, spec, obj)
+    elif kind != "PodGroup":
+        raise InvalidObjectError(obj, "kind", "only PodGroup is read from this API group")
+    else:
+        body, unhonoured = _min_member(source, spec, obj)
+    annotations = _annotations(raw)
+    if (topology := annotations.get(TOPOLOGY_ANNOTATION)) is not None:
+        body.setdefault("schedulingConstraints", {"topology": [{"key": topology}]})
+    if kind == "PodGroup" and (timeout := annotations.get(TIMEOUT_ANNOTATION)) is not None:
+        body["scheduleTimeoutSeconds"] = _int(
+            obj, timeout, f"metadata.annotations[{TIMEOUT_ANNOTATION}]"
+        )
+    ours = {"apiVersion": API_VERSION, "kind": kind, "metadata": _metadata(raw), "spec": body}
+    try:
+        group = parse_pod_group(ours) if kind == "PodGroup" else parse_composite_pod_group(ours)
+    except InvalidObjectError as error:
+        raise InvalidObjectError(obj, _their_field(source, error.field), error.message) from None
+    return ForeignGroup(source, api_version, group, unhonoured)
+
+
+def _upstream(
+    kind: str, spec: Mapping[str, Any], obj: str
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    if kind not in ("PodGroup", "CompositePodGroup"):
+        raise InvalidObjectError(obj, "kind", "want PodGroup or CompositePodGroup")
+    body = {key: spec[key] for key in _UPSTREAM_SPEC_KEYS if spec.get(key) is not None}
+    mode = spec.get("disruptionMode")
+    if isinstance(mode, Mapping) and mode:
+        chosen = [name for name in ("all", "single") if mode.get(name) is not None]
+        if len(chosen) != 1:
+            raise InvalidObjectError(obj, "spec.disruptionMode", "exactly one of all or single")
+        body["disruptionMode"] = chosen[0].capitalize()
+    unhonoured = tuple(f"spec.{key}" for key in ("resourceClaims",) if spec.get(key))
+    return body, unhonoured
+
+
+def _min_member(
+    source: GroupSource, spec: Mapping[str, Any], obj: str
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Volcano's and coscheduling's PodGroup: a gang of ``minMember`` pods."""
+    raw = spec.get("minMember", 1 if source is GroupSource.VOLCANO else None)
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
+        raise InvalidObjectError(obj, "spec.minMember", f"must be an integer >= 1, got {raw!r}")
+    body: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": raw}}}
+    if source is GroupSource.VOLCANO and spec.get("priorityClassName"):
+        body["priorityClassName"] = spec["priorityClassName"]
+    if source is GroupSource.COSCHEDULING and spec.get("scheduleTimeoutSeconds") is not None:
+        body["scheduleTimeoutSeconds"] = spec["scheduleTimeoutSeconds"]
+    read_past = ("queue", "minTaskMember", "minResources", "networkTopology")
+    return body, tuple(f"spec.{key}" for key in read_past if spec.get(key))
+
+
+_THEIR_FIELDS = {
+    "spec.schedulingPolicy.gang.minCount": "spec.minMember",
+    "spec.scheduleTimeoutSeconds": "spec.scheduleTimeoutSeconds",
+}
+
+
+def _their_field(source: GroupSource, field: str) -> str:
+    if source is GroupSource.UPSTREAM:
+        return field
+    if field.startswith("spec.schedulingConstraints"):
+        return f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
+    return _THEIR_FIELDS.get(field, field)
+
+
+def _annotations(raw: Mapping[str, Any]) -> Mapping[str, str]:
+    meta = raw.get("metadata")
+    found = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def _metadata(raw: Mapping[str, Any]) -> dict[str, Any]:
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return {key: meta[key] for key in _META_KEYS if meta.get(key) is not None}
+
+
+def _int(obj: str, value: str, field: str) -> int:
+    if not value.strip().isdigit():
+        raise InvalidObjectError(obj, field, f"must be a whole number of seconds, got {value!r}")
+    return int(value)
