@@ -85,10 +85,8 @@ class GroupBook:
         key = f"{namespace_of(body)}/{name_of(body)}"
         metadata = metadata_of(body)
         generation = generation_of(metadata)
-        before = self.groups.get(key)
         status = mapping(body.get("status"))
-        if before is not None and before.generation == generation and generation:
-            before.raw_status = status
+        if self._status_only(key, generation, status):
             return False
         obj: Group | None = None
         try:
@@ -109,6 +107,15 @@ class GroupBook:
         self._changed(capacity=False)
         return True
 
+    def _status_only(self, key: str, generation: int, status: Mapping[str, Any]) -> bool:
+        """Whether an update of group ``key`` changed only its status (same generation): the
+        status is kept, the spec is not read again and the scheduler is not woken."""
+        before = self.groups.get(key)
+        if before is None or before.generation != generation or not generation:
+            return False
+        before.raw_status = status
+        return True
+
     def upsert_foreign(self, body: Mapping[str, Any]) -> bool:
         """A Volcano, coscheduling or upstream group object (`gpusched.api.foreign`); returns
         whether its spec changed."""
@@ -121,10 +128,8 @@ class GroupBook:
         key = foreign_key(source, namespace, name)
         metadata = metadata_of(body)
         generation = generation_of(metadata)
-        before = self.groups.get(key)
         status = mapping(body.get("status"))
-        if before is not None and before.generation == generation and generation:
-            before.raw_status = status
+        if self._status_only(key, generation, status):
             return False
         found: ForeignGroup | None = None
         timeout = 0.0
