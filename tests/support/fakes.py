@@ -27,6 +27,8 @@ class FakeApi:
     delete_failures: dict[str, list[ApiError]] = field(default_factory=dict)
     pod_statuses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     annotations: list[tuple[str, dict[str, str | None]]] = field(default_factory=list)
+    scheduled_conditions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """``PodScheduled`` conditions patched onto pods (the rest goes to ``pod_statuses``)."""
 
     async def bind(
         self,
@@ -68,8 +70,17 @@ class FakeApi:
         self.annotations.append((pod.key, dict(annotations)))
 
     async def patch_pod_status(
-        self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None
+        self,
+        pod: ObjectRef,
+        status: Mapping[str, Any],
+        fence: Fence | None = None,
+        *,
+        version: str = "",
     ) -> None:
+        conditions = status.get("conditions") or []
+        if conditions and all(c.get("type") == "PodScheduled" for c in conditions):
+            self.scheduled_conditions.append((pod.key, dict(conditions[0])))
+            return
         self.pod_statuses.append((pod.key, dict(status)))
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:

@@ -251,9 +251,11 @@ class SchedulingLoop:
                 self._root_outcome(decision, now)
         for failure in result.unschedulable:
             record = self.state.pods.get(failure.pod)
-            if record is None or failure.reason is Reason.WAITING_FOR_PODS:
+            if record is None:
                 continue
-            self.reporter.event(pod_ref(record), "Warning", "FailedScheduling", failure.message)
+            self.reporter.unplaced(record, failure)
+            if failure.reason is Reason.WAITING_FOR_PODS:
+                continue
             if record.request is not None and record.request.group is None:
                 logger.info(
                     "pod %s not placed (%s): %s", failure.pod, failure.reason, failure.message

@@ -19,14 +19,15 @@ from gpusched.api.k8s import Node
 from gpusched.api.status import GroupStatus
 from gpusched.engine.build import topology_problem
 from gpusched.engine.groups import GroupKind
-from gpusched.engine.result import GroupDecision, Reason
+from gpusched.engine.result import GroupDecision, PodFailure, Reason
 from gpusched.scheduler import metrics
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
+from gpusched.scheduler.podconditions import PodConditions
 from gpusched.scheduler.ports import ObjectRef
 from gpusched.scheduler.records import PodRecord
-from gpusched.scheduler.refs import group_ref, workload_ref
+from gpusched.scheduler.refs import group_ref, pod_ref, workload_ref
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.status import (
     Attempt,
@@ -40,6 +41,7 @@ from gpusched.scheduler.status import (
     pod_group_phase,
     workload_status,
 )
+from gpusched.scheduler.waits import told
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +56,15 @@ class Reporter:
         state: ClusterState,
         recorder: EventRecorder,
         outbox: StatusOutbox,
+        conditions: PodConditions,
     ) -> None:
         self.config = config
         self.state = state
         self.recorder = recorder
         self.outbox = outbox
+        self.conditions = conditions
+        self._told: dict[str, str] = {}
+        """Pod uid → the reason its latest wait Event gave: a wait is told once per change."""
         self.attempts: dict[str, Attempt] = {}
         """Each group's latest attempt, as its status shows it."""
         self._node_problems: dict[str, str] = {}
@@ -105,6 +111,29 @@ class Reporter:
 
     def pod_gone(self, uid: str) -> None:
         self.recorder.forget(uid)
+        self.conditions.forget(uid)
+        self._told.pop(uid, None)
+
+    def unplaced(self, record: PodRecord, failure: PodFailure) -> None:
+        """A pod the engine left pending: its ``PodScheduled=False`` condition, written when
+        it changes, and an Event. Waits (a gang short of pods, a group not created yet,
+        scheduling gates) are told once per change of reason; a failure to fit is the
+        aggregated ``FailedScheduling`` Event kube-scheduler posts."""
+        what = told(record, failure, self.state.groups)
+        if what.condition is not None:
+            shown = record.pod.status.scheduled
+            self.conditions.want(pod_ref(record), record.version, shown, what.condition)
+        if what.event_type == "Warning":
+            self._told.pop(record.uid, None)
+            self.recorder.record(pod_ref(record), "Warning", what.event_reason, what.message)
+            return
+        shown = record.pod.status.scheduled
+        before = self._told.get(record.uid) or (shown.reason if shown is not None else None)
+        if before == what.reason:
+            return
+        self._told[record.uid] = what.reason
+        self.recorder.record(pod_ref(record), "Normal", what.event_reason, what.message)
+        logger.info("pod %s waits (%s): %s", record.key, what.reason, what.message)
 
     def group_gone(self, key: str) -> None:
         record = self.state.groups.get(key)
@@ -117,21 +146,28 @@ class Reporter:
         """Leadership was lost: another replica writes these statuses and Events now."""
         self.outbox.reset()
         self.recorder.reset()
+        self.conditions.reset()
+        self._told.clear()
 
     # ----- running ----------------------------------------------------------------------------
 
     def start(self) -> list[asyncio.Task[None]]:
         """Starts sending statuses and Events; the caller cancels the tasks at exit."""
-        return [asyncio.create_task(self.recorder.run()), asyncio.create_task(self.outbox.run())]
+        return [
+            asyncio.create_task(self.recorder.run()),
+            asyncio.create_task(self.outbox.run()),
+            asyncio.create_task(self.conditions.run()),
+        ]
 
     async def flush(self) -> None:
         """Sends every status and Event offered so far."""
         await self.outbox.flush()
+        await self.conditions.flush()
         await self.recorder.flush()
 
     @property
     def idle(self) -> bool:
-        return self.outbox.idle
+        return self.outbox.idle and self.conditions.idle
 
     # ----- status ----------------------------------------------------------------------------
 
