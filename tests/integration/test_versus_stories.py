@@ -556,7 +556,7 @@ def test_basic_policy_binds_what_fits_and_leaves_the_rest_pending(halves: Halves
             else:
                 # It names the rack it must stay in, and why it does not fit there.
                 assert "beside its group's other pods" in message, message
-                assert "insufficient nvidia.com/gpu" in message, message
+                assert "Insufficient nvidia.com/gpu" in message, message
             (rack,) = run.domains(story.keys())
             assert len(run.bound()) == 2, run.summary()
             run.note = f"2 of 3; {waiting.split('/')[1]} waits for room in {rack}"

@@ -11,9 +11,24 @@ from gpusched.engine.result import Attempt, ChildBound, Counted, NodeCheck, Wait
 # ----- nodes -----------------------------------------------------------------------------------
 
 
+BROKEN_TOPOLOGY = "invalid GPU topology annotation: single-GPU pods only"
+NO_GPU_SHARE = "no GPU with enough milli-GPU free"
+
+
+def insufficient(resource: str) -> str:
+    """A node check on one resource, named as kube-scheduler's NodeResourcesFit names it."""
+    return f"Insufficient {resource}"
+
+
+def no_node_has(resource: str) -> str:
+    return f"no node has {resource}"
+
+
 def node_reasons(check: NodeCheck) -> str:
-    """ "2 nodes fit (node-a ×2, …); 5 × insufficient cpu: node-b (1000m free, needs 4000m),
-    node-c (…), …; 3 more nodes for other reasons", the way kube-scheduler aggregates."""
+    """ "2 nodes fit (node-d ×2, …); 8 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs,
+    needs 4), node-b (…), …; 4 Insufficient memory: node-c (…); 3 more nodes for other
+    reasons": every check that blocks, with its count of nodes, as kube-scheduler lists its
+    filters ("0/12 nodes are available: 8 Insufficient nvidia.com/gpu, 4 …")."""
     parts = []
     if check.fitting:
         more = ", …" if check.fitting > len(check.fitting_examples) else ""
@@ -21,7 +36,7 @@ def node_reasons(check: NodeCheck) -> str:
         parts.append(f"{check.fitting} {verb} ({', '.join(check.fitting_examples)}{more})")
     for blocker in check.blockers:
         more = ", …" if blocker.nodes > len(blocker.examples) else ""
-        parts.append(f"{blocker.nodes} × {blocker.check}: {', '.join(blocker.examples)}{more}")
+        parts.append(f"{blocker.nodes} {blocker.check}: {', '.join(blocker.examples)}{more}")
     if check.others:
         parts.append(f"{check.others} more nodes for other reasons")
     return "; ".join(parts) if parts else "no nodes"
@@ -29,14 +44,16 @@ def node_reasons(check: NodeCheck) -> str:
 
 def none_available(total: int, check: NodeCheck) -> str:
     """Why a pod without a group fits no node of the cluster."""
-    return f"0/{total} nodes available: {node_reasons(check)}"
+    return f"0/{total} nodes are available: {node_reasons(check)}"
 
 
 def left_out(total: int, domain: str | None, check: NodeCheck) -> str:
     """Why a pod of a placed group did not fit beside the others in ``domain`` (None: the
     whole cluster)."""
     where = f" of {domain}" if domain is not None else ""
-    return f"0/{total} nodes{where} available beside its group's other pods: {node_reasons(check)}"
+    return (
+        f"0/{total} nodes{where} are available beside its group's other pods: {node_reasons(check)}"
+    )
 
 
 # ----- one domain tried ------------------------------------------------------------------------

@@ -109,7 +109,7 @@ def pod_fingerprint(body: Mapping[str, Any]) -> bytes | None:
     read = {k: v for k, v in metadata.items() if k not in UNREAD_METADATA}
     status = mapping(body.get("status"))
     read_status = [status.get(key) for key in READ_STATUS if key != "conditions"]
-    read_status.append(scheduled_conditions(status.get("conditions")))
+    read_status.append(scheduled_conditions(status.get("conditions") or []))
     try:
         text = json.dumps((read, body.get("spec"), read_status), separators=(",", ":"), default=str)
     except (TypeError, ValueError):
