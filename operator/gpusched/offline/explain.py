@@ -37,17 +37,22 @@ KINDS = {
     "pod": "Pod",
     "pods": "Pod",
     "po": "Pod",
+    "gspg": "PodGroup",
     "pg": "PodGroup",
     "podgroup": "PodGroup",
     "podgroups": "PodGroup",
+    "gscpg": "CompositePodGroup",
     "cpg": "CompositePodGroup",
     "compositepodgroup": "CompositePodGroup",
     "compositepodgroups": "CompositePodGroup",
+    "gswl": "Workload",
     "wl": "Workload",
     "workload": "Workload",
     "workloads": "Workload",
 }
-"""Accepted spellings of the target's kind (``pg/NAME``, ``podgroup/NAME``, …)."""
+"""Accepted spellings of the target's kind: the CRDs' short names (``gspg/NAME``, ``gscpg/``,
+``gswl/``), the older ``pg/``, ``cpg/``, ``wl/`` (no clash here: explain reads only our kinds),
+and the singular and plural names."""
 
 
 class ExplainError(Exception):

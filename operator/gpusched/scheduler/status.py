@@ -176,12 +176,26 @@ def group_status(
         phase=phase,
         conditions=[condition],
         placement=dict(where),
+        domain=_domain(record, phase, counts, where),
+        priority=record.spec.priority,
         scheduled=counts.scheduled,
         running=counts.running,
         succeeded=counts.succeeded,
         failed=counts.failed,
         lastAttempt=last,
     )
+
+
+def _domain(
+    record: GroupRecord, phase: GroupPhase, counts: Counts, where: Mapping[str, str]
+) -> str | None:
+    """``placement`` in one word for ``kubectl get``: its values from the top level down."""
+    if where:
+        return "/".join(where.values())
+    placed = counts.scheduled or phase in (GroupPhase.SCHEDULED, GroupPhase.RUNNING)
+    if record.spec.topology_key is None and placed:
+        return "anywhere"
+    return None
 
 
 def _scheduled_message(record: GroupRecord, counts: Counts, where: Mapping[str, str]) -> str:
