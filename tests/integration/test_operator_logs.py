@@ -38,7 +38,7 @@ def test_the_log_says_what_was_decided_and_bound_and_nothing_per_event(
         )
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     text = "\n".join(messages)
-    assert "PodGroup default/g: Scheduled in zone-a/rack-1" in text, text
+    assert "PodGroup default/g: 2 pods placed in zone-a/rack-1" in text, text
     for i in range(2):
         assert re.search(rf"placing default/g-{i} on n[12], GPUs \d,\d,\d,\d \(default/g\)", text)
     assert re.search(r"pod default/huge not placed \(\w+\): .*nvidia.com/gpu", text), text

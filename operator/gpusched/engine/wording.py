@@ -8,6 +8,12 @@ from collections.abc import Sequence
 
 from gpusched.engine.result import Attempt, ChildBound, Counted, NodeCheck, Waiting
 
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 pod``, ``3 pods``."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 # ----- nodes -----------------------------------------------------------------------------------
 
 
@@ -155,3 +161,14 @@ def placed(done: int, of: int, counted: Counted, domain: str) -> str:
 
 def beside_siblings(domain: str) -> str:
     return f"did not fit beside its sibling groups in {domain}"
+
+
+# ----- preemption ------------------------------------------------------------------------------
+
+
+def eviction(pods: int, units: int, domain: str, cost: str) -> str:
+    """A preemption plan: ``units`` are what goes whole (a gang, or a lone pod)."""
+    whole = (
+        "" if units == pods else f" ({counted(units, 'gang or pod', 'gangs or pods')}, each whole)"
+    )
+    return f"evict {counted(pods, 'pod')}{whole} in {domain}: {cost}"

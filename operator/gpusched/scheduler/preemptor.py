@@ -39,6 +39,7 @@ from gpusched.api.config import PreemptionConfig
 from gpusched.engine.preemption import PreemptionPlan, Victim
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import BoundPod
+from gpusched.engine.wording import counted
 from gpusched.scheduler import metrics
 from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.binder import Binder
@@ -591,7 +592,7 @@ class Preemptor:
         more = len(plan.victims) - NAMED_VICTIMS
         if more > 0:
             named += f" and {more} more"
-        message = f"Preempting {len(plan.victims)} pods: {named}. {plan.message}"
+        message = f"Preempting {counted(len(plan.victims), 'pod')}: {named}. {plan.message}"
         group = self.state.groups.get(plan.preemptor)
         lone = self.state.pods.get(plan.preemptor) if group is None else None
         if group is not None:
