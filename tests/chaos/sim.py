@@ -511,6 +511,9 @@ class ChaosApi:
         await self._gate()
         self._write(f"status of pod {pod.key}")
 
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return None  # the world has no Jobs
+
     async def create_event(self, body: Mapping[str, Any]) -> str:
         await self.faults.latency()
         await self._gate()

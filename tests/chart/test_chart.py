@@ -318,6 +318,8 @@ OPERATOR_GRANTS = {
     (GROUP, "workloads/finalizers"): {"update"},
     # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched, created
     # for extended resources and deleted when that attempt fails.
+    # A preempted pod's Job, read to warn when its podFailurePolicy would count the preemption.
+    ("batch", "jobs"): {"get"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update", "delete"},

@@ -40,7 +40,7 @@ def test_the_seed_workload_lands_workers_and_driver_in_racks_of_one_zone(
     #   dgx-a1-1 a1-2  a2-1 a2-2   b1-1 (busy) b1-2   pcie-b2-1 b2-2
     apply_yaml(api, SAMPLE / "nodes.yaml", SAMPLE / "running-pods.yaml")
     with running_operator(kubeconfig) as runtime:
-        apply_yaml(api, TRAINING / "workload.yaml", TRAINING / "pods.yaml")
+        apply_yaml(api, TRAINING / "1-workload.yaml", TRAINING / "2-pods.yaml")
         workers = [f"ml/train-worker-{i}" for i in range(8)]
         everyone = [*workers, "ml/train-driver-0"]
         wait_for(

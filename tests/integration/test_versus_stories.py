@@ -371,8 +371,8 @@ def zone_rack_training() -> Story:
         "zone→rack Workload (examples/workloads/01)",
         nodes=[d for d in _documents(SAMPLE / "nodes.yaml") if d["kind"] == "Node"],
         running=_documents(SAMPLE / "running-pods.yaml"),
-        groups=_documents(TRAINING / "workload.yaml"),
-        pods=_documents(TRAINING / "pods.yaml"),
+        groups=_documents(TRAINING / "1-workload.yaml"),
+        pods=_documents(TRAINING / "2-pods.yaml"),
     )
 
 

@@ -28,6 +28,8 @@ class FakeApi:
     pod_statuses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     annotations: list[tuple[str, dict[str, str | None]]] = field(default_factory=list)
     scheduled_conditions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    jobs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """``batch/v1`` Jobs by ``namespace/name``, for `get_job`."""
     """``PodScheduled`` conditions patched onto pods (the rest goes to ``pod_statuses``)."""
 
     async def bind(
@@ -82,6 +84,9 @@ class FakeApi:
             self.scheduled_conditions.append((pod.key, dict(conditions[0])))
             return
         self.pod_statuses.append((pod.key, dict(status)))
+
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.jobs.get(f"{namespace}/{name}")
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         self.statuses.append((obj.kind, obj.key, dict(status)))

@@ -262,6 +262,14 @@ class KubeClusterApi:
                 return None
             raise
 
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            return await self._request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         collection = f"/apis/{GROUP}/{VERSION}/namespaces/{obj.namespace}/{PLURALS[obj.kind]}"
         path = f"{collection}/{obj.name}/status"

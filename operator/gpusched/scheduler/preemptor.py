@@ -48,6 +48,7 @@ from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.dra.holdings import claim_of_holding
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.jobs import JobWarnings
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.nominations import (
     NOMINATION_ANNOTATION,
@@ -104,6 +105,7 @@ class Preemptor:
         self.backoff = backoff
         self.clock = clock
         self.background = background
+        self.jobs = JobWarnings(api=api, events=events)
         self._evicting: set[str] = set()
         """Roots whose evictions are in flight."""
         self._units: set[str] = set()
@@ -584,6 +586,10 @@ class Preemptor:
         rank = f" (priority {priority})" if priority is not None else ""
         message = f"Preempted by {preemptor}{rank} on node {victim.node}"
         await self.events.record_now(ref, "Normal", "Preempted", message)
+        record = self.state.pods.get(victim.pod)
+        if record is not None:
+            owners = record.pod.metadata.owner_references
+            await self.jobs.preempted(ref.namespace, ref.name, owners)
 
     def _announce(self, plan: PreemptionPlan) -> None:
         """One Event on the preemptor's root group (or on the pod, for a pod without a
