@@ -21,6 +21,7 @@ group waits for) and its sentences are rendered by `gpusched.engine.wording`.
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -45,6 +46,10 @@ from gpusched.engine.room import ChildBounds, Room
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.siblings import Siblings
 from gpusched.engine.snapshot import Holding, Snapshot
+
+LABELS_SAMPLED = 200
+"""Nodes whose label keys are offered as "did you mean" for a topology key no node carries
+(with ``topologyLevels``): enough to know a cluster's label vocabulary, cheap at any size."""
 
 
 class Planner:
@@ -114,7 +119,7 @@ class Planner:
         else:
             domains = self._subdomains(parent, group.topology_key)
             if not domains:
-                note = f"no node has label {group.topology_key}"
+                note = self._no_label(group.topology_key, None)
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
             pinned = self._pin(group, parent, domains)
             if isinstance(pinned, str):
@@ -122,7 +127,30 @@ class Planner:
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             return self._order_pod_group_domains(group, domains)
+        missing = self._child_without_label(group, parent)
+        if missing is not None:
+            # Said on the composite, naming the child: the child's own decision is its
+            # parent's, so this is where a user reading either of them learns of the typo.
+            return Candidates([], [Tried(Attempt(parent.name, note=missing))])
         return self._order_composite_domains(group, domains)
+
+    def _child_without_label(self, group: GroupSpec, parent: Domain) -> str | None:
+        """A group under ``group`` whose topology key no node of ``parent`` carries."""
+        for child in self.descendants(group)[1:]:
+            key = child.topology_key
+            if key is not None and not self._subdomains(parent, key):
+                return self._no_label(key, f"{child.kind.value} {child.key}")
+        return None
+
+    def _no_label(self, key: str, group: str | None) -> str:
+        known = set(self.snapshot.config.topology_levels)
+        for info in self.snapshot.nodes[:LABELS_SAMPLED]:
+            known.update(info.labels)
+        levels = tuple(self.snapshot.config.topology_levels)
+        if key in levels:  # a configured level that no node carries yet: not a typo
+            return wording.no_label(key, group, None, levels)
+        close = difflib.get_close_matches(key, sorted(known - {key}), n=1, cutoff=0.8)
+        return wording.no_label(key, group, close[0] if close else None, levels)
 
     def _subdomains(self, parent: Domain, key: str) -> list[Domain]:
         """`subdomains`, memoised with the static facts: a domain's nodes follow from its

@@ -62,6 +62,16 @@ def left_out(total: int, domain: str | None, check: NodeCheck) -> str:
     )
 
 
+def no_label(key: str, group: str | None, suggestion: str | None, levels: Sequence[str]) -> str:
+    """No node carries a group's topology key (``group``: the child group it is set on, when
+    said on its parent), with the closest known key, and the configured levels when the key
+    is not one of them."""
+    whose = f"{group}: " if group is not None else ""
+    hint = f"; did you mean {suggestion}?" if suggestion is not None else ""
+    listed = f" (topologyLevels: {', '.join(levels)})" if levels and key not in levels else ""
+    return f"{whose}no node has label {key}{hint}{listed}"
+
+
 # ----- one domain tried ------------------------------------------------------------------------
 
 

@@ -26,9 +26,11 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
@@ -47,7 +49,7 @@ from gpusched.handlers import watchers
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, load_configuration
 from gpusched.options import Options as Options
-from gpusched.options import from_environment
+from gpusched.options import OptionsError, from_environment
 from gpusched.scheduler import metrics
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.leader import LeaderElector, OpenedOnUse
@@ -81,6 +83,19 @@ def options() -> Options:
     if _options is not None:
         return _options
     return from_environment(os.environ)
+
+
+def _options_or_exit() -> Options:
+    """`options`, or (plain ``kopf run`` with a bad configuration) one line and exit status 2,
+    as ``gpusched run`` does: Kopf retries a failing startup handler every 60 s for ever, with
+    a traceback each time, and a configuration does not fix itself."""
+    try:
+        return options()
+    except OptionsError as error:
+        print(f"gpusched: {error}", file=sys.stderr)
+        # Kopf's own tasks, never started, would warn on the way out: noise after the line.
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited")
+        raise SystemExit(2) from None
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -122,7 +137,7 @@ class Runtime:
 
 @kopf.on.startup(registry=registry)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    opts = options()
+    opts = _options_or_exit()
     watchers.readiness.down.clear()  # a previous operator's in this process (tests)
     # Under `kopf run --verbose` (or --debug) Kopf has set the root logger to DEBUG.
     quiet_kopf(opts.verbose or logging.getLogger().isEnabledFor(logging.DEBUG))
