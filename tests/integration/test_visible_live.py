@@ -23,6 +23,8 @@ from gpusched.handlers import Runtime
 from tests.cluster.cluster import RealCluster
 from tests.integration.apiserver import ApiClient, wait_for
 from tests.integration.harness import (
+    EXAMPLES,
+    apply_yaml,
     condition,
     events_for,
     gang,
@@ -205,3 +207,38 @@ def test_our_short_names_resolve_to_our_kinds_and_the_columns_read_plainly(
     assert wide.splitlines()[1].split()[-1] == "1000", wide
     everything = plane.kubectl("get", "gpusched", "-A")
     assert f"podgroup.{OURS}/g" in everything, everything
+
+
+def test_a_workload_edit_its_groups_do_not_show_is_named_on_the_workload(
+    apiserver: RealCluster, api: ApiClient, kubeconfig: Path
+) -> None:
+    apply_yaml(api, EXAMPLES / "workloads" / "01-zone-rack-training" / "1-workload.yaml")
+
+    def materialized() -> dict[str, Any]:
+        status = api.get("workloads", "train", namespace="ml", group=OURS).get("status") or {}
+        return condition(status, "Materialized")
+
+    with running_operator(kubeconfig):
+        wait_for(lambda: materialized().get("status") == "True", timeout=30, message=materialized)
+        path = (
+            "/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy/gang/minCount"
+        )
+        api.patch(
+            "workloads",
+            "train",
+            [{"op": "replace", "path": path, "value": 4}],
+            "ml",
+            content_type="application/json-patch+json",
+            group=OURS,
+        )
+        wait_for(
+            lambda: materialized().get("reason") == "Drifted", timeout=30, message=materialized
+        )
+    told = materialized()
+    assert told["status"] == "False", told
+    assert (
+        "PodGroup train-workers spec.schedulingPolicy.gang.minCount is 8, the template says 4"
+        in told["message"]
+    ), told
+    workers = api.get("podgroups", "train-workers", namespace="ml", group=OURS)
+    assert workers["spec"]["schedulingPolicy"]["gang"]["minCount"] == 8  # never changed under it

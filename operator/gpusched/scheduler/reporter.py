@@ -21,6 +21,7 @@ from gpusched.engine.build import topology_problem
 from gpusched.engine.groups import GroupKind
 from gpusched.engine.result import GroupDecision, PodFailure, Reason
 from gpusched.scheduler import metrics
+from gpusched.scheduler.drift import Drift, describe, drift
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
@@ -310,6 +311,7 @@ class Reporter:
             ref = workload_ref(record)
             groups: list[tuple[str, str, GroupStatus]] = []
             missing: list[str] = []
+            drifts: list[Drift] = []
             error = str(record.error) if record.error is not None else None
             if record.workload is not None:
                 for group in record.groups:
@@ -318,10 +320,14 @@ class Reporter:
                         missing.append(group.metadata.name)
                     else:
                         groups.append((group.metadata.name, group.kind, status))
+                    existing = self.state.groups.get(group.key)
+                    if existing is not None and existing.obj is not None:
+                        drifts += drift(group, existing.obj)
             else:
                 self.recorder.record(ref, "Warning", Reason.INVALID, error or "")
             previous = self.outbox.last(ref) or record.raw_status
-            condition = materialized_condition(previous, error, missing, wall)
+            drifted = describe(drifts) if drifts else None
+            condition = materialized_condition(previous, error, missing, wall, drifted)
             summary = workload_status(groups, condition)
             self.outbox.offer(
                 ref,

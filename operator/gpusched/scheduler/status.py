@@ -225,13 +225,20 @@ def workload_status(
 
 
 def materialized_condition(
-    previous: Mapping[str, Any], error: str | None, missing: Sequence[str], now: datetime
+    previous: Mapping[str, Any],
+    error: str | None,
+    missing: Sequence[str],
+    now: datetime,
+    drifted: str | None = None,
 ) -> Condition:
+    """``drifted``: the message naming template edits its groups do not show."""
     if error is not None:
         return _condition(previous, "False", "Invalid", error, now, CONDITION_MATERIALIZED)
     if missing:
         message = "creating " + ", ".join(missing)
         return _condition(previous, "False", "Creating", message, now, CONDITION_MATERIALIZED)
+    if drifted is not None:
+        return _condition(previous, "False", "Drifted", drifted, now, CONDITION_MATERIALIZED)
     return _condition(
         previous,
         "True",
