@@ -117,6 +117,7 @@ def test_waits_are_told_once_on_the_pods_and_never_as_unschedulable(
     for i in range(2):
         api.create(gpu_pod(f"short-{i}", 1, group="short"))
     api.create(gpu_pod("orphan", 1, group="not-yet"))
+    api.create(gpu_pod("stray", 1, group="short", scheduler="other-scheduler"))
     with running_operator(kubeconfig) as runtime:
         wait_for(
             lambda: (
@@ -137,6 +138,8 @@ def test_waits_are_told_once_on_the_pods_and_never_as_unschedulable(
             told = [(e["type"], e["reason"], e.get("count")) for e in events_for(api, name)]
             assert told == [("Normal", reason, 1)], (name, told)
         assert not any(autoscaler_lists(p) for p in pods(api).values())
+        stray = [(e["type"], e["reason"], e.get("count")) for e in events_for(api, "stray")]
+        assert stray == [("Warning", "NotForGpusched", 1)], stray
 
         api.create(gang("not-yet", 1))  # the group arrives: the orphan is placed
         wait_for(lambda: placement_of(pods(api)["default/orphan"]), timeout=30)

@@ -165,6 +165,8 @@ def inherited(kind: str, key: str, message: str) -> str:
 
 
 def placed(done: int, of: int, counted: Counted, domain: str) -> str:
+    if of == 0 and counted is Counted.PODS:
+        return f"no pod pending; its pods are bound in {domain}"
     noun = "pending pods" if counted is Counted.PODS else "child groups"
     return f"{done} of {of} {noun} placed in {domain}"
 

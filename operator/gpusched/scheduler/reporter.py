@@ -15,7 +15,7 @@ from datetime import datetime
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS
-from gpusched.api.k8s import Node
+from gpusched.api.k8s import POD_GROUP_LABEL, Node
 from gpusched.api.status import GroupStatus
 from gpusched.engine.build import topology_problem
 from gpusched.engine.groups import GroupKind
@@ -46,6 +46,8 @@ from gpusched.scheduler.waits import told
 
 logger = logging.getLogger(__name__)
 
+OTHER_SCHEDULER = "NotForGpusched"
+"""The Warning on a pod that names one of our PodGroups but another scheduler."""
 NAMED_NODES = 10
 """How many nominated nodes a Preempting status names (then an ellipsis)."""
 
@@ -178,6 +180,8 @@ class Reporter:
         for record in self.state.pods.values():
             if record.request is not None and record.request.group is not None:
                 by_group[f"{record.pod.metadata.namespace}/{record.request.group}"].append(record)
+                if record.node is None and record.uid not in self._told:
+                    self._other_scheduler(record)
         statuses: dict[str, GroupStatus] = {}
         for key in self._parents_last():
             statuses[key] = self._group_status(key, by_group, statuses, wall)
@@ -192,6 +196,21 @@ class Reporter:
                 group.raw_status,
             )
         self._report_workloads(statuses, wall)
+
+    def _other_scheduler(self, record: PodRecord) -> None:
+        """A pending pod that names one of our PodGroups but another scheduler: it will never
+        be part of the gang, which will wait for it. Warned once."""
+        scheduler = record.pod.spec.scheduler_name
+        group = record.pod.metadata.labels.get(POD_GROUP_LABEL)
+        if scheduler == self.state.scheduler_name or group is None:
+            return
+        self._told[record.uid] = OTHER_SCHEDULER
+        message = (
+            f"labelled {POD_GROUP_LABEL}={group} but spec.schedulerName is {scheduler!r}: "
+            f"gpusched never places it, and the group does not count it; set "
+            f"schedulerName: {self.state.scheduler_name}"
+        )
+        self.recorder.record(pod_ref(record), "Warning", OTHER_SCHEDULER, message)
 
     def _parents_last(self) -> list[str]:
         """Group keys, children before their parents."""
