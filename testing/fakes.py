@@ -27,6 +27,10 @@ class FakeApi:
     delete_failures: dict[str, list[ApiError]] = field(default_factory=dict)
     pod_statuses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     annotations: list[tuple[str, dict[str, str | None]]] = field(default_factory=list)
+    scheduled_conditions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    jobs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """``batch/v1`` Jobs by ``namespace/name``, for `get_job`."""
+    """``PodScheduled`` conditions patched onto pods (the rest goes to ``pod_statuses``)."""
 
     async def bind(
         self,
@@ -68,9 +72,21 @@ class FakeApi:
         self.annotations.append((pod.key, dict(annotations)))
 
     async def patch_pod_status(
-        self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None
+        self,
+        pod: ObjectRef,
+        status: Mapping[str, Any],
+        fence: Fence | None = None,
+        *,
+        version: str = "",
     ) -> None:
+        conditions = status.get("conditions") or []
+        if conditions and all(c.get("type") == "PodScheduled" for c in conditions):
+            self.scheduled_conditions.append((pod.key, dict(conditions[0])))
+            return
         self.pod_statuses.append((pod.key, dict(status)))
+
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.jobs.get(f"{namespace}/{name}")
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         self.statuses.append((obj.kind, obj.key, dict(status)))

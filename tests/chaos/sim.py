@@ -499,6 +499,21 @@ class ChaosApi:
         if fault == "status-0-applied":
             raise ApiError(0, "connection reset by peer (after the patch was applied)")
 
+    async def patch_pod_status(
+        self,
+        pod: ObjectRef,
+        status: Mapping[str, Any],
+        fence: Fence | None = None,
+        *,
+        version: str = "",
+    ) -> None:
+        """Conditions only (``PodScheduled=False``): information the world does not keep."""
+        await self._gate()
+        self._write(f"status of pod {pod.key}")
+
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return None  # the world has no Jobs
+
     async def create_event(self, body: Mapping[str, Any]) -> str:
         await self.faults.latency()
         await self._gate()

@@ -315,7 +315,6 @@ OPERATOR_GRANTS = {
     **{
         (api_group, resource): {"list", "watch"}
         for api_group, resource in (
-            ("batch", "jobs"),
             ("jobset.x-k8s.io", "jobsets"),
             ("leaderworkerset.x-k8s.io", "leaderworkersets"),
             ("kubeflow.org", "pytorchjobs"),
@@ -349,6 +348,9 @@ OPERATOR_GRANTS = {
     (GROUP, "workloads/finalizers"): {"update"},
     # DRA: devices and classes watched; claims allocated (KubeClaimApi) and watched, created
     # for extended resources and deleted when that attempt fails.
+    # Jobs: owners of pods for ownerGroups (listed, watched), and a preempted pod's Job, read to
+    # warn when its podFailurePolicy would count the preemption.
+    ("batch", "jobs"): {"get", "list", "watch"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "create", "update", "delete"},

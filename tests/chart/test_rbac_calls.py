@@ -61,6 +61,8 @@ def _create_custom(kind: str) -> _Call:
 CALLS: dict[str, list[_Call]] = {
     "bind": [lambda api: api.bind(POD, "node-a", {"gpusched.io/gpus": "0,1"})],
     "get_pod": [lambda api: api.get_pod(POD)],
+    # A preempted pod's Job, read to warn when it lacks a podFailurePolicy for preemption.
+    "get_job": [lambda api: api.get_job("ml", "train")],
     # Preemption: victims annotated, then evicted (deleted where an eviction is not possible,
     # marked first), and the preemptor's pods' nominatedNodeName.
     "annotate_pod": [lambda api: api.annotate_pod(POD, {"gpusched.io/preemption": None})],

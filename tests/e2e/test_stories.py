@@ -95,8 +95,8 @@ def test_1_what_only_the_operator_checks_is_accepted(story: str, obj: Any, _: st
 
 
 def test_2_workers_share_a_rack_and_the_driver_their_zone() -> None:
-    apply(example("workloads/01-zone-rack-training/workload.yaml"))
-    apply(example("workloads/01-zone-rack-training/pods.yaml"))
+    apply(example("workloads/01-zone-rack-training/1-workload.yaml"))
+    apply(example("workloads/01-zone-rack-training/2-pods.yaml"))
     workers = wait_until(
         "the workers' group to be scheduled",
         lambda: phase_in("train-workers", "Scheduled", "Running"),
@@ -185,7 +185,7 @@ def test_4_a_gang_that_cannot_fit_holds_nothing_and_says_why() -> None:
 
 def test_5_a_deleted_worker_comes_back_to_its_rack() -> None:
     (manifest,) = [
-        p for p in example("workloads/01-zone-rack-training/pods.yaml")
+        p for p in example("workloads/01-zone-rack-training/2-pods.yaml")
         if p["metadata"]["name"] == "train-worker-3"
     ]  # fmt: skip
     kubectl("-n", "ml", "delete", "pod", "train-worker-3", "--wait=true")

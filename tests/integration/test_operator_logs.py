@@ -38,7 +38,7 @@ def test_the_log_says_what_was_decided_and_bound_and_nothing_per_event(
         )
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     text = "\n".join(messages)
-    assert "PodGroup default/g: placed in zone-a/rack-1, binding" in text, text
+    assert "PodGroup default/g: 2 pods placed in zone-a/rack-1" in text, text
     scheduled = text.index("default/g: Scheduled, every pod bound")
     assert all(
         text.index(f"bound: Successfully assigned default/g-{i}") < scheduled for i in (0, 1)

@@ -40,7 +40,7 @@ def test_the_seed_workload_lands_workers_and_driver_in_racks_of_one_zone(
     #   dgx-a1-1 a1-2  a2-1 a2-2   b1-1 (busy) b1-2   pcie-b2-1 b2-2
     apply_yaml(api, SAMPLE / "nodes.yaml", SAMPLE / "running-pods.yaml")
     with running_operator(kubeconfig) as runtime:
-        apply_yaml(api, TRAINING / "workload.yaml", TRAINING / "pods.yaml")
+        apply_yaml(api, TRAINING / "1-workload.yaml", TRAINING / "2-pods.yaml")
         workers = [f"ml/train-worker-{i}" for i in range(8)]
         everyone = [*workers, "ml/train-driver-0"]
         wait_for(
@@ -132,7 +132,7 @@ def test_a_gang_that_cannot_fit_binds_nothing_then_schedules_once_room_is_freed(
         lines = status["lastAttempt"]["domains"]
         assert len(lines) == 2, dump(status)
         assert lines[0].startswith("zone-a/rack-1: ")
-        assert "insufficient nvidia.com/gpu" in lines[0]
+        assert "Insufficient nvidia.com/gpu" in lines[0]
         assert lines[1].startswith("zone-a/rack-2: ")
         assert not any(placement_of(p) for k, p in pods(api).items() if k.startswith("default/big"))
         # Retries go on (backoff) but each pod keeps one aggregated FailedScheduling Event.
@@ -223,7 +223,7 @@ def test_pods_of_the_default_scheduler_count(
         api.create(gpu_pod("fits", 2))
         wait_for(lambda: placement_of(pods(api)["default/fits"]))
         failure = wait_for(lambda: _failures(api, "too-big"))
-        assert "insufficient nvidia.com/gpu" in failure[0]["message"], failure[0]["message"]
+        assert "Insufficient nvidia.com/gpu" in failure[0]["message"], failure[0]["message"]
         assert placement_of(pods(api)["default/too-big"]) is None
         node, gpus = placement_of(pods(api)["default/fits"])  # type: ignore[misc]
         assert (node, len(gpus)) == ("solo", 2)

@@ -371,8 +371,8 @@ def zone_rack_training() -> Story:
         "zone→rack Workload (examples/workloads/01)",
         nodes=[d for d in _documents(SAMPLE / "nodes.yaml") if d["kind"] == "Node"],
         running=_documents(SAMPLE / "running-pods.yaml"),
-        groups=_documents(TRAINING / "workload.yaml"),
-        pods=_documents(TRAINING / "pods.yaml"),
+        groups=_documents(TRAINING / "1-workload.yaml"),
+        pods=_documents(TRAINING / "2-pods.yaml"),
     )
 
 
@@ -556,7 +556,7 @@ def test_basic_policy_binds_what_fits_and_leaves_the_rest_pending(halves: Halves
             else:
                 # It names the rack it must stay in, and why it does not fit there.
                 assert "beside its group's other pods" in message, message
-                assert "insufficient nvidia.com/gpu" in message, message
+                assert "Insufficient nvidia.com/gpu" in message, message
             (rack,) = run.domains(story.keys())
             assert len(run.bound()) == 2, run.summary()
             run.note = f"2 of 3; {waiting.split('/')[1]} waits for room in {rack}"

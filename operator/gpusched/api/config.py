@@ -6,13 +6,14 @@ never silently fall back to a default.
 
 from __future__ import annotations
 
+import difflib
 import re
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpusched.api.errors import InvalidObjectError, field_error, from_validation_error
+from gpusched.api.errors import InvalidObjectError, every_error, field_error
 from gpusched.api.names import LabelKey
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -443,4 +444,20 @@ def load_config(raw: Any, source: str = "SchedulerConfig") -> SchedulerConfig:
     try:
         return SchedulerConfig.model_validate(raw)
     except ValidationError as err:
-        raise from_validation_error(source, err) from None
+        raise every_error(source, err, _closest_field) from None
+
+
+def _closest_field(loc: tuple[str | int, ...]) -> str | None:
+    """The field of the config's model at ``loc`` (an unknown key) whose name is closest."""
+    model: type[BaseModel] = SchedulerConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None
+        )
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    names = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return close[0] if close else None

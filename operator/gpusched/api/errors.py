@@ -4,7 +4,7 @@ turn a pydantic `ValidationError` into it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -84,3 +84,26 @@ def from_validation_error(
         loc, message = loc[:-1], f"key: {message}"
     subpath = first.get("ctx", {}).get("subpath", ())
     return InvalidObjectError(obj, format_field_path([*prefix, *loc, *subpath]), message)
+
+
+def every_error(
+    obj: str,
+    error: ValidationError,
+    suggest: Callable[[tuple[str | int, ...]], str | None] = lambda loc: None,
+) -> InvalidObjectError:
+    """All of a validation's errors in one `InvalidObjectError` (a configuration file is fixed
+    in one go, not one error per restart), in the order of the fields; ``suggest(loc)``: the
+    known field closest to an unknown one at ``loc``, for "did you mean"."""
+    parts: list[tuple[str, str]] = []
+    for detail in sorted(error.errors(include_url=False), key=lambda e: str(e["loc"])):
+        loc = tuple(detail["loc"])
+        message = _message(detail)
+        if detail["type"] == "extra_forbidden" and (close := suggest(loc)) is not None:
+            message += f" (did you mean {close}?)"
+        subpath = detail.get("ctx", {}).get("subpath", ())
+        parts.append((format_field_path([*loc, *subpath]), message))
+    (field, message), rest = parts[0], parts[1:]
+    if rest:
+        others = "; ".join(f"{f}: {m}" if f else m for f, m in rest)
+        message = f"{message}; {others} ({len(parts)} errors)"
+    return InvalidObjectError(obj, field, message)

@@ -322,6 +322,27 @@ class PodSpec(K8sModel):
         return None if name is None else sys.intern(name)
 
 
+POD_SCHEDULED = "PodScheduled"
+"""The pod condition kube-scheduler writes (``False``/``Unschedulable`` while no node takes the
+pod) and the API server sets ``True`` on bind; cluster autoscalers read it."""
+
+
+def scheduled_conditions(conditions: object) -> object:
+    """The ``PodScheduled`` entries of a pod's ``status.conditions`` (anything else as it is):
+    the only ones the scheduler reads; the kubelet's Ready going back and forth is a
+    heartbeat, not a change."""
+    if not isinstance(conditions, list | tuple):
+        return conditions
+    return [c for c in conditions if isinstance(c, Mapping) and c.get("type") == POD_SCHEDULED]
+
+
+class PodCondition(K8sModel):
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
 class PodStatus(K8sModel):
     phase: Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"] | None = None
     resource_claim_statuses: list[PodResourceClaimStatus] = Field(
@@ -330,6 +351,19 @@ class PodStatus(K8sModel):
     extended_resource_claim_status: ExtendedResourceClaimStatus | None = Field(
         default=None, alias="extendedResourceClaimStatus"
     )
+    conditions: tuple[PodCondition, ...] = ()
+    """Only the ``PodScheduled`` condition is kept (the others are the kubelet's): what the pod
+    shows now, so that the scheduler writes it only when it would change."""
+
+    @field_validator("conditions", mode="before")
+    @classmethod
+    def _only_scheduled(cls, value: object) -> object:
+        return scheduled_conditions(value)
+
+    @property
+    def scheduled(self) -> PodCondition | None:
+        """The ``PodScheduled`` condition, if the pod has one."""
+        return self.conditions[0] if self.conditions else None
 
 
 def _add_into(total: dict[str, int], extra: Mapping[str, int]) -> None:
@@ -361,6 +395,7 @@ class Pod(K8sModel):
             status.phase,
             tuple((s.name, s.resource_claim_name) for s in status.resource_claim_statuses),
             None if extended is None else extended.resource_claim_name,
+            tuple((c.status, c.reason, c.message) for c in status.conditions),
             frozenset(status.model_fields_set),
         )
         return _shared(key, status)

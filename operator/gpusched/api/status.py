@@ -52,6 +52,11 @@ class GroupStatus(_Status):
     conditions: list[Condition] = Field(default_factory=list)
     placement: dict[str, str] = Field(default_factory=dict)
     """The topology domain chosen, e.g. ``{"topology.example.com/rack": "rack-1"}``."""
+    domain: str | None = None
+    """The placement as ``kubectl get`` prints it: ``zone-a/rack-1``; ``anywhere`` for a group
+    placed without a topology constraint; None while nothing is placed."""
+    priority: int | None = None
+    """The group's resolved priority; None when its pods' own priority decides."""
     scheduled: int = Field(default=0, ge=0)
     running: int = Field(default=0, ge=0)
     succeeded: int = Field(default=0, ge=0)

@@ -26,7 +26,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="say why a pod, PodGroup, CompositePodGroup or Workload is (not) placed",
         description=(
             "Run the engine as the operator would now and print its decision about TARGET "
-            "(pod/NAME, pg/NAME, cpg/NAME or wl/NAME): the status lastAttempt text, one line "
+            "(pod/NAME, gspg/NAME, gscpg/NAME or gswl/NAME; pg/, cpg/, wl/ too): the status "
+            "lastAttempt text, one line "
             "per topology domain tried, and what would make it fit. Reads snapshot files "
             "(-f, as simulate does) or a live cluster (read-only GETs). Exit 0 when it ran "
             "(placed or not), 1 when the cluster could not be read, 2 on bad input or an "
@@ -94,7 +95,7 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """The ``kubectl-gpusched`` entry point: ``kubectl gpusched explain pg/NAME -n NS``."""
+    """The ``kubectl-gpusched`` entry point: ``kubectl gpusched explain gspg/NAME -n NS``."""
     parser = argparse.ArgumentParser(
         prog="kubectl gpusched", description="gpusched's kubectl plugin."
     )

@@ -30,27 +30,38 @@ def node_check(
     nodes: Iterable[int] | IntArray,
     capacity: IntArray | None = None,
 ) -> NodeCheck:
-    """How many of ``nodes`` take ``pod`` now, and the first check each other one fails;
-    ``capacity`` (per node): how many copies of the pod each takes, named beside the nodes
-    that fit."""
+    """How many of ``nodes`` take ``pod`` now, and every check the others fail, each with its
+    count of nodes, as kube-scheduler lists its filters: a node short of both GPUs and memory
+    counts under both. The checks that do not depend on usage (readiness, taints, selectors)
+    come first and a node failing one is counted there only, as kube-scheduler stops at the
+    first failing plugin. GPU checks are listed first when they block, then the others by
+    nodes, most first. ``capacity`` (per node): how many copies of the pod each takes, named
+    beside the nodes that fit."""
     chosen = np.fromiter(nodes, dtype=np.int64) if not isinstance(nodes, np.ndarray) else nodes
-    codes, labels = _category_codes(snapshot, pod, chosen)
-    fitting = chosen[codes < 0]
+    failing, labels, gpu = _failing_checks(snapshot, pod, chosen)
+    fits = ~failing.any(axis=0) if labels else np.ones(chosen.size, dtype=np.bool_)
+    fitting = chosen[fits]
     fitting_names = tuple(_fit_name(snapshot, int(n), capacity) for n in fitting[:FITTING_SHOWN])
-    present, counts = np.unique(codes[codes >= 0], return_counts=True)
-    ranked = sorted(zip(present, counts, strict=True), key=lambda c: (-c[1], labels[c[0]]))
+    counts = failing.sum(axis=1) if labels else np.zeros(0, dtype=np.int64)
+    ranked = sorted(
+        (c for c in range(len(labels)) if counts[c]),
+        key=lambda c: (not gpu[c], -int(counts[c]), labels[c]),
+    )
+    shown, rest = ranked[:CHECKS_SHOWN], ranked[CHECKS_SHOWN:]
     blockers = tuple(
         Blocker(
-            labels[code],
-            int(count),
+            labels[c],
+            int(counts[c]),
             tuple(
-                _failed_name(snapshot, pod, int(n)) for n in chosen[codes == code][:EXAMPLES_SHOWN]
+                _failed_name(snapshot, pod, int(n), labels[c])
+                for n in chosen[failing[c]][:EXAMPLES_SHOWN]
             ),
         )
-        for code, count in ranked[:CHECKS_SHOWN]
+        for c in shown
     )
-    others = sum(int(c) for _, c in ranked[CHECKS_SHOWN:])
-    problems = _device_problems(snapshot, pod, chosen[codes >= 0]) if pod.devices else ()
+    listed = failing[shown].any(axis=0) if shown else np.zeros(chosen.size, dtype=np.bool_)
+    others = int((failing[rest].any(axis=0) & ~listed).sum()) if rest else 0
+    problems = _device_problems(snapshot, pod, chosen[~fits]) if pod.devices else ()
     return NodeCheck(int(fitting.size), fitting_names, blockers, others, problems)
 
 
@@ -73,9 +84,8 @@ def _fit_name(snapshot: Snapshot, node: int, capacity: IntArray | None) -> str:
     return f"{name} ×{capacity[node]}" if capacity is not None else name
 
 
-def _failed_name(snapshot: Snapshot, pod: PodRequest, node: int) -> str:
-    found = _failure(snapshot, pod, node)
-    detail = found[1] if found is not None else ""
+def _failed_name(snapshot: Snapshot, pod: PodRequest, node: int, check: str) -> str:
+    detail = next((d for c, d in _failures(snapshot, pod, node) if c == check), "")
     name = snapshot.nodes[node].name
     return f"{name} ({detail})" if detail else name
 
@@ -94,23 +104,35 @@ def node_reason(snapshot: Snapshot, pod: PodRequest, node: int) -> str | None:
 
 def _failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
     """(category, detail) of the first failing check: nodes are grouped by category."""
+    return next(iter(_failures(snapshot, pod, node)), None)
+
+
+def _failures(snapshot: Snapshot, pod: PodRequest, node: int) -> list[tuple[str, str]]:
+    """(category, detail) of every failing check, in `_failing_checks`' order: the static
+    check alone when one fails, else every resource short and the GPU check."""
     reason = static_reason(snapshot.nodes[node], pod)
     if reason is not None:
-        return reason, ""
+        return [(reason, "")]
+    found = []
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
         if column is None:
-            return f"no node has {name}", ""
+            found.append((wording.no_node_has(name), ""))
+            continue
         free = int(snapshot.allocatable[node, column] - snapshot.used[node, column])
         if free < amount:
-            return f"insufficient {name}", f"{_fmt(name, free)} free, needs {_fmt(name, amount)}"
-    return _gpu_failure(snapshot, pod, node)
+            detail = f"{_fmt(name, free)} free, needs {_fmt(name, amount)}"
+            found.append((wording.insufficient(name), detail))
+    gpu = _gpu_failure(snapshot, pod, node)
+    if gpu is not None:
+        found.append(gpu)
+    return found
 
 
 def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
     info = snapshot.nodes[node]
     if pod.gpus > 1 and info.topology_error is not None:
-        return "invalid GPU topology annotation: single-GPU pods only", info.topology_error
+        return wording.BROKEN_TOPOLOGY, info.topology_error
     if pod.gpus:
         single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
         have = int(snapshot.max_numa_free[node] if single else snapshot.free_whole[node])
@@ -121,7 +143,7 @@ def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, s
     elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
         most = int(snapshot.max_share[node])
         detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
-        return "no GPU with enough milli-GPU free", detail + _excluded_suffix(snapshot, node)
+        return wording.NO_GPU_SHARE, detail + _excluded_suffix(snapshot, node)
     return None
 
 
@@ -130,7 +152,7 @@ def _gpu_label(pod: PodRequest) -> str:
     ResourceClaims ask for."""
     if pod.devices is not None and pod.devices.extended is None:
         return wording.FREE_DRA_DEVICES
-    return f"insufficient {GPU_RESOURCE}"
+    return wording.insufficient(GPU_RESOURCE)
 
 
 def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
@@ -150,38 +172,48 @@ def _fmt(resource: str, amount: int) -> str:
     return str(amount)
 
 
-def _category_codes(
+def _failing_checks(
     snapshot: Snapshot, pod: PodRequest, nodes: IntArray
-) -> tuple[IntArray, list[str]]:
-    """Per node of ``nodes``, the index in the returned labels of the first check it fails
-    (-1: it fits). The same order of checks as `_failure`, vectorised."""
+) -> tuple[BoolArray, list[str], list[bool]]:
+    """A matrix (check × node of ``nodes``) of the checks each node fails, their labels, and
+    which are GPU checks. Static checks are exclusive (a node fails its first one only);
+    the others are all checked on the nodes that pass the static ones (`_failures`,
+    vectorised)."""
     static_codes, static_labels = _static_categories(snapshot, pod)
-    codes = static_codes[nodes].copy()
+    codes = static_codes[nodes]
+    rows: list[BoolArray] = [codes == i for i in range(len(static_labels))]
     labels = list(static_labels)
+    gpu = [False] * len(labels)
+    passed = codes < 0
 
-    def check(label: str, ok: BoolArray) -> None:
-        failing = (codes < 0) & ~ok
+    def check(label: str, ok: BoolArray, is_gpu: bool = False) -> None:
+        failing = passed & ~ok
         if failing.any():
+            rows.append(failing)
             labels.append(label)
-            codes[failing] = len(labels) - 1
+            gpu.append(is_gpu)
 
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
         if column is None:
-            check(f"no node has {name}", np.zeros(nodes.size, dtype=np.bool_))
+            check(wording.no_node_has(name), np.zeros(nodes.size, dtype=np.bool_))
             continue
         free = snapshot.allocatable[nodes, column] - snapshot.used[nodes, column]
-        check(f"insufficient {name}", free >= amount)
+        check(wording.insufficient(name), free >= amount)
     if pod.gpus > 1:
         broken = broken_topology(snapshot)[nodes]
-        check("invalid GPU topology annotation: single-GPU pods only", ~broken)
+        check(wording.BROKEN_TOPOLOGY, ~broken, is_gpu=True)
     if pod.gpus:
         single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
         have = snapshot.max_numa_free[nodes] if single else snapshot.free_whole[nodes]
-        check(_gpu_label(pod), have >= pod.gpus)
+        gpu_ok = have >= pod.gpus
+        if pod.gpus > 1:
+            gpu_ok |= broken  # a broken annotation is its own check (and the pod's first)
+        check(_gpu_label(pod), gpu_ok, is_gpu=True)
     elif pod.gpu_milli:
-        check("no GPU with enough milli-GPU free", snapshot.max_share[nodes] >= pod.gpu_milli)
-    return codes, labels
+        check(wording.NO_GPU_SHARE, snapshot.max_share[nodes] >= pod.gpu_milli, is_gpu=True)
+    matrix = np.array(rows, dtype=np.bool_) if rows else np.zeros((0, nodes.size), np.bool_)
+    return matrix.reshape(len(rows), nodes.size), labels, gpu
 
 
 def _static_categories(snapshot: Snapshot, pod: PodRequest) -> tuple[IntArray, list[str]]:

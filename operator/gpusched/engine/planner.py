@@ -21,6 +21,7 @@ group waits for) and its sentences are rendered by `gpusched.engine.wording`.
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -46,6 +47,10 @@ from gpusched.engine.scoring import Scoring
 from gpusched.engine.segments import enclosing, place_segments, segments_needed
 from gpusched.engine.siblings import Siblings
 from gpusched.engine.snapshot import Holding, Snapshot
+
+LABELS_SAMPLED = 200
+"""Nodes whose label keys are offered as "did you mean" for a topology key no node carries
+(with ``topologyLevels``): enough to know a cluster's label vocabulary, cheap at any size."""
 
 
 def _empty_line(snapshot: Snapshot, parent: Domain, key: str) -> Tried | None:
@@ -125,7 +130,7 @@ class Planner:
             if not domains:
                 if empty is not None:
                     return Candidates([], [empty])
-                note = f"no node has label {group.topology_key}"
+                note = self._no_label(group.topology_key, None)
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
             if group.segment_size and group.kind is GroupKind.POD_GROUP:
                 return self._segment_candidates(group, parent, empty)
@@ -136,6 +141,11 @@ class Planner:
         if group.kind is GroupKind.POD_GROUP:
             found = self._order_pod_group_domains(group, domains)
         else:
+            missing = self._child_without_label(group, parent)
+            if missing is not None:
+                # Said on the composite, naming the child: the child's own decision is its
+                # parent's, so this is where a user reading either of them learns of the typo.
+                return Candidates([], [Tried(Attempt(parent.name, note=missing))])
             found = self._order_composite_domains(group, domains)
         if empty is not None:
             found.lines.insert(0, empty)
@@ -155,6 +165,24 @@ class Planner:
         wanted = segments_needed(self.needed(group), size)
         found = enclosing(self.snapshot, key, size, pods, parent, self._subdomains, wanted)
         return Candidates(found, lines)
+
+    def _child_without_label(self, group: GroupSpec, parent: Domain) -> str | None:
+        """A group under ``group`` whose topology key no node of ``parent`` carries."""
+        for child in self.descendants(group)[1:]:
+            key = child.topology_key
+            if key is not None and not self._subdomains(parent, key):
+                return self._no_label(key, f"{child.kind.value} {child.key}")
+        return None
+
+    def _no_label(self, key: str, group: str | None) -> str:
+        known = set(self.snapshot.config.topology_levels)
+        for info in self.snapshot.nodes[:LABELS_SAMPLED]:
+            known.update(info.labels)
+        levels = tuple(self.snapshot.config.topology_levels)
+        if key in levels:  # a configured level that no node carries yet: not a typo
+            return wording.no_label(key, group, None, levels)
+        close = difflib.get_close_matches(key, sorted(known - {key}), n=1, cutoff=0.8)
+        return wording.no_label(key, group, close[0] if close else None, levels)
 
     def _subdomains(self, parent: Domain, key: str) -> list[Domain]:
         """`subdomains`, memoised with the static facts: a domain's nodes follow from its

@@ -17,12 +17,33 @@ from gpusched.engine.result import (
     Waiting,
 )
 
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 pod``, ``3 pods``."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 # ----- nodes -----------------------------------------------------------------------------------
 
 
+BROKEN_TOPOLOGY = "invalid GPU topology annotation: single-GPU pods only"
+NO_GPU_SHARE = "no GPU with enough milli-GPU free"
+
+
+def insufficient(resource: str) -> str:
+    """A node check on one resource, named as kube-scheduler's NodeResourcesFit names it."""
+    return f"Insufficient {resource}"
+
+
+def no_node_has(resource: str) -> str:
+    return f"no node has {resource}"
+
+
 def node_reasons(check: NodeCheck) -> str:
-    """ "2 nodes fit (node-a ×2, …); 5 × insufficient cpu: node-b (1000m free, needs 4000m),
-    node-c (…), …; 3 more nodes for other reasons", the way kube-scheduler aggregates."""
+    """ "2 nodes fit (node-d ×2, …); 8 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs,
+    needs 4), node-b (…), …; 4 Insufficient memory: node-c (…); 3 more nodes for other
+    reasons": every check that blocks, with its count of nodes, as kube-scheduler lists its
+    filters ("0/12 nodes are available: 8 Insufficient nvidia.com/gpu, 4 …")."""
     parts = []
     if check.fitting:
         more = ", …" if check.fitting > len(check.fitting_examples) else ""
@@ -30,7 +51,7 @@ def node_reasons(check: NodeCheck) -> str:
         parts.append(f"{check.fitting} {verb} ({', '.join(check.fitting_examples)}{more})")
     for blocker in check.blockers:
         more = ", …" if blocker.nodes > len(blocker.examples) else ""
-        parts.append(f"{blocker.nodes} × {blocker.check}: {', '.join(blocker.examples)}{more}")
+        parts.append(f"{blocker.nodes} {blocker.check}: {', '.join(blocker.examples)}{more}")
     if check.others:
         parts.append(f"{check.others} more nodes for other reasons")
     parts.extend(f"DRA node {node}: {why}" for node, why in check.device_problems)
@@ -39,14 +60,26 @@ def node_reasons(check: NodeCheck) -> str:
 
 def none_available(total: int, check: NodeCheck) -> str:
     """Why a pod without a group fits no node of the cluster."""
-    return f"0/{total} nodes available: {node_reasons(check)}"
+    return f"0/{total} nodes are available: {node_reasons(check)}"
 
 
 def left_out(total: int, domain: str | None, check: NodeCheck) -> str:
     """Why a pod of a placed group did not fit beside the others in ``domain`` (None: the
     whole cluster)."""
     where = f" of {domain}" if domain is not None else ""
-    return f"0/{total} nodes{where} available beside its group's other pods: {node_reasons(check)}"
+    return (
+        f"0/{total} nodes{where} are available beside its group's other pods: {node_reasons(check)}"
+    )
+
+
+def no_label(key: str, group: str | None, suggestion: str | None, levels: Sequence[str]) -> str:
+    """No node carries a group's topology key (``group``: the child group it is set on, when
+    said on its parent), with the closest known key, and the configured levels when the key
+    is not one of them."""
+    whose = f"{group}: " if group is not None else ""
+    hint = f"; did you mean {suggestion}?" if suggestion is not None else ""
+    listed = f" (topologyLevels: {', '.join(levels)})" if levels and key not in levels else ""
+    return f"{whose}no node has label {key}{hint}{listed}"
 
 
 # ----- one domain tried ------------------------------------------------------------------------
@@ -169,6 +202,8 @@ def inherited(kind: str, key: str, message: str) -> str:
 
 
 def placed(done: int, of: int, counted: Counted, domain: str) -> str:
+    if of == 0 and counted is Counted.PODS:
+        return f"no pod pending; its pods are bound in {domain}"
     noun = "pending pods" if counted is Counted.PODS else "child groups"
     return f"{done} of {of} {noun} placed in {domain}"
 
@@ -216,3 +251,14 @@ def claim_refused(pod: str, why: str) -> str:
 def claims_refused(refused: Sequence[Attempt]) -> str:
     """A group some of whose pods' claims cannot be allocated: each pod and why."""
     return "; ".join(summary(a) for a in refused)
+
+
+# ----- preemption ------------------------------------------------------------------------------
+
+
+def eviction(pods: int, units: int, domain: str, cost: str) -> str:
+    """A preemption plan: ``units`` are what goes whole (a gang, or a lone pod)."""
+    whole = (
+        "" if units == pods else f" ({counted(units, 'gang or pod', 'gangs or pods')}, each whole)"
+    )
+    return f"evict {counted(pods, 'pod')}{whole} in {domain}: {cost}"

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import warnings
 from typing import Any
 
 import kopf
@@ -34,7 +36,7 @@ from gpusched.handlers.logs import quiet_kopf
 from gpusched.handlers.startup import Runtime, start, stop
 from gpusched.k8s.client import load_configuration
 from gpusched.options import Options as Options
-from gpusched.options import from_environment
+from gpusched.options import OptionsError, from_environment
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +58,21 @@ def options() -> Options:
     return from_environment(os.environ)
 
 
+def _options_or_exit() -> Options:
+    """`options`, or (plain ``kopf run`` with a bad configuration) one line and exit status 2,
+    as ``gpusched run`` does: Kopf retries a failing startup handler every 60 s for ever, with
+    a traceback each time, and a configuration does not fix itself."""
+    try:
+        return options()
+    except OptionsError as error:
+        print(f"gpusched: {error}", file=sys.stderr)
+        # Kopf's own tasks, never started, would warn on the way out: noise after the line.
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited")
+        raise SystemExit(2) from None
+
+
 async def on_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    opts = options()
+    opts = _options_or_exit()
     # Under `kopf run --verbose` (or --debug) Kopf has set the root logger to DEBUG.
     quiet_kopf(opts.verbose or logging.getLogger().isEnabledFor(logging.DEBUG))
     settings.posting.enabled = False  # our own Events are aggregated; Kopf's would duplicate

@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpusched.api.config import BIND_TIMEOUT_SECONDS
 from gpusched.api.crds import GROUP, VERSION
-from gpusched.api.k8s import PodStatus
+from gpusched.api.k8s import PodStatus, scheduled_conditions
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -256,14 +256,30 @@ class KubeClusterApi:
         await self._write("DELETE", path, body, fence=fence)
 
     async def patch_pod_status(
-        self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None
+        self,
+        pod: ObjectRef,
+        status: Mapping[str, Any],
+        fence: Fence | None = None,
+        *,
+        version: str = "",
     ) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        await self._write("PATCH", path, {"status": dict(status)}, STRATEGIC_PATCH, fence=fence)
+        body: dict[str, Any] = {"status": dict(status)}
+        if version:
+            body["metadata"] = {"resourceVersion": version}  # a precondition, as in an update
+        await self._write("PATCH", path, body, STRATEGIC_PATCH, fence=fence)
 
     async def get_pod(self, pod: ObjectRef) -> Mapping[str, Any] | None:
         try:
             return await self._request("GET", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            return await self._request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
         except ApiError as error:
             if error.status == 404:
                 return None
@@ -405,6 +421,8 @@ def slim_pod(body: dict[str, Any]) -> dict[str, Any]:
     status = body.get("status")
     if isinstance(status, dict):
         body["status"] = {key: status[key] for key in POD_STATUS_READ if key in status}
+        if "conditions" in body["status"]:
+            body["status"]["conditions"] = scheduled_conditions(body["status"]["conditions"])
     return body
 
 

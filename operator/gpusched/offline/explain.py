@@ -38,17 +38,22 @@ KINDS = {
     "pod": "Pod",
     "pods": "Pod",
     "po": "Pod",
+    "gspg": "PodGroup",
     "pg": "PodGroup",
     "podgroup": "PodGroup",
     "podgroups": "PodGroup",
+    "gscpg": "CompositePodGroup",
     "cpg": "CompositePodGroup",
     "compositepodgroup": "CompositePodGroup",
     "compositepodgroups": "CompositePodGroup",
+    "gswl": "Workload",
     "wl": "Workload",
     "workload": "Workload",
     "workloads": "Workload",
 }
-"""Accepted spellings of the target's kind (``pg/NAME``, ``podgroup/NAME``, …)."""
+"""Accepted spellings of the target's kind: the CRDs' short names (``gspg/NAME``, ``gscpg/``,
+``gswl/``), the older ``pg/``, ``cpg/``, ``wl/`` (no clash here: explain reads only our kinds),
+and the singular and plural names."""
 
 
 class ExplainError(Exception):
@@ -383,7 +388,10 @@ def _explain_pod(run: Run, target: Target) -> Explanation:
     if group_key is not None:
         explanation.pod_lines.append(f"in PodGroup {group_key}")
     failure = run.failures.get(key)
-    own = failure is not None and failure.reason is Reason.SCHEDULING_GATED
+    decided = run.decisions.get(group_key) if group_key is not None else None
+    # Its own reason when it is not its group's: gated, or left out beside a placed group.
+    beside = decided is not None and decided.phase is Phase.SCHEDULED
+    own = failure is not None and (failure.reason is Reason.SCHEDULING_GATED or beside)
     if failure is not None and (own or not (group_key is not None and group_key in run.decisions)):
         explanation.pod_lines += [f"reason: {failure.reason.value}", f"message: {failure.message}"]
     if group_key is not None and group_key in run.groups:

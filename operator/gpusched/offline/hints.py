@@ -86,6 +86,11 @@ def waiting_hints(
 def composite_hints(spec: GroupSpec, tried: Sequence[Attempt]) -> list[str]:
     """From the domains a failed CompositePodGroup tried: the most child groups that fit in
     one."""
+    notes = [a.note for a in tried if a.note]
+    if notes:
+        # A reason that is not a count (a child's topology key no node carries): the fix is
+        # that, not the children's own decisions, which are this group's.
+        return [f"fix: {notes[0]}"]
     best = max((a.fit for a in tried if a.counted is Counted.CHILD_GROUPS), default=0)
     hints = []
     if 0 < best < spec.minimum:

@@ -19,6 +19,7 @@ from gpusched.scheduler.firstread import FirstRead, Join
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.loop import SchedulingLoop
 from gpusched.scheduler.outbox import StatusOutbox
+from gpusched.scheduler.podconditions import PodConditions
 from gpusched.scheduler.ports import ClusterApi
 from gpusched.scheduler.preemptor import Preemptor
 from gpusched.scheduler.reporter import Reporter
@@ -27,6 +28,7 @@ from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
 from gpusched.scheduler.unknown import UnknownBinds
+from gpusched.scheduler.waits import unplaced
 from gpusched.scheduler.workloads import Materializer
 
 
@@ -52,7 +54,8 @@ def build_scheduler(
     background = Background(clock)
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)
-    reporter = Reporter(config, state, recorder, outbox)
+    conditions = PodConditions(api=api, clock=clock, pending=unplaced(state))
+    reporter = Reporter(config, state, recorder, outbox, conditions)
     leadership = Leadership(
         leading,
         on_lost=(reporter.reset, quality_metrics.default().clear, state.drop_nominations),

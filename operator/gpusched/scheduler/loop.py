@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from datetime import datetime
 
 from gpusched.api.config import OperatorConfig
@@ -30,6 +31,7 @@ from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.decider import Decider
+from gpusched.scheduler.decisionlog import DecisionLog
 from gpusched.scheduler.dra.release import ClaimReleaser
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.leadership import Leadership
@@ -37,7 +39,7 @@ from gpusched.scheduler.preemptor import Preemptor
 from gpusched.scheduler.refs import group_ref, pod_ref
 from gpusched.scheduler.reporter import Reporter
 from gpusched.scheduler.resync import Resync
-from gpusched.scheduler.state import ClusterState, PodRecord
+from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
 from gpusched.scheduler.unknown import UnknownBinds
 from gpusched.scheduler.workloads import Materializer
@@ -87,6 +89,7 @@ class SchedulingLoop:
         self.background = background
         self._groups_seen = -1
         self.cycles = 0
+        self.decisions = DecisionLog(clock)
 
     async def run(self) -> None:
         """Runs cycles until cancelled; a failing cycle is logged and retried, never fatal."""
@@ -146,6 +149,7 @@ class SchedulingLoop:
             if term == self.leadership.term:
                 self.preemptor.preempt(plans, term)
         self.reporter.report(wall)
+        self.decisions.summary(self.state.groups)
         metrics.RESERVED_GPUS.set(self.state.reserved_gpus())
         self.decider.measure_quality(now)
 
@@ -241,6 +245,12 @@ class SchedulingLoop:
     ) -> None:
         """``deferred``: roots whose pods this cycle left out (`_bounded`): the engine saw
         their groups without their pods, so what it says of them is not reported."""
+        placed: Counter[str] = Counter()
+        for binding in result.bindings:
+            record = self.state.pods.get(binding.pod)
+            if record is not None and record.request is not None:
+                placed[self.state.root_of_request(record.request)] += 1
+                self.decisions.gone(binding.pod)
         for decision in result.groups:
             root = self.state.root_of(decision.name)
             if root in deferred:
@@ -248,47 +258,29 @@ class SchedulingLoop:
             if root in roots or not self.backoff.backing_off(root, now):
                 self.reporter.attempted(decision, wall)
             if decision.name == root and root in roots:
-                self._root_outcome(decision, now)
+                self._root_outcome(decision, now, placed[root])
         for failure in result.unschedulable:
             record = self.state.pods.get(failure.pod)
             if record is None:
                 continue
-            if failure.reason is Reason.WAITING_FOR_PODS and self._told_on_group(record):
+            self.reporter.unplaced(record, failure)
+            if failure.reason is Reason.WAITING_FOR_PODS:
                 continue
-            self.reporter.event(pod_ref(record), "Warning", "FailedScheduling", failure.message)
             if record.request is not None and record.request.group is None:
-                logger.info(
-                    "pod %s not placed (%s): %s", failure.pod, failure.reason, failure.message
-                )
+                self.decisions.pod(failure.pod, failure.reason.value, failure.message)
                 self.backoff.failed(failure.pod, now)
                 metrics.ATTEMPTS.labels(failure.reason.value.lower()).inc()
 
-    def _told_on_group(self, record: PodRecord) -> bool:
-        """Whether what the pod waits for is told elsewhere: on its group's object, or (a pod
-        without a group) by its own reason. A Kueue or owner group, made from its pods, has
-        no object: its pods are told."""
-        group = record.request.group if record.request is not None else None
-        return group is None or f"{record.pod.metadata.namespace}/{group}" in self.state.groups
-
-    def _root_outcome(self, decision: GroupDecision, now: float) -> None:
+    def _root_outcome(self, decision: GroupDecision, now: float, placed: int) -> None:
         record = self.state.groups.get(decision.name)
+        self.decisions.outcome(decision, placed)  # logged when it changes
         if decision.phase is Phase.SCHEDULED:
-            where = "/".join(decision.placement.values()) or "no topology constraint"
-            logger.info("%s %s: placed in %s, binding", decision.kind, decision.name, where)
             self.backoff.placed(decision.name)  # its count goes on until a bind goes through
             metrics.ATTEMPTS.labels("scheduled").inc()
             return
         if decision.reason is Reason.WAITING_FOR_PODS:
-            logger.debug("%s %s: %s", decision.kind, decision.name, decision.message)
             metrics.ATTEMPTS.labels("waiting").inc()
             return
-        logger.info(
-            "%s %s: not placed (%s): %s",
-            decision.kind,
-            decision.name,
-            decision.reason,
-            decision.message,
-        )
         metrics.ATTEMPTS.labels(decision.reason.value.lower()).inc()
         self.backoff.failed(decision.name, now)
         if record is not None:

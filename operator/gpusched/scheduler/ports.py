@@ -87,9 +87,18 @@ class ClusterApi(Protocol):
         """DELETEs ``pod`` (preconditioned on its uid); ApiError 404 when it is gone."""
 
     async def patch_pod_status(
-        self, pod: ObjectRef, status: Mapping[str, Any], fence: Fence | None = None
+        self,
+        pod: ObjectRef,
+        status: Mapping[str, Any],
+        fence: Fence | None = None,
+        *,
+        version: str = "",
     ) -> None:
-        """Strategic-merge-patches ``pods/{name}/status`` (conditions merge by type)."""
+        """Strategic-merge-patches ``pods/{name}/status`` (conditions merge by type);
+        ``version``: only if the pod is still at this ``resourceVersion`` (ApiError 409 else)."""
+
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ``batch/v1`` Job as the API server has it; None when it does not exist."""
 
     async def patch_status(self, obj: ObjectRef, status: Mapping[str, Any]) -> None:
         """Merge-patches the status subresource of one of our custom objects."""

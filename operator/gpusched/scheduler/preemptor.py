@@ -40,6 +40,7 @@ from gpusched.engine.holdings import claim_of_holding
 from gpusched.engine.preemption import PreemptionPlan, Victim
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import BoundPod
+from gpusched.engine.wording import counted
 from gpusched.scheduler import metrics
 from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.binder import Binder
@@ -47,6 +48,7 @@ from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.jobs import JobWarnings
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.nominations import (
     NOMINATION_ANNOTATION,
@@ -103,6 +105,7 @@ class Preemptor:
         self.backoff = backoff
         self.clock = clock
         self.background = background
+        self.jobs = JobWarnings(api=api, events=events)
         self._evicting: set[str] = set()
         """Roots whose evictions are in flight."""
         self._units: set[str] = set()
@@ -583,6 +586,10 @@ class Preemptor:
         rank = f" (priority {priority})" if priority is not None else ""
         message = f"Preempted by {preemptor}{rank} on node {victim.node}"
         await self.events.record_now(ref, "Normal", "Preempted", message)
+        record = self.state.pods.get(victim.pod)
+        if record is not None:
+            owners = record.pod.metadata.owner_references
+            await self.jobs.preempted(ref.namespace, ref.name, owners)
 
     def _announce(self, plan: PreemptionPlan) -> None:
         """One Event on the preemptor's root group (or on the pod, for a pod without a
@@ -591,7 +598,7 @@ class Preemptor:
         more = len(plan.victims) - NAMED_VICTIMS
         if more > 0:
             named += f" and {more} more"
-        message = f"Preempting {len(plan.victims)} pods: {named}. {plan.message}"
+        message = f"Preempting {counted(len(plan.victims), 'pod')}: {named}. {plan.message}"
         group = self.state.groups.get(plan.preemptor)
         lone = self.state.pods.get(plan.preemptor) if group is None else None
         if group is not None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpusched.api.k8s import Pod, PodStatus
+from gpusched.api.k8s import Pod, PodStatus, scheduled_conditions
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 
@@ -108,7 +108,8 @@ def pod_fingerprint(body: Mapping[str, Any]) -> bytes | None:
     metadata = metadata_of(body)
     read = {k: v for k, v in metadata.items() if k not in UNREAD_METADATA}
     status = mapping(body.get("status"))
-    read_status = [status.get(key) for key in READ_STATUS]
+    read_status = [status.get(key) for key in READ_STATUS if key != "conditions"]
+    read_status.append(scheduled_conditions(status.get("conditions") or []))
     try:
         text = json.dumps((read, body.get("spec"), read_status), separators=(",", ":"), default=str)
     except (TypeError, ValueError):

@@ -16,17 +16,19 @@ from typing import Any
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import DEFAULT_SCHEDULE_TIMEOUT_SECONDS
-from gpusched.api.k8s import Node
+from gpusched.api.k8s import POD_GROUP_LABEL, Node
 from gpusched.api.status import GroupStatus
 from gpusched.engine.build import topology_problem
 from gpusched.engine.devices import NodeDevices
 from gpusched.engine.groups import GroupKind
-from gpusched.engine.result import GroupDecision, Reason
+from gpusched.engine.result import GroupDecision, PodFailure, Reason
 from gpusched.scheduler import metrics
+from gpusched.scheduler.drift import Drift, describe, drift
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.foreign_status import has_our_pods, preemptor_of, stamp, their_status
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.outbox import StatusOutbox
+from gpusched.scheduler.podconditions import PodConditions
 from gpusched.scheduler.ports import ObjectRef
 from gpusched.scheduler.records import PodRecord
 from gpusched.scheduler.refs import group_ref, pod_ref, workload_ref
@@ -43,9 +45,12 @@ from gpusched.scheduler.status import (
     pod_group_phase,
     workload_status,
 )
+from gpusched.scheduler.waits import told
 
 logger = logging.getLogger(__name__)
 
+OTHER_SCHEDULER = "NotForGpusched"
+"""The Warning on a pod that names one of our PodGroups but another scheduler."""
 NAMED_NODES = 10
 """How many nominated nodes a Preempting status names (then an ellipsis)."""
 
@@ -57,11 +62,15 @@ class Reporter:
         state: ClusterState,
         recorder: EventRecorder,
         outbox: StatusOutbox,
+        conditions: PodConditions,
     ) -> None:
         self.config = config
         self.state = state
         self.recorder = recorder
         self.outbox = outbox
+        self.conditions = conditions
+        self._told: dict[str, str] = {}
+        """Pod uid → the reason its latest wait Event gave: a wait is told once per change."""
         self.attempts: dict[str, Attempt] = {}
         """Each group's latest attempt, as its status shows it."""
         self._node_problems: dict[str, str] = {}
@@ -110,6 +119,29 @@ class Reporter:
 
     def pod_gone(self, uid: str) -> None:
         self.recorder.forget(uid)
+        self.conditions.forget(uid)
+        self._told.pop(uid, None)
+
+    def unplaced(self, record: PodRecord, failure: PodFailure) -> None:
+        """A pod the engine left pending: its ``PodScheduled=False`` condition, written when
+        it changes, and an Event. Waits (a gang short of pods, a group not created yet,
+        scheduling gates) are told once per change of reason; a failure to fit is the
+        aggregated ``FailedScheduling`` Event kube-scheduler posts."""
+        what = told(record, failure, self.state.groups)
+        if what.condition is not None:
+            shown = record.pod.status.scheduled
+            self.conditions.want(pod_ref(record), record.version, shown, what.condition)
+        if what.event_type == "Warning":
+            self._told.pop(record.uid, None)
+            self.recorder.record(pod_ref(record), "Warning", what.event_reason, what.message)
+            return
+        shown = record.pod.status.scheduled
+        before = self._told.get(record.uid) or (shown.reason if shown is not None else None)
+        if before == what.reason:
+            return
+        self._told[record.uid] = what.reason
+        self.recorder.record(pod_ref(record), "Normal", what.event_reason, what.message)
+        logger.info("pod %s waits (%s): %s", record.key, what.reason, what.message)
 
     def group_gone(self, key: str) -> None:
         record = self.state.groups.get(key)
@@ -122,21 +154,28 @@ class Reporter:
         """Leadership was lost: another replica writes these statuses and Events now."""
         self.outbox.reset()
         self.recorder.reset()
+        self.conditions.reset()
+        self._told.clear()
 
     # ----- running ----------------------------------------------------------------------------
 
     def start(self) -> list[asyncio.Task[None]]:
         """Starts sending statuses and Events; the caller cancels the tasks at exit."""
-        return [asyncio.create_task(self.recorder.run()), asyncio.create_task(self.outbox.run())]
+        return [
+            asyncio.create_task(self.recorder.run()),
+            asyncio.create_task(self.outbox.run()),
+            asyncio.create_task(self.conditions.run()),
+        ]
 
     async def flush(self) -> None:
         """Sends every status and Event offered so far."""
         await self.outbox.flush()
+        await self.conditions.flush()
         await self.recorder.flush()
 
     @property
     def idle(self) -> bool:
-        return self.outbox.idle
+        return self.outbox.idle and self.conditions.idle
 
     # ----- status ----------------------------------------------------------------------------
 
@@ -146,6 +185,8 @@ class Reporter:
         for record in self.state.pods.values():
             if record.request is not None and record.request.group is not None:
                 by_group[f"{record.pod.metadata.namespace}/{record.request.group}"].append(record)
+                if record.node is None and record.uid not in self._told:
+                    self._other_scheduler(record)
         statuses: dict[str, GroupStatus] = {}
         for key in self._parents_last():
             statuses[key] = self._group_status(key, by_group, statuses, wall)
@@ -172,6 +213,21 @@ class Reporter:
         preempted_by = preemptor_of(self.state, group.spec.key)
         body = their_status(group.source, group.spec.kind, status, previous, preempted_by)
         return stamp(body, wall.isoformat().replace("+00:00", "Z"))
+
+    def _other_scheduler(self, record: PodRecord) -> None:
+        """A pending pod that names one of our PodGroups but another scheduler: it will never
+        be part of the gang, which will wait for it. Warned once."""
+        scheduler = record.pod.spec.scheduler_name
+        group = record.pod.metadata.labels.get(POD_GROUP_LABEL)
+        if scheduler == self.state.scheduler_name or group is None:
+            return
+        self._told[record.uid] = OTHER_SCHEDULER
+        message = (
+            f"labelled {POD_GROUP_LABEL}={group} but spec.schedulerName is {scheduler!r}: "
+            f"gpusched never places it, and the group does not count it; set "
+            f"schedulerName: {self.state.scheduler_name}"
+        )
+        self.recorder.record(pod_ref(record), "Warning", OTHER_SCHEDULER, message)
 
     def _parents_last(self) -> list[str]:
         """Group keys, children before their parents."""
@@ -295,6 +351,7 @@ class Reporter:
             ref = workload_ref(record)
             groups: list[tuple[str, str, GroupStatus]] = []
             missing: list[str] = []
+            drifts: list[Drift] = []
             error = str(record.error) if record.error is not None else None
             if record.workload is not None:
                 for group in record.groups:
@@ -303,10 +360,14 @@ class Reporter:
                         missing.append(group.metadata.name)
                     else:
                         groups.append((group.metadata.name, group.kind, status))
+                    existing = self.state.groups.get(group.key)
+                    if existing is not None and existing.obj is not None:
+                        drifts += drift(group, existing.obj)
             else:
                 self.recorder.record(ref, "Warning", Reason.INVALID, error or "")
             previous = self.outbox.last(ref) or record.raw_status
-            condition = materialized_condition(previous, error, missing, wall)
+            drifted = describe(drifts) if drifts else None
+            condition = materialized_condition(previous, error, missing, wall, drifted)
             summary = workload_status(groups, condition)
             self.outbox.offer(
                 ref,

@@ -200,12 +200,26 @@ def group_status(
         phase=phase,
         conditions=[condition],
         placement=dict(where),
+        domain=_domain(record, phase, counts, where),
+        priority=record.spec.priority,
         scheduled=counts.scheduled,
         running=counts.running,
         succeeded=counts.succeeded,
         failed=counts.failed,
         lastAttempt=last,
     )
+
+
+def _domain(
+    record: GroupRecord, phase: GroupPhase, counts: Counts, where: Mapping[str, str]
+) -> str | None:
+    """``placement`` in one word for ``kubectl get``: its values from the top level down."""
+    if where:
+        return "/".join(where.values())
+    placed = counts.scheduled or phase in (GroupPhase.SCHEDULED, GroupPhase.RUNNING)
+    if record.spec.topology_key is None and placed:
+        return "anywhere"
+    return None
 
 
 def _scheduled_message(record: GroupRecord, counts: Counts, where: Mapping[str, str]) -> str:
@@ -235,13 +249,20 @@ def workload_status(
 
 
 def materialized_condition(
-    previous: Mapping[str, Any], error: str | None, missing: Sequence[str], now: datetime
+    previous: Mapping[str, Any],
+    error: str | None,
+    missing: Sequence[str],
+    now: datetime,
+    drifted: str | None = None,
 ) -> Condition:
+    """``drifted``: the message naming template edits its groups do not show."""
     if error is not None:
         return _condition(previous, "False", "Invalid", error, now, CONDITION_MATERIALIZED)
     if missing:
         message = "creating " + ", ".join(missing)
         return _condition(previous, "False", "Creating", message, now, CONDITION_MATERIALIZED)
+    if drifted is not None:
+        return _condition(previous, "False", "Drifted", drifted, now, CONDITION_MATERIALIZED)
     return _condition(
         previous,
         "True",

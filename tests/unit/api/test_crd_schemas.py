@@ -789,10 +789,31 @@ def test_status_fields_match_the_operators_model(kind: str, model: type[BaseMode
 @pytest.mark.parametrize(
     ("kind", "want"),
     [
-        ("PodGroup", ["Min", "Scheduled", "Running", "Phase", "Priority", "Placement", "Age"]),
+        (
+            "PodGroup",
+            [
+                "Min",
+                "Scheduled",
+                "Running",
+                "Phase",
+                "Priority",
+                "Placement",
+                "Age",
+                "Resolved Priority",
+            ],
+        ),
         (
             "CompositePodGroup",
-            ["MinGroups", "Scheduled", "Running", "Phase", "Priority", "Placement", "Age"],
+            [
+                "MinGroups",
+                "Scheduled",
+                "Running",
+                "Phase",
+                "Priority",
+                "Placement",
+                "Age",
+                "Resolved Priority",
+            ],
         ),
         ("Workload", ["Phase", "Scheduled", "Running", "Age"]),
     ],

@@ -238,9 +238,9 @@ CASES = [
         [gang("train", 1, topology=RACK)],
         want_groups={"train": ("Unschedulable", "", "Unschedulable")},
         want_pending={
-            "cpu": ("Unschedulable", "0/0 nodes available: no nodes"),
-            "gpu": ("Unschedulable", "0/0 nodes available: no nodes"),
-            "share": ("Unschedulable", "0/0 nodes available: no nodes"),
+            "cpu": ("Unschedulable", "0/0 nodes are available: no nodes"),
+            "gpu": ("Unschedulable", "0/0 nodes are available: no nodes"),
+            "share": ("Unschedulable", "0/0 nodes are available: no nodes"),
             "train-0": (
                 "Unschedulable",
                 f"no placement in any domain: cluster: no node has label {RACK}",

@@ -45,7 +45,7 @@ def test_a_rack_too_small_says_how_many_fit_and_which_nodes_block() -> None:
                 fitting_examples=("node-c ×1",),
                 blockers=(
                     Blocker(
-                        "insufficient nvidia.com/gpu",
+                        "Insufficient nvidia.com/gpu",
                         1,
                         ("node-b (0 free usable GPUs, needs 8)",),
                     ),

@@ -317,7 +317,7 @@ REPORT_CASES = [
         gang("train", 5, topology=RACK),
         (
             "z1/rack-1: at most 2 of 5 pods fit: 1 node fits (node-b ×2); "
-            "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
+            "1 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
             "z1/rack-2: at most 4 of 5 pods fit: 2 nodes fit (node-c ×2, node-d ×2)",
         ),
         "no placement in any domain: z1/rack-1: at most 2 of 5 pods fit; "
@@ -333,10 +333,10 @@ REPORT_CASES = [
         gang("train", 4),
         (
             "cluster: at most 3 of 4 pods fit: 3 nodes fit (node-b ×1, node-c ×1, node-d ×1); "
-            "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 8)",
+            "1 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 8)",
         ),
         "no placement in any domain: cluster: at most 3 of 4 pods fit: 3 nodes fit (node-b ×1, "
-        "node-c ×1, node-d ×1); 1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, "
+        "node-c ×1, node-d ×1); 1 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs, "
         "needs 8)",
     ),
     # The count estimate (one 8-GPU pod, two 4-GPU copies) passes; the trial does not.
@@ -347,10 +347,10 @@ REPORT_CASES = [
         gang("train", 2, topology=RACK),
         (
             "z1/rack-1: 1 of 2 pods fit: "
-            "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
+            "1 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
         ),
         "no placement in any domain: z1/rack-1: 1 of 2 pods fit: "
-        "1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
+        "1 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)",
     ),
     ReportCase(
         "rack-1 of zone-a and rack-1 of zone-b are reported as two racks",

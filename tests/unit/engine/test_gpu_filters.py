@@ -68,7 +68,7 @@ def outcome(result: ScheduleResult) -> Outcome:
 
 def one_node(gpus: str, extra: str) -> str:
     """The message of a pod that found no node on a one-node cluster."""
-    return f"0/1 nodes available: 1 × {gpus}: node-a ({extra})"
+    return f"0/1 nodes are available: 1 {gpus}: node-a ({extra})"
 
 
 # ----- one busy 8 × A100 node: two pods, a hot GPU, a GPU short of memory -------------------
@@ -111,7 +111,7 @@ SEED_CASES = [
         "a 2-GPU pod does not fit, and the message names the hot GPU and the low-memory GPU",
         pod("p", gpus=2),
         one_node(
-            "insufficient nvidia.com/gpu",
+            "Insufficient nvidia.com/gpu",
             "1 free usable GPUs, needs 2; excluded: GPU 6 86 °C > 80 °C, "
             "GPU 7 free memory 20% < 30% (16000 MiB free)",
         ),
@@ -174,7 +174,7 @@ TELEMETRY_CASES = [
         "stale telemetry is unusable when the config says so",
         gpu(age_seconds=120),
         one_node(
-            "insufficient nvidia.com/gpu",
+            "Insufficient nvidia.com/gpu",
             "0 free usable GPUs, needs 1; excluded: GPU 0 telemetry stale (120 s > 60 s)",
         ),
         config(telemetry={"stale": "unusable"}),
@@ -199,7 +199,7 @@ TELEMETRY_CASES = [
         "no telemetry at all is unusable when stale GPUs are",
         None,
         one_node(
-            "insufficient nvidia.com/gpu",
+            "Insufficient nvidia.com/gpu",
             "0 free usable GPUs, needs 1; excluded: GPU 0 no telemetry",
         ),
         config(telemetry={"stale": "unusable"}),
@@ -208,7 +208,7 @@ TELEMETRY_CASES = [
         "an XID error excludes the GPU",
         gpu(xid_errors=79),
         one_node(
-            "insufficient nvidia.com/gpu",
+            "Insufficient nvidia.com/gpu",
             "0 free usable GPUs, needs 1; excluded: GPU 0 XID error 79",
         ),
     ),
@@ -260,7 +260,7 @@ def test_exclude_whole_node_explains_itself_when_nothing_is_left() -> None:
     snapshot = cluster(nodes=[node("node-a")], telemetry=telemetry, config=settings)
     message = outcome(schedule(snapshot, [pod("p", gpus=1)]))
     assert isinstance(message, str), message
-    assert message.startswith(one_node("insufficient nvidia.com/gpu", "0 free usable GPUs")[:-1])
+    assert message.startswith(one_node("Insufficient nvidia.com/gpu", "0 free usable GPUs")[:-1])
     assert "GPU 3 90 °C > 80 °C" in message, message
 
 
@@ -290,7 +290,7 @@ NUMA_CASES = [
         "single-numa-node, 4 GPUs: no NUMA node has 4 free",
         "single-numa-node",
         4,
-        one_node("insufficient nvidia.com/gpu", "2 free usable GPUs in one NUMA node, needs 4"),
+        one_node("Insufficient nvidia.com/gpu", "2 free usable GPUs in one NUMA node, needs 4"),
     ),
     NumaCase(
         "best-effort, 4 GPUs: the pair plus two, 3 NUMA nodes", "best-effort", 4, (1, 3, 6, 7)
@@ -415,7 +415,7 @@ def toleration(**raw: Any) -> Toleration:
 
 
 def refused(why: str) -> str:
-    return f"0/1 nodes available: 1 × {why}: node-a"
+    return f"0/1 nodes are available: 1 {why}: node-a"
 
 
 @dataclass(frozen=True)

@@ -503,7 +503,7 @@ REASON_STORIES = [
         want_groups={"web": g(SCHEDULED)},
         want_pending={"web-1": "Unschedulable"},
         want_messages={
-            "web-1": "0/4 nodes available beside its group's other pods: 4 × nodeSelector "
+            "web-1": "0/4 nodes are available beside its group's other pods: 4 nodeSelector "
             "example.com/pool=none-such does not match: node-a, node-b, …"
         },
     ),
@@ -519,8 +519,8 @@ REASON_STORIES = [
         want_groups={"train": g(SCHEDULED, "z1/rack-1")},
         want_pending={"train-1": "Unschedulable"},
         want_messages={
-            "train-1": "0/2 nodes of z1/rack-1 available beside its group's other pods: "
-            "2 × nodeSelector example.com/pool=none-such does not match: node-a, node-b"
+            "train-1": "0/2 nodes of z1/rack-1 are available beside its group's other pods: "
+            "2 nodeSelector example.com/pool=none-such does not match: node-a, node-b"
         },
     ),
     # A later cycle sees what an earlier one bound: the group keeps running (Scheduled) and the
@@ -534,8 +534,8 @@ REASON_STORIES = [
         want_groups={"web": g(SCHEDULED, "z1/rack-1")},
         want_pending={"web-2": "Unschedulable"},
         want_messages={
-            "web-2": "0/2 nodes of z1/rack-1 available beside its group's other pods: "
-            "2 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4), node-b "
+            "web-2": "0/2 nodes of z1/rack-1 are available beside its group's other pods: "
+            "2 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4), node-b "
             "(0 free usable GPUs, needs 4)"
         },
     ),
@@ -578,9 +578,9 @@ REASON_STORIES = [
         want_messages={
             "w-1": "CompositePodGroup default/job: no placement in any domain: "
             "z1/r-0: 0 of 1 child groups fit (default/w: no placement in z1/r-0: 1 of 2 pods "
-            "fit: 1 × insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)); "
+            "fit: 1 Insufficient nvidia.com/gpu: node-a (0 free usable GPUs, needs 4)); "
             "z1/r-1: 0 of 1 child groups fit (default/w: no placement in z1/r-1: 1 of 2 pods "
-            "fit: 1 × insufficient nvidia.com/gpu: node-b (0 free usable GPUs, needs 4))",
+            "fit: 1 Insufficient nvidia.com/gpu: node-b (0 free usable GPUs, needs 4))",
         },
     ),
 ]

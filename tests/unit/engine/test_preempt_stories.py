@@ -386,8 +386,8 @@ def test_a_plan_is_data_for_simulate_and_explain() -> None:
     assert document["domains"][1]["atLeast"] == {"highestVictimPriority": 5, "gpusEvicted": 16.0}
     assert document["budget"] == {"trials": 16, "used": plan.trials}
     assert plan.message == (
-        "evict 2 pods (2 pieces) in z1/r2: no PDB violated, highest victim priority 1, "
-        "16 GPUs, 1 victim groups; 1 other domains weighed"
+        "evict 2 pods in z1/r2: no PDB violated, highest victim priority 1, "
+        "16 GPUs, 1 victim group; 1 other domain weighed"
     )
 
 
@@ -435,4 +435,4 @@ def test_a_domain_tying_on_gpus_is_still_tried_when_it_may_need_fewer_victim_gro
     plan = plan_preemption(cluster(TWO_RACKS, bound=held), "default/big", BIG_PODS, groups)
     assert summary(plan, False)["domain"] == "z1/r2", plan.message
     assert summary(plan, False)["victims"] == ("w-0", "w-1"), plan.message
-    assert plan.message.endswith("1 victim groups; 1 other domains weighed"), plan.message
+    assert plan.message.endswith("1 victim group; 1 other domain weighed"), plan.message

@@ -96,7 +96,7 @@ class Refused:
 
 def no_gpus(detail: str) -> Refused:
     """The message of a pod that found too few usable GPUs on the one node, node-a."""
-    return Refused(f"0/1 nodes available: 1 × insufficient nvidia.com/gpu: node-a ({detail})")
+    return Refused(f"0/1 nodes are available: 1 Insufficient nvidia.com/gpu: node-a ({detail})")
 
 
 @dataclass(frozen=True)
@@ -784,7 +784,7 @@ FOUR_OF_EIGHT = (
 
 def bad_annotation(error: str) -> Refused:
     why = "invalid GPU topology annotation: single-GPU pods only"
-    return Refused(f"0/1 nodes available: 1 × {why}: node-a ({error})")
+    return Refused(f"0/1 nodes are available: 1 {why}: node-a ({error})")
 
 
 MALFORMED_STORIES = [

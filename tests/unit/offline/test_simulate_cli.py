@@ -575,7 +575,7 @@ CLUSTER_CASES = [
             pod_yaml("old", requests=ALL_GPUS, node="n1"),
             pod_yaml("new", requests=GPU1),
         ],
-        want_unschedulable={"ml/new": "insufficient nvidia.com/gpu"},
+        want_unschedulable={"ml/new": "Insufficient nvidia.com/gpu"},
     ),
     ClusterCase(
         "a bound pod holding every cpu leaves none for the pending pod",
@@ -584,7 +584,7 @@ CLUSTER_CASES = [
             pod_yaml("old", requests={"cpu": "32"}, node="n1"),
             pod_yaml("new", requests={"cpu": "1"}),
         ],
-        want_unschedulable={"ml/new": "insufficient cpu"},
+        want_unschedulable={"ml/new": "Insufficient cpu"},
     ),
     ClusterCase(
         "a finished pod holds nothing",
@@ -612,7 +612,7 @@ CLUSTER_CASES = [
             pod_yaml("theirs", requests=ALL_GPUS, node="n1", scheduler="default-scheduler"),
             pod_yaml("new", requests=GPU1),
         ],
-        want_unschedulable={"ml/new": "insufficient nvidia.com/gpu"},
+        want_unschedulable={"ml/new": "Insufficient nvidia.com/gpu"},
     ),
     ClusterCase(
         "a kind: List is read item by item",

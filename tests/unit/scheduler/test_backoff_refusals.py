@@ -96,7 +96,7 @@ async def test_a_refused_claim_write_is_tried_again_after_doubling_delays_up_to_
     assert len(refusals) == 1, refusals
     assert "denied by policy no-gpus" in refusals[0], refusals
     assert not [m for m in info if "Scheduled" in m], info
-    assert sum("placed in" in m for m in info) == len(attempts), info
+    assert sum("pods placed" in m for m in info) == len(attempts), info
 
     # The node it was refused on changes: the count starts over, and it tries at once.
     node = dra.node("n1")

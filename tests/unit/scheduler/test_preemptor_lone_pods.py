@@ -54,7 +54,7 @@ async def test_a_lone_pod_evicts_the_fewest_lowest_pods_and_is_bound_into_their_
         ("Preempted", "Preempted by default/urgent (priority 100) on node a")
     ]
     [message] = [m for reason, m in reasons(api, "urgent") if reason == "Preempting"]
-    assert message.startswith("Preempting 1 pods: default/big. evict 1 pods"), message
+    assert message.startswith("Preempting 1 pod: default/big. evict 1 pod in"), message
     assert scheduler.state.pending() == []
 
     scheduler.pod_deleted("default/big", "uid-big")

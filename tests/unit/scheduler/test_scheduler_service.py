@@ -239,7 +239,7 @@ async def test_the_same_failure_again_is_one_event_whose_count_grows() -> None:
         clock.now += 20  # past every backoff; the refresh interval is 60 s
     failures = [e for e in api.events if e["reason"] == "FailedScheduling"]
     assert len(failures) == 1
-    assert "insufficient nvidia.com/gpu" in failures[0]["message"]
+    assert "Insufficient nvidia.com/gpu" in failures[0]["message"]
     assert failures[0]["involvedObject"]["uid"] == "uid-big"
     assert [p["count"] for _, p in api.event_patches] == [4]
 

@@ -39,7 +39,8 @@ def test_a_slimmed_pod_is_taken_as_its_whole_body(story: str, kind: dict[str, An
     body = whole("p", "5", **kind)
     slim = slim_pod(whole("p", "5", **kind))
     assert "managedFields" not in slim["metadata"], story
-    assert set(slim["status"]) == {"phase", "resourceClaimStatuses"}, story
+    assert set(slim["status"]) == {"phase", "resourceClaimStatuses", "conditions"}, story
+    assert slim["status"]["conditions"] == [], story  # the kubelet's Ready is not read
     assert pod_fingerprint(slim) == pod_fingerprint(body), story
     from_whole, from_slim = ClusterState(), ClusterState()
     from_whole.upsert_pod(body)

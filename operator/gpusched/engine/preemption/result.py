@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpusched.engine import wording
 from gpusched.engine.request import WHOLE_GPU_MILLI
 from gpusched.engine.result import Binding
 
@@ -78,7 +79,7 @@ class Cost:
         pdb = f"{self.budget_overrun} PDB violations" if self.budget_overrun else "no PDB violated"
         return (
             f"{pdb}, highest victim priority {self.top_priority}, "
-            f"{_gpus(self.gpu_milli)} GPUs, {self.groups} victim groups"
+            f"{_gpus(self.gpu_milli)} GPUs, {wording.counted(self.groups, 'victim group')}"
         )
 
 

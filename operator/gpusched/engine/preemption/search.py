@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.topology import LinkTier
+from gpusched.engine import wording
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import Domain, root_domain, subdomains
 from gpusched.engine.groups import GroupSpec, GroupTree
@@ -396,12 +397,9 @@ class _Search:
             message = f"fits in {best.domain} without evicting anything"
             return self._plan(Outcome.NOT_NEEDED, message, priority, weighed, best)
         pods = sum(len(u.pods) for u in best.victims)
-        message = (
-            f"evict {pods} pods ({len(best.victims)} pieces) in {best.domain}: "
-            f"{best.cost.describe()}"
-        )
+        message = wording.eviction(pods, len(best.victims), best.domain, best.cost.describe())
         if len(weighed) > 1:
-            message += f"; {len(weighed) - 1} other domains weighed"
+            message += f"; {wording.counted(len(weighed) - 1, 'other domain')} weighed"
         return self._plan(Outcome.PLANNED, message, priority, weighed, best)
 
     def _plan(
