@@ -226,7 +226,7 @@ def test_a_kueue_group_waits_while_gated_then_lands_whole_where_its_selector_say
         for i in range(2):  # Kueue admits pods one by one: a part of the group must not go
             api.patch("pods", f"k-{i}", {"spec": {"schedulingGates": None}}, namespace="default")
         wait_for(
-            lambda: any(e["reason"] == "FailedScheduling" for e in events_for(api, "k-0")),
+            lambda: any(e["reason"] == "WaitingForPods" for e in events_for(api, "k-0")),
             message=lambda: f"k-0 waiting: {events_for(api, 'k-0')}",
         )
         assert not any(placement_of(p) for p in pods(api, "default").values())

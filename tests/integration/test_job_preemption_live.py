@@ -56,7 +56,15 @@ def job(name: str, policy: dict[str, Any] | None) -> dict[str, Any]:
             "containers": [{"name": "main", "image": "registry.example.com/train:1.0"}],
         },
     }
-    spec: dict[str, Any] = {"parallelism": 1, "completions": 1, "template": template}
+    # Made with their pods by hand, so managed by "another controller": a real Job controller
+    # left running by an earlier test of the session (testing/cluster/fixtures.py) leaves them
+    # alone instead of making pods of its own beside these.
+    spec: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "template": template,
+        "managedBy": "gpusched.test/by-hand",
+    }
     if policy is not None:
         spec["podFailurePolicy"] = policy
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
