@@ -1,0 +1,191 @@
+"""Gangs that REAL controllers wrote, placed by the real operator on the real control plane:
+the Job controller's Workload and PodGroup (WorkloadWithJob), KubeRay's coscheduling PodGroup
+under the scheduler name it forces, Kueue's plain-pod group as Kueue admits and ungates it,
+and a plain Job's pods grouped by their owner. No object of a group is written here by hand:
+the test writes what a user writes (a Job, a RayCluster, pods with Kueue's labels) and
+asserts where gpusched bound what the controller made, and what it wrote back.
+
+The clusters are small; where a story needs "only one rack has room for the whole gang" it is
+the same shape as tests/integration/test_gang_sources.py (8 GPUs a node):
+
+    #      zone-a
+    #    /       \\
+    #  rack-1   rack-2
+    #  n1-1     n2-1 (n2-2)
+
+A gang of 4 pods x 4 GPUs has room in rack-2 only once n2-2 is there; before, the cluster has
+room for all 4 pods only split 2 + 2, which a gang that wants one rack must refuse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testing.apiserver import ApiClient, wait_for
+from testing.cluster.cluster import RealCluster
+from testing.harness import (
+    RACK,
+    domains,
+    dump,
+    events_for,
+    gpu_node,
+    placement_of,
+    running_operator,
+)
+
+UPSTREAM = "scheduling.k8s.io"
+NAMESPACE = "ml"
+PATIENCE = 60.0
+"""Seconds to wait for a controller's objects or a placement on this shared, loaded machine."""
+
+
+def gpu_job(
+    name: str, parallelism: int, gpus: int, scheduling: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A ``batch/v1`` Job as a user writes it, its pods for gpusched."""
+    spec: dict[str, Any] = {
+        "parallelism": parallelism,
+        "completions": parallelism,
+        "completionMode": "Indexed",
+        "template": {
+            "spec": {
+                "schedulerName": "gpusched",
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "registry.example/train:1",
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                    }
+                ],
+            }
+        },
+    }
+    if scheduling is not None:
+        spec["scheduling"] = scheduling
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
+def owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return any(ref["uid"] == owner["metadata"]["uid"] for ref in refs)
+
+
+def pods_of(api: ApiClient, owner: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """The `count` pods the controller made for `owner` (waits for them)."""
+
+    def made() -> list[dict[str, Any]]:
+        found = [p for p in api.list("pods", NAMESPACE) if owned_by(p, owner)]
+        return found if len(found) == count else []
+
+    name = owner["metadata"]["name"]
+    return wait_for(made, PATIENCE, interval=0.2, message=f"{count} pods of {name}")
+
+
+def keys(found: list[dict[str, Any]]) -> list[str]:
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in found]
+
+
+def bound(api: ApiClient, owner: dict[str, Any]) -> list[str]:
+    """Names of `owner`'s pods that have a node."""
+    return [
+        p["metadata"]["name"]
+        for p in api.list("pods", NAMESPACE)
+        if owned_by(p, owner) and placement_of(p)
+    ]
+
+
+def all_bound(api: ApiClient, owner: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    def done() -> list[dict[str, Any]]:
+        found = [p for p in api.list("pods", NAMESPACE) if owned_by(p, owner)]
+        return found if len(found) == count and all(placement_of(p) for p in found) else []
+
+    return wait_for(
+        done,
+        PATIENCE,
+        interval=0.2,
+        message=lambda: f"all {count} pods bound: {dump(api.list('pods', NAMESPACE))}",
+    )
+
+
+def waiting_reason(api: ApiClient, pod: str) -> str:
+    """The reason gpusched gave a pod it did not place: its PodScheduled=False condition's
+    message, or else its latest Event's."""
+    body = api.get("pods", pod, NAMESPACE)
+    for item in (body.get("status") or {}).get("conditions") or []:
+        if item["type"] == "PodScheduled" and item["status"] == "False" and item.get("message"):
+            return str(item["message"])
+    messages = [e.get("message", "") for e in events_for(api, pod, NAMESPACE)]
+    return messages[-1] if messages else ""
+
+
+@pytest.fixture
+def racks(apiserver: Any, api: ApiClient) -> ApiClient:
+    """The two racks without n2-2 (a test adds it), in a fresh namespace ``ml``."""
+    if not isinstance(apiserver, RealCluster):
+        pytest.skip("a story of the real control plane")
+    apiserver.ensure_namespace(NAMESPACE)
+    api.create(gpu_node("n1-1", "zone-a", "rack-1"))
+    api.create(gpu_node("n2-1", "zone-a", "rack-2"))
+    return api
+
+
+def test_a_job_controllers_gang_waits_whole_then_lands_whole_in_the_one_rack_with_room(
+    workload_job_controller: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    api = racks
+    scheduling = {
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "schedulingConstraints": {"topology": [{"key": RACK}]},
+    }
+    with running_operator(kubeconfig):
+        job = api.create(gpu_job("train", 4, 4, scheduling))
+        group = wait_for(
+            lambda: [
+                g for g in api.list("podgroups", NAMESPACE, group=UPSTREAM) if owned_by(g, job)
+            ],
+            PATIENCE,
+            interval=0.2,
+            message="the Job controller's PodGroup",
+        )[0]
+        name = group["metadata"]["name"]
+        members = pods_of(api, job, 4)
+        assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in members} == {name}
+
+        # Room for all 4 only split over two racks: nothing binds, and the group says why.
+        def refused() -> dict[str, Any]:
+            body = api.get("podgroups", name, NAMESPACE, group=UPSTREAM)
+            for item in (body.get("status") or {}).get("conditions") or []:
+                if item["type"] == "PodGroupInitiallyScheduled" and item["status"] == "False":
+                    return dict(item)
+            return {}
+
+        condition = wait_for(refused, PATIENCE, interval=0.2, message="the gang refused")
+        assert condition["reason"] == "Unschedulable", condition
+        assert bound(api, job) == [], "a part of the gang was bound"
+        assert all(waiting_reason(api, p["metadata"]["name"]) for p in members)
+
+        api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+        placed = all_bound(api, job, 4)
+        assert domains(api, keys(placed), RACK) == {"rack-2"}
+
+        def scheduled() -> dict[str, Any]:
+            body = api.get("podgroups", name, NAMESPACE, group=UPSTREAM)
+            for item in (body.get("status") or {}).get("conditions") or []:
+                if item["type"] == "PodGroupInitiallyScheduled" and item["status"] == "True":
+                    return dict(item)
+            return {}
+
+        condition = wait_for(
+            scheduled, PATIENCE, interval=0.2, message="PodGroupInitiallyScheduled"
+        )
+        assert condition["reason"] == "Scheduled"
+        assert "rack-2" in condition["message"]
