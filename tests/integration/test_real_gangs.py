@@ -26,6 +26,7 @@ import pytest
 
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
+from testing.cluster.controllers import KubeRay
 from testing.harness import (
     RACK,
     domains,
@@ -189,3 +190,72 @@ def test_a_job_controllers_gang_waits_whole_then_lands_whole_in_the_one_rack_wit
         )
         assert condition["reason"] == "Scheduled"
         assert "rack-2" in condition["message"]
+
+
+def ray_cluster(name: str, workers: int) -> dict[str, Any]:
+    """A RayCluster with KubeRay's gang label: a CPU head and `workers` workers of 8 GPUs."""
+
+    def template(container: str, limits: dict[str, str]) -> dict[str, Any]:
+        resources = {"limits": limits}
+        return {"spec": {"containers": [{"name": container, "image": "rayproject/ray:2.9.0",
+                                         "resources": resources}]}}  # fmt: skip
+
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {KubeRay.GANG_LABEL: "true"}},
+        "spec": {
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": template("ray-head", {"cpu": "1", "memory": "2Gi"}),
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": workers,
+                    "minReplicas": workers,
+                    "maxReplicas": workers,
+                    "rayStartParams": {},
+                    "template": template("ray-worker", {"nvidia.com/gpu": "8"}),
+                }
+            ],
+        },
+    }
+
+
+def test_a_kuberay_gang_under_its_forced_scheduler_name_is_placed_all_or_nothing(
+    kuberay: KubeRay, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # KubeRay forces spec.schedulerName to scheduler-plugins-scheduler and writes a
+    # coscheduling PodGroup (minMember: head + workers); gpusched answers to that name.
+    api = racks
+    config = {"schedulerNameAliases": [KubeRay.SCHEDULER_NAME]}
+    with running_operator(kubeconfig, config):
+        ray = api.create(ray_cluster("raygang", workers=3))
+        members = pods_of(api, ray, 4)
+        assert {p["spec"]["schedulerName"] for p in members} == {KubeRay.SCHEDULER_NAME}
+        assert {p["metadata"]["labels"][KubeRay.POD_GROUP_LABEL] for p in members} == {"raygang"}
+
+        # 3 workers of 8 GPUs, 2 nodes of 8: the head alone would fit, and 2 workers would.
+        wait_for(
+            lambda: all(waiting_reason(api, p["metadata"]["name"]) for p in members),
+            PATIENCE,
+            interval=0.2,
+            message=lambda: f"a reason on every pod: {dump(api.list('pods', NAMESPACE))}",
+        )
+        assert bound(api, ray) == [], "a part of the Ray gang was bound"
+        head = next(p for p in members if p["metadata"]["labels"]["ray.io/node-type"] == "head")
+        reason = waiting_reason(api, head["metadata"]["name"])
+        assert "of 4 pods" in reason, reason
+
+        api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+        placed = all_bound(api, ray, 4)
+        workers = [p for p in placed if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
+        assert len({placement_of(p)[0] for p in workers}) == 3  # type: ignore[index]
+        path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NAMESPACE}/podgroups/raygang"
+        wait_for(
+            lambda: (api.http.get(path).json().get("status") or {}).get("phase") == "Scheduled",
+            PATIENCE,
+            interval=0.2,
+            message=lambda: f"coscheduling status: {api.http.get(path).json().get('status')}",
+        )
