@@ -26,7 +26,8 @@ import pytest
 
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
-from testing.cluster.controllers import KubeRay
+from testing.cluster.controllers import KubeRay, Kueue
+from testing.gangs import kueue_member
 from testing.harness import (
     RACK,
     domains,
@@ -117,14 +118,14 @@ def all_bound(api: ApiClient, owner: dict[str, Any], count: int) -> list[dict[st
     )
 
 
-def waiting_reason(api: ApiClient, pod: str) -> str:
+def waiting_reason(api: ApiClient, pod: str, namespace: str = NAMESPACE) -> str:
     """The reason gpusched gave a pod it did not place: its PodScheduled=False condition's
     message, or else its latest Event's."""
-    body = api.get("pods", pod, NAMESPACE)
+    body = api.get("pods", pod, namespace)
     for item in (body.get("status") or {}).get("conditions") or []:
         if item["type"] == "PodScheduled" and item["status"] == "False" and item.get("message"):
             return str(item["message"])
-    messages = [e.get("message", "") for e in events_for(api, pod, NAMESPACE)]
+    messages = [e.get("message", "") for e in events_for(api, pod, namespace)]
     return messages[-1] if messages else ""
 
 
@@ -259,3 +260,61 @@ def test_a_kuberay_gang_under_its_forced_scheduler_name_is_placed_all_or_nothing
             interval=0.2,
             message=lambda: f"coscheduling status: {api.http.get(path).json().get('status')}",
         )
+
+
+def kueue_status(api: ApiClient, namespace: str) -> list[Any]:
+    return [w.get("status") for w in api.list("workloads", namespace, group="kueue.x-k8s.io")]
+
+
+def test_a_kueue_group_admitted_and_ungated_by_kueue_is_placed_as_one_gang(
+    kueue: Kueue, apiserver: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # Kueue gates each pod of the group, admits the group as one Workload once all 3 pods
+    # exist, and lifts the gates; gpusched then places the 3 pods (8 GPUs each) together.
+    api = racks
+    namespace = "queued"
+    apiserver.ensure_namespace(namespace, kueue=True)
+    api.create(Kueue.local_queue(namespace))
+    names = [f"g-{index}" for index in range(3)]
+    with running_operator(kubeconfig):
+        for name in names:
+            # No memory request: the test ClusterQueue's memory quota is 100000 bytes.
+            member = kueue_member(name, 8, "g", 3, namespace=namespace, memory=None)
+            member["metadata"]["labels"][Kueue.QUEUE_LABEL] = "queue"
+            api.create(member)
+        gated = api.get("pods", names[0], namespace)
+        assert {"name": Kueue.GATE} in gated["spec"].get("schedulingGates", [])
+
+        def ungated() -> list[dict[str, Any]]:
+            found = api.list("pods", namespace)
+            return found if all(not p["spec"].get("schedulingGates") for p in found) else []
+
+        assert (
+            len(
+                wait_for(
+                    ungated,
+                    PATIENCE,
+                    interval=0.2,
+                    message=lambda: f"Kueue to ungate: {dump(kueue_status(api, namespace))}",
+                )
+            )
+            == 3
+        )
+        # Two nodes of 8 GPUs: two of the three would fit; none is bound, each says why.
+        wait_for(
+            lambda: all(waiting_reason(api, name, namespace) for name in names),
+            PATIENCE,
+            interval=0.2,
+            message=lambda: f"a reason on every pod: {dump(api.list('pods', namespace))}",
+        )
+        assert not any(placement_of(p) for p in api.list("pods", namespace))
+
+        api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+        wait_for(
+            lambda: all(placement_of(p) for p in api.list("pods", namespace)),
+            PATIENCE,
+            interval=0.2,
+            message=lambda: f"the group bound: {dump(api.list('pods', namespace))}",
+        )
+        nodes = {placement_of(p)[0] for p in api.list("pods", namespace)}  # type: ignore[index]
+        assert nodes == {"n1-1", "n2-1", "n2-2"}
