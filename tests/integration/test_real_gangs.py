@@ -289,17 +289,13 @@ def test_a_kueue_group_admitted_and_ungated_by_kueue_is_placed_as_one_gang(
             found = api.list("pods", namespace)
             return found if all(not p["spec"].get("schedulingGates") for p in found) else []
 
-        assert (
-            len(
-                wait_for(
-                    ungated,
-                    PATIENCE,
-                    interval=0.2,
-                    message=lambda: f"Kueue to ungate: {dump(kueue_status(api, namespace))}",
-                )
-            )
-            == 3
+        ready = wait_for(
+            ungated,
+            PATIENCE,
+            interval=0.2,
+            message=lambda: f"Kueue to ungate: {dump(kueue_status(api, namespace))}",
         )
+        assert len(ready) == 3
         # Two nodes of 8 GPUs: two of the three would fit; none is bound, each says why.
         wait_for(
             lambda: all(waiting_reason(api, name, namespace) for name in names),
@@ -318,3 +314,28 @@ def test_a_kueue_group_admitted_and_ungated_by_kueue_is_placed_as_one_gang(
         )
         nodes = {placement_of(p)[0] for p in api.list("pods", namespace)}  # type: ignore[index]
         assert nodes == {"n1-1", "n2-1", "n2-2"}
+
+
+def test_a_plain_jobs_pods_are_one_gang_sized_from_parallelism_when_owner_groups_are_on(
+    job_controller: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # The Job controller as 1.37 ships it: pods that name no group. With owner groups on in
+    # the namespace, gpusched makes the Job one gang of `parallelism` pods.
+    api = racks
+    config = {"ownerGroups": {"namespaces": [NAMESPACE]}}
+    with running_operator(kubeconfig, config):
+        job = api.create(gpu_job("plain", 3, 8))
+        members = pods_of(api, job, 3)
+        assert all("schedulingGroup" not in p["spec"] for p in members)
+        # Two nodes of 8 GPUs: two of the three pods would fit; none is bound, each says why.
+        wait_for(
+            lambda: all(waiting_reason(api, p["metadata"]["name"]) for p in members),
+            PATIENCE,
+            interval=0.2,
+            message=lambda: f"a reason on every pod: {dump(api.list('pods', NAMESPACE))}",
+        )
+        assert bound(api, job) == [], "a part of the Job's gang was bound"
+
+        api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+        placed = all_bound(api, job, 3)
+        assert {placement_of(p)[0] for p in placed} == {"n1-1", "n2-1", "n2-2"}  # type: ignore[index]
