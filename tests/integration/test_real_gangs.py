@@ -173,7 +173,13 @@ def test_a_job_controllers_gang_waits_whole_then_lands_whole_in_the_one_rack_wit
         condition = wait_for(refused, PATIENCE, interval=0.2, message="the gang refused")
         assert condition["reason"] == "Unschedulable", condition
         assert bound(api, job) == [], "a part of the gang was bound"
-        assert all(waiting_reason(api, p["metadata"]["name"]) for p in members)
+        wait_for(
+            lambda: all(waiting_reason(api, p["metadata"]["name"]) for p in members),
+            PATIENCE,
+            interval=0.2,
+            message=lambda: f"a reason on every pod: {dump(api.list('pods', NAMESPACE))}",
+        )
+        assert bound(api, job) == [], "a part of the gang was bound"
 
         api.create(gpu_node("n2-2", "zone-a", "rack-2"))
         placed = all_bound(api, job, 4)
@@ -339,3 +345,27 @@ def test_a_plain_jobs_pods_are_one_gang_sized_from_parallelism_when_owner_groups
         api.create(gpu_node("n2-2", "zone-a", "rack-2"))
         placed = all_bound(api, job, 3)
         assert {placement_of(p)[0] for p in placed} == {"n1-1", "n2-1", "n2-2"}  # type: ignore[index]
+
+
+def test_a_plain_jobs_basic_workload_wins_over_owner_groups_its_pods_go_one_by_one(
+    workload_job_controller: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # With WorkloadWithJob, a Job without .spec.scheduling still gets a Workload whose
+    # PodGroup has the `basic` policy, and its pods name it: an explicit group, so the owner
+    # grouper leaves them alone even in an owner-grouped namespace, and `basic` is no gang
+    # (upstream's meaning): what fits is bound, the rest waits with a reason.
+    api = racks
+    config = {"ownerGroups": {"namespaces": [NAMESPACE]}}
+    with running_operator(kubeconfig, config):
+        job = api.create(gpu_job("plain", 3, 8))
+        members = pods_of(api, job, 3)
+        assert all(p["spec"]["schedulingGroup"]["podGroupName"] for p in members)
+
+        def settled() -> str:
+            if len(bound(api, job)) != 2:
+                return ""
+            (left,) = [p for p in api.list("pods", NAMESPACE) if not placement_of(p)]
+            return waiting_reason(api, left["metadata"]["name"])
+
+        reason = wait_for(settled, PATIENCE, interval=0.2, message="2 bound, 1 told why not")
+        assert "insufficient nvidia.com/gpu" in reason, reason
