@@ -284,8 +284,7 @@ def test_a_kueue_group_admitted_and_ungated_by_kueue_is_placed_as_one_gang(
     names = [f"g-{index}" for index in range(3)]
     with running_operator(kubeconfig):
         for name in names:
-            # No memory request: the test ClusterQueue's memory quota is 100000 bytes.
-            member = kueue_member(name, 8, "g", 3, namespace=namespace, memory=None)
+            member = kueue_member(name, 8, "g", 3, namespace=namespace)
             member["metadata"]["labels"][Kueue.QUEUE_LABEL] = "queue"
             api.create(member)
         gated = api.get("pods", names[0], namespace)
