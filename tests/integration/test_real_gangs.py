@@ -368,3 +368,62 @@ def test_a_plain_jobs_basic_workload_wins_over_owner_groups_its_pods_go_one_by_o
 
         reason = wait_for(settled, PATIENCE, interval=0.2, message="2 bound, 1 told why not")
         assert "insufficient nvidia.com/gpu" in reason, reason
+
+
+def test_a_kueue_group_lands_whole_inside_the_node_labels_kueue_injects(
+    kueue: Kueue, apiserver: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # A ResourceFlavor with nodeLabels: on admission Kueue writes them into each pod's
+    # nodeSelector as it ungates it. Rack-1's node is the tighter fit for 2 pods of 4 GPUs;
+    # the selector Kueue injected sends the gang to rack-2, whole.
+    api = racks
+    api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+    namespace = "queued"
+    apiserver.ensure_namespace(namespace, kueue=True)
+    kinds = "/apis/kueue.x-k8s.io/v1beta2"
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "rack-2"},
+        "spec": {"nodeLabels": {RACK: "rack-2"}},
+    }
+    quota = [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]
+    cluster_queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "rack-2"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [{"name": "rack-2", "resources": quota}],
+                }
+            ],
+        },
+    }
+    for body, plural in ((flavor, "resourceflavors"), (cluster_queue, "clusterqueues")):
+        response = api.http.post(f"{kinds}/{plural}", json=body)
+        assert response.status_code < 300, response.text
+    try:
+        local = Kueue.local_queue(namespace, "rack-2")
+        local["spec"]["clusterQueue"] = "rack-2"
+        api.create(local)
+        names = ["r-0", "r-1"]
+        with running_operator(kubeconfig):
+            for name in names:
+                member = kueue_member(name, 4, "r", 2, namespace=namespace, cpu=None, memory=None)
+                member["metadata"]["labels"][Kueue.QUEUE_LABEL] = "rack-2"
+                api.create(member)
+            wait_for(
+                lambda: all(placement_of(p) for p in api.list("pods", namespace)),
+                PATIENCE,
+                interval=0.2,
+                message=lambda: f"the group bound: {dump(kueue_status(api, namespace))}",
+            )
+            placed = api.list("pods", namespace)
+            assert {p["spec"].get("nodeSelector", {}).get(RACK) for p in placed} == {"rack-2"}
+            assert domains(api, keys(placed), RACK) == {"rack-2"}
+    finally:
+        for plural in ("clusterqueues", "resourceflavors"):
+            api.http.request("DELETE", f"{kinds}/{plural}/rack-2")
