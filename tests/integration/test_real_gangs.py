@@ -1,7 +1,8 @@
 """Gangs that REAL controllers wrote, placed by the real operator on the real control plane:
 the Job controller's Workload and PodGroup (WorkloadWithJob), KubeRay's coscheduling PodGroup
 under the scheduler name it forces, Kueue's plain-pod group as Kueue admits and ungates it,
-and a plain Job's pods grouped by their owner. No object of a group is written here by hand:
+(inside the node labels Kueue injects), a plain Job's pods grouped by their owner, and a plain
+Job's `basic` Workload (not a gang, and not an owner group). No object of a group is written here by hand:
 the test writes what a user writes (a Job, a RayCluster, pods with Kueue's labels) and
 asserts where gpusched bound what the controller made, and what it wrote back.
 
