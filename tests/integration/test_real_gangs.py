@@ -1,9 +1,10 @@
 """Gangs that REAL controllers wrote, placed by the real operator on the real control plane:
 the Job controller's Workload and PodGroup (WorkloadWithJob), KubeRay's coscheduling PodGroup
-under the scheduler name it forces, Kueue's plain-pod group as Kueue admits and ungates it,
+under the scheduler name it forces, Kueue's plain-pod group as Kueue admits and ungates it
 (inside the node labels Kueue injects), a plain Job's pods grouped by their owner, and a plain
-Job's `basic` Workload (not a gang, and not an owner group). No object of a group is written here by hand:
-the test writes what a user writes (a Job, a RayCluster, pods with Kueue's labels) and
+Job's `basic` Workload (not a gang, and not an owner group). No object of a group is written
+here by hand: the test writes what a user writes (a Job, a RayCluster, pods with Kueue's
+labels, Kueue's queues) and
 asserts where gpusched bound what the controller made, and what it wrote back.
 
 The clusters are small; where a story needs "only one rack has room for the whole gang" it is
