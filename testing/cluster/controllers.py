@@ -232,9 +232,13 @@ class Kueue:
             "kind": "ResourceFlavor",
             "metadata": {"name": cls.FLAVOR},
         }
-        quota = [
-            {"name": resource, "nominalQuota": "100000"}
-            for resource in ("cpu", "memory", "nvidia.com/gpu")
+        quota = [  # memory in Gi: a bare number is bytes
+            {"name": resource, "nominalQuota": amount}
+            for resource, amount in (
+                ("cpu", "100000"),
+                ("memory", "100000Gi"),
+                ("nvidia.com/gpu", "100000"),
+            )
         ]
         queue = {
             "apiVersion": "kueue.x-k8s.io/v1beta2",

@@ -13,10 +13,9 @@ rack-2, and ignoring the group splits it 2 + 2.
     #  rack-1   rack-2
     #  n1-1     n2-1 n2-2
 
-Controller-driven stories (the real Job controller writing a Job's Workload and PodGroup,
-KubeRay writing a coscheduling PodGroup, Kueue ungating a group) belong beside these once
-the harness runs those controllers (testing/cluster): they create the same objects these
-stories create by hand, and `_bound_in_one_rack` / `_their_status` check them the same way.
+The same gangs as the real controllers write them (the Job controller's Workload and
+PodGroup, KubeRay's coscheduling PodGroup, Kueue ungating a group, a plain Job's owner group)
+are in tests/integration/test_real_gangs.py.
 """
 
 from __future__ import annotations
