@@ -65,9 +65,13 @@ def node(
     )
 
 
-def device(minor: int, uuid: str) -> dict[str, Any]:
-    """One whole GPU as the NVIDIA DRA driver publishes it."""
-    return {
+def device(
+    minor: int, uuid: str, numa: int | None = None, numa_list: bool = False
+) -> dict[str, Any]:
+    """One whole GPU as the NVIDIA DRA driver publishes it; ``numa``: its
+    ``resource.kubernetes.io/numaNode``, an int, or with ``numa_list`` (the driver's
+    ``DRAListTypeAttributes`` gate) a one-element list ``ints: [n]``."""
+    found: dict[str, Any] = {
         "name": f"gpu-{minor}",
         "attributes": {
             "type": {"string": "gpu"},
@@ -83,13 +87,32 @@ def device(minor: int, uuid: str) -> dict[str, Any]:
         },
         "capacity": {"memory": {"value": "81559Mi"}},
     }
+    if numa is not None:
+        value = {"ints": [numa]} if numa_list else {"int": numa}
+        found["attributes"]["resource.kubernetes.io/numaNode"] = value
+    return found
 
 
 def resource_slice(
-    node_name: str, *, replace: dict[int, str] | None = None, generation: int = 1
+    node_name: str,
+    *,
+    replace: dict[int, str] | None = None,
+    generation: int = 1,
+    numa_list: bool | None = None,
 ) -> dict[str, Any]:
-    """The node's pool, one slice; ``replace`` gives some minors another UUID."""
-    devices = [device(minor, (replace or {}).get(minor, uuid)) for _, uuid, minor in gpus()]
+    """The node's pool, one slice; ``replace`` gives some minors another UUID; ``numa_list``
+    (not None) publishes each GPU's NUMA node, as a list when True: the capture's own where it
+    names one, else GPUs 0-3 on node 0 and 4-7 on node 1, as on a two-socket HGX."""
+    numa = {g.index: g.numa if g.numa is not None else g.index // 4 for g in topology().gpus}
+    devices = [
+        device(
+            minor,
+            (replace or {}).get(minor, uuid),
+            numa[index] if numa_list is not None else None,
+            bool(numa_list),
+        )
+        for index, uuid, minor in gpus()
+    ]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

@@ -115,3 +115,36 @@ def test_a_compute_domains_pods_get_a_channel_each_with_their_gpus_one_pod_a_nod
         (config,) = allocation["devices"]["config"]
         assert config["source"] == "FromClaim"
         assert config["opaque"]["parameters"]["kind"] == "ComputeDomainChannelConfig"
+
+
+NUMA = "resource.kubernetes.io/numaNode"
+
+
+def test_numa_node_published_as_a_list_is_kept_by_the_server_and_its_gpus_are_placed(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    """Under its DRAListTypeAttributes gate the driver publishes ``numaNode`` as ``ints: [n]``
+    (KEP-5491, alpha in 1.36): the API server, with the gate on, keeps the list, and gpusched
+    reads such slices and allocates their GPUs."""
+    for node in dra_nodes:
+        body = dra.resource_slice(node, numa_list=True, generation=2)
+        api.delete("resourceslices", body["metadata"]["name"], None, group="resource.k8s.io")
+        api.create(body)
+        stored = api.get("resourceslices", body["metadata"]["name"], None, group="resource.k8s.io")
+        numa = [d["attributes"].get(NUMA) for d in stored["spec"]["devices"]]
+        assert numa, stored
+        assert all(n is not None and list(n) == ["ints"] for n in numa), numa
+        assert {tuple(n["ints"]) for n in numa} == {(0,), (1,)}, numa
+    with running_operator(kubeconfig):
+        members = _gang(api, "listed", 2, 4)
+        bound = wait_for(
+            lambda: _all_bound(api, members), timeout=90, message="the gang on list-NUMA slices"
+        )
+    nodes = {bound[f"{NS}/{m}"]["spec"]["nodeName"] for m in members}
+    assert nodes <= set(dra_nodes)
+    allocated = [c for c in _claims(api) if (c.get("status") or {}).get("allocation")]
+    assert len(allocated) == 2, allocated
+    assert all(len(c["status"]["allocation"]["devices"]["results"]) == 4 for c in allocated)
