@@ -93,16 +93,32 @@ def device(
     return found
 
 
+def fm_partitions(index: int) -> dict[str, Any]:
+    """The Fabric Manager attributes the driver publishes for GPU ``index`` under its
+    ``FabricManagerPartitioning`` gate: ``gpuModuleID`` (here index + 1) and per partition
+    size N an int ``partitionN``, its partition's id. The ids are those of the Fabric Manager
+    user guide's HGX 8-GPU table: 0 (all 8), 1-2 (4 each), 3-6 (pairs), 7-14 (one each)."""
+    return {
+        "gpuModuleID": {"int": index + 1},
+        "partition8": {"int": 0},
+        "partition4": {"int": 1 + index // 4},
+        "partition2": {"int": 3 + index // 2},
+        "partition1": {"int": 7 + index},
+    }
+
+
 def resource_slice(
     node_name: str,
     *,
     replace: dict[int, str] | None = None,
     generation: int = 1,
     numa_list: bool | None = None,
+    partitioned: bool = False,
 ) -> dict[str, Any]:
     """The node's pool, one slice; ``replace`` gives some minors another UUID; ``numa_list``
     (not None) publishes each GPU's NUMA node, as a list when True: the capture's own where it
-    names one, else GPUs 0-3 on node 0 and 4-7 on node 1, as on a two-socket HGX."""
+    names one, else GPUs 0-3 on node 0 and 4-7 on node 1, as on a two-socket HGX;
+    ``partitioned``: its Fabric Manager partitions too (`fm_partitions`)."""
     numa = {g.index: g.numa if g.numa is not None else g.index // 4 for g in topology().gpus}
     devices = [
         device(
@@ -113,6 +129,9 @@ def resource_slice(
         )
         for index, uuid, minor in gpus()
     ]
+    if partitioned:
+        for (index, _, _), found in zip(gpus(), devices, strict=True):
+            found["attributes"].update(fm_partitions(index))
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

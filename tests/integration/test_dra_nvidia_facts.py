@@ -12,7 +12,7 @@ from testing import dra
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
 from testing.harness import condition, events_for, group_status, running_operator
-from tests.integration.test_dra import NS, _all_bound, _claims, _gang, dra_nodes  # noqa: F401
+from tests.integration.test_dra import NS, _all_bound, _claims, _devices, _gang, dra_nodes  # noqa: F401
 from tests.unit.engine.test_imex_channels import (
     CD_DRIVER,
     CHANNEL_CEL,
@@ -148,3 +148,36 @@ def test_numa_node_published_as_a_list_is_kept_by_the_server_and_its_gpus_are_pl
     allocated = [c for c in _claims(api) if (c.get("status") or {}).get("allocation")]
     assert len(allocated) == 2, allocated
     assert all(len(c["status"]["allocation"]["devices"]["results"]) == 4 for c in allocated)
+
+
+def test_on_fabric_manager_partitioned_nodes_a_claim_gets_one_whole_partition(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    """Slices with the driver's ``gpuModuleID`` and ``partitionN`` attributes: each claim is
+    allocated exactly one partition of its count (what the driver's Prepare demands), and a
+    count no partition has is refused with a reason naming the partition sizes."""
+    for node in dra_nodes:
+        body = dra.resource_slice(node, partitioned=True, generation=2)
+        api.delete("resourceslices", body["metadata"]["name"], None, group="resource.k8s.io")
+        api.create(body)
+    api.create(dra.claim_template("three", NS, 3))
+    api.create(dra.pod("wants-three", NS, template="three"))
+    with running_operator(kubeconfig):
+        members = _gang(api, "pairs", 4, 2)
+        wait_for(lambda: _all_bound(api, members), timeout=90, message="the gang of pairs bound")
+
+        def reason() -> str:
+            return " ".join(
+                e["message"]
+                for e in events_for(api, "wants-three", NS)
+                if e["reason"] == "FailedScheduling"
+            )
+
+        assert wait_for(lambda: "none has 3" in reason(), message=reason)
+    pairs = {frozenset({i, i + 1}) for i in range(0, 8, 2)}
+    sets = [found for c in _claims(api) if (found := _devices(c)) is not None]
+    assert len(sets) == 4, sets
+    assert all(frozenset(gpus) in pairs for _, gpus in sets), sets

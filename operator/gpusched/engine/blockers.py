@@ -11,7 +11,7 @@ import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine import wording
-from gpusched.engine.fit import broken_topology, static_reason
+from gpusched.engine.fit import broken_topology, partition_free, static_reason
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Blocker, NodeCheck
@@ -118,6 +118,8 @@ def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, s
             where = " in one NUMA node" if single else ""
             detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
             return _gpu_label(pod), detail + _excluded_suffix(snapshot, node)
+        if pod.devices is not None and not partition_free(snapshot, pod, np.array([node]))[0]:
+            return wording.no_free_partition(pod.gpus), ""
     elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
         most = int(snapshot.max_share[node])
         detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
@@ -179,6 +181,8 @@ def _category_codes(
         single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
         have = snapshot.max_numa_free[nodes] if single else snapshot.free_whole[nodes]
         check(_gpu_label(pod), have >= pod.gpus)
+        if pod.devices is not None:
+            check(wording.no_free_partition(pod.gpus), partition_free(snapshot, pod, nodes))
     elif pod.gpu_milli:
         check("no GPU with enough milli-GPU free", snapshot.max_share[nodes] >= pod.gpu_milli)
     return codes, labels

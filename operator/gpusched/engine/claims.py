@@ -88,6 +88,15 @@ class PodDevices:
         )
 
     @property
+    def gpu_claims(self) -> int:
+        """The claims it allocates GPUs for (a Fabric Manager partition is one claim's)."""
+        return sum(
+            1
+            for c in self.claims
+            if not c.joins and any(d.count for d in c.demands if not d.channel)
+        )
+
+    @property
     def channels(self) -> int:
         """IMEX channels to allocate with the GPUs (0 or 1: a node has one for a pod)."""
         return sum(1 for c in self.claims for d in c.demands if d.channel)
@@ -100,6 +109,7 @@ class PodDevices:
             self.extended is not None,
             self.refusal is not None,
             repr(self.node_terms),
+            (self.gpus, self.gpu_claims),  # a Fabric Manager partition of that many, one claim
         )
 
     @property

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from gpusched.api.dra import Device, DeviceClass, DeviceSelector, ResourceClaim, ResourceSlice
 from gpusched.api.topology import GpuTopology
+from gpusched.engine.partitions import Partitions, node_partitions
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 """The NVIDIA DRA driver: one ResourceSlice pool per node, devices ``gpu-<minor>``."""
@@ -64,6 +65,8 @@ class NodeDevices:
     problems: tuple[str, ...] = ()
     channels: tuple[tuple[str, Device], ...] = ()
     """The node's IMEX channel devices (`COMPUTE_DOMAIN_DRIVER`), with their pool."""
+    partitions: Partitions | None = None
+    """Its Fabric Manager partitions (`gpusched.engine.partitions`); None: not partitioned."""
 
     def channel(self, checks: Iterable[Check]) -> tuple[str, str] | None:
         """The (pool, device) of the channel passing every check, if the node has one."""
@@ -184,7 +187,11 @@ def node_devices(
         why = topology_error or "it has no gpusched.io/gpu-topology annotation"
         message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"
         return NodeDevices(node, 0, {}, (message,), channels)
-    return dataclasses.replace(_join(node, pool, devices, topology), channels=channels)
+    joined = _join(node, pool, devices, topology)
+    partitions = node_partitions(
+        ((g.index, g.spec) for g in joined.devices.values()), NVIDIA_DRIVER
+    )
+    return dataclasses.replace(joined, channels=channels, partitions=partitions)
 
 
 def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) -> NodeDevices:

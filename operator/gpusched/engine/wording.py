@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpusched.engine.partitions import PartitionRefusal
 from gpusched.engine.result import (
     Attempt,
     ChildBound,
@@ -195,6 +196,26 @@ DRA_DEVICES_UNUSABLE = f"none of its {DRA_DRIVER} devices can be used"
 def dra_selector_fails(check: str) -> str:
     """A DRA node where some device fails a check of the pod's claims."""
     return f"not every device passes the claims' selector {check}"
+
+
+def fm_partition(refusal: PartitionRefusal) -> str:
+    """A Fabric Manager partitioned node that cannot give a pod's GPUs as one partition."""
+    sizes = ", ".join(map(str, refusal.sizes)) or "none"
+    if refusal.claims > 1:
+        return (
+            f"its GPUs are in Fabric Manager partitions (partitionN attributes): the pod's "
+            f"{refusal.claims} GPU claims would each need a partition of their own; gpusched "
+            "gives a pod one partition, so ask for its GPUs in one claim"
+        )
+    return (
+        f"its GPUs are in Fabric Manager partitions of {sizes} GPUs (partitionN attributes) "
+        f"and the driver prepares only a whole partition: none has {refusal.gpus}"
+    )
+
+
+def no_free_partition(gpus: int) -> str:
+    """A Fabric Manager partitioned node whose every partition of the pod's size is in use."""
+    return f"no free Fabric Manager partition of {gpus} {DRA_DRIVER} devices"
 
 
 def joined_elsewhere(claims: Sequence[str]) -> str:
