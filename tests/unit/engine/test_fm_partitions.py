@@ -53,9 +53,7 @@ def test_a_pods_gpus_are_one_free_partition_of_their_count() -> None:
     assert frozenset(binding.gpus) in PAIRS
     assert not frozenset(binding.gpus) & {0, 3}
     (allocation,) = binding.devices
-    assert sorted(dra.index_of_device(d.device) for d in allocation.devices) == sorted(
-        binding.gpus
-    )
+    assert sorted(dra.index_of_device(d.device) for d in allocation.devices) == sorted(binding.gpus)
 
 
 def test_without_partitions_the_same_pod_may_get_any_set() -> None:
