@@ -107,6 +107,24 @@ def fm_partitions(index: int) -> dict[str, Any]:
     }
 
 
+def consumable_shares() -> dict[str, Any]:
+    """What the driver adds to a GPU under its ``ConsumableShares`` gate (``--consumable-
+    shares=memory``): the device may be allocated to several claims, each consuming some of
+    its ``memory`` (1Mi steps, the whole by default)."""
+    return {
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "memory": {
+                "value": "81559Mi",
+                "requestPolicy": {
+                    "default": "81559Mi",
+                    "validRange": {"min": "1Mi", "max": "81559Mi", "step": "1Mi"},
+                },
+            }
+        },
+    }
+
+
 def resource_slice(
     node_name: str,
     *,
@@ -114,11 +132,13 @@ def resource_slice(
     generation: int = 1,
     numa_list: bool | None = None,
     partitioned: bool = False,
+    shared: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """The node's pool, one slice; ``replace`` gives some minors another UUID; ``numa_list``
     (not None) publishes each GPU's NUMA node, as a list when True: the capture's own where it
     names one, else GPUs 0-3 on node 0 and 4-7 on node 1, as on a two-socket HGX;
-    ``partitioned``: its Fabric Manager partitions too (`fm_partitions`)."""
+    ``partitioned``: its Fabric Manager partitions too (`fm_partitions`); ``shared``: GPUs
+    (by index) published as shared devices (`consumable_shares`)."""
     numa = {g.index: g.numa if g.numa is not None else g.index // 4 for g in topology().gpus}
     devices = [
         device(
@@ -129,9 +149,11 @@ def resource_slice(
         )
         for index, uuid, minor in gpus()
     ]
-    if partitioned:
-        for (index, _, _), found in zip(gpus(), devices, strict=True):
+    for (index, _, _), found in zip(gpus(), devices, strict=True):
+        if partitioned:
             found["attributes"].update(fm_partitions(index))
+        if index in shared:
+            found.update(consumable_shares())
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

@@ -181,3 +181,39 @@ def test_on_fabric_manager_partitioned_nodes_a_claim_gets_one_whole_partition(
     sets = [found for c in _claims(api) if (found := _devices(c)) is not None]
     assert len(sets) == 4, sets
     assert all(frozenset(gpus) in pairs for _, gpus in sets), sets
+
+
+def test_devices_shared_by_capacity_are_left_out_and_the_whole_gpus_placed(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    """GPUs 0 and 1 of each node published as the driver's ConsumableShares publishes them
+    (``allowMultipleAllocations``, a memory capacity with its request policy): gpusched never
+    allocates them as whole GPUs; the other six of each node are placed, and a pod needing
+    seven is refused with a reason naming the shared devices."""
+    for node in dra_nodes:
+        body = dra.resource_slice(node, shared=(0, 1), generation=2)
+        api.delete("resourceslices", body["metadata"]["name"], None, group="resource.k8s.io")
+        api.create(body)
+        stored = api.get("resourceslices", body["metadata"]["name"], None, group="resource.k8s.io")
+        kept = [d for d in stored["spec"]["devices"] if d.get("allowMultipleAllocations")]
+        assert len(kept) == 2, "the server keeps allowMultipleAllocations (DRAConsumableCapacity)"
+    api.create(dra.claim_template("seven", NS, 7))
+    api.create(dra.pod("wants-seven", NS, template="seven"))
+    with running_operator(kubeconfig):
+        members = _gang(api, "sixes", 2, 6)
+        wait_for(lambda: _all_bound(api, members), timeout=90, message="the gang of sixes bound")
+
+        def reason() -> str:
+            return " ".join(
+                e["message"]
+                for e in events_for(api, "wants-seven", NS)
+                if e["reason"] == "FailedScheduling"
+            )
+
+        assert wait_for(lambda: "allows multiple allocations" in reason(), message=reason)
+    sets = [found for c in _claims(api) if (found := _devices(c)) is not None]
+    assert len(sets) == 2, sets
+    assert all(sorted(gpus) == [2, 3, 4, 5, 6, 7] for _, gpus in sets), sets

@@ -198,12 +198,22 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
     index_of = {g.uuid: g.index for g in topology.gpus if g.uuid}
     joined: dict[int, GpuDevice] = {}
     problems: list[str] = []
+    shared: set[int | None] = set()
     for device in sorted(devices, key=lambda d: d.name):
         if not GPU_DEVICE_NAME.fullmatch(device.name):
             continue
         uuid = device.attribute(NVIDIA_DRIVER, "uuid")
         index = index_of.get(uuid) if isinstance(uuid, str) else None
-        if index is None:
+        if device.allow_multiple_allocations:
+            shared.add(index)
+            # Shared by the claims that consume its capacity: never a whole free GPU here,
+            # so never counted as one, nor twice by the several claims that share it.
+            problems.append(
+                f"device {device.name} allows multiple allocations (the driver's "
+                "ConsumableShares, shared by capacity); gpusched allocates whole GPUs only "
+                "and leaves it to kube-scheduler"
+            )
+        elif index is None:
             problems.append(
                 f"device {device.name} (uuid {uuid or 'missing'}) matches no GPU in its "
                 "gpusched.io/gpu-topology annotation; it is not allocated"
@@ -213,7 +223,7 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
         else:
             joined[index] = GpuDevice(index, pool, device.name, str(uuid), device)
     for gpu in topology.gpus:
-        if gpu.index not in joined:
+        if gpu.index not in joined and gpu.index not in shared:
             problems.append(
                 f"GPU {gpu.index} ({gpu.uuid or 'no uuid'}) of its gpusched.io/gpu-topology "
                 f"annotation is missing from its {NVIDIA_DRIVER} ResourceSlices; it is not used"
@@ -359,6 +369,12 @@ def claim_demand(
             raise ClaimError(f"{field}: allocationMode {exact.allocation_mode} is not supported")
         if exact.admin_access:
             raise ClaimError(f"{field}: adminAccess is not supported by gpusched")
+        if exact.capacity:
+            raise ClaimError(
+                f"{field}: capacity (a share of a device allowing multiple allocations) is not "
+                "supported by gpusched, which allocates whole GPUs; leave such claims to "
+                "kube-scheduler"
+            )
         device_class = classes.get(exact.device_class_name)
         if device_class is None:
             raise ClaimError(f"{field}: DeviceClass {exact.device_class_name} does not exist")
