@@ -217,3 +217,83 @@ def test_devices_shared_by_capacity_are_left_out_and_the_whole_gpus_placed(
     sets = [found for c in _claims(api) if (found := _devices(c)) is not None]
     assert len(sets) == 2, sets
     assert all(sorted(gpus) == [2, 3, 4, 5, 6, 7] for _, gpus in sets), sets
+
+
+CD_LABEL = "resource.nvidia.com/computeDomain"
+
+
+def _compute_domain(cluster: RealCluster, name: str, namespace: str) -> str:
+    """A ComputeDomain (the driver's CRD, testing/cluster/crds); its uid."""
+    cluster.ensure_namespace(namespace)
+    created = cluster.admin.create(
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": name}}},
+        }
+    )
+    return str(created["metadata"]["uid"])
+
+
+def _channel_pod(api: ApiClient, name: str, domain: str) -> None:
+    """A pod with one GPU and a channel whose claim template names ComputeDomain ``domain``."""
+    template = channel_claim(f"{name}-channel", domain=domain)
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f"{name}-channel", "namespace": NS},
+            "spec": {"spec": template["spec"]},
+        }
+    )
+    body = dra.pod(name, NS, template="one-gpu")
+    body["spec"]["resourceClaims"].append(
+        {"name": "channel", "resourceClaimTemplateName": f"{name}-channel"}
+    )
+    body["spec"]["containers"][0]["resources"]["claims"].append({"name": "channel"})
+    api.create(body)
+
+
+def test_compute_domain_rules_are_kept_before_binding(
+    workload_crds: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    """A channel claim of a ComputeDomain in another namespace is refused, its Event naming
+    the field; a node the plugin labelled for another ComputeDomain is not used for a
+    channel pod (the driver's Prepare would refuse both after the bind)."""
+    far = _compute_domain(workload_crds, "cd-far", "training")
+    near = _compute_domain(workload_crds, "cd-near", NS)
+    api.create(dra.device_class(CHANNEL_CLASS, CHANNEL_CEL))
+    for node in dra_nodes:
+        api.create(channel_slice(node))
+    api.create(dra.claim_template("one-gpu", NS, 1))
+    busy = dra_nodes[0]
+    api.patch("nodes", busy, {"metadata": {"labels": {CD_LABEL: "uid-of-another-domain"}}})
+    try:
+        _channel_pod(api, "far", far)
+        _channel_pod(api, "near", near)
+        with running_operator(kubeconfig):
+            bound = wait_for(
+                lambda: _all_bound(api, ["near"]),
+                timeout=90,
+                message=lambda: str([e["message"] for e in events_for(api, "near", NS)][-3:]),
+            )
+
+            def reason() -> str:
+                return " ".join(
+                    e["message"]
+                    for e in events_for(api, "far", NS)
+                    if e["reason"] == "FailedScheduling"
+                )
+
+            field = "spec.devices.config[0].opaque.parameters.domainID"
+            assert wait_for(
+                lambda: field in reason() and "training/cd-far" in reason(), message=reason
+            )
+        assert bound[f"{NS}/near"]["spec"]["nodeName"] == dra_nodes[1]
+        assert not api.get("pods", "far", NS)["spec"].get("nodeName")
+    finally:
+        api.patch("nodes", busy, {"metadata": {"labels": {CD_LABEL: None}}})

@@ -271,6 +271,9 @@ class RequestDemand:
     channel: bool = False
     """An IMEX channel (`COMPUTE_DOMAIN_DRIVER`), not GPUs: ``count`` is 0, ``checks`` pick
     the channel device on the node."""
+    domain: str = ""
+    """For a channel: the uid of its ComputeDomain (the ``domainID`` of the claim's
+    ``ComputeDomainChannelConfig``), '' when the claim names none."""
 
 
 class ClaimError(Exception):
@@ -351,10 +354,19 @@ def class_checks(device_class: DeviceClass) -> tuple[Check, ...]:
     return tuple(checks)
 
 
+COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+"""The node label the ComputeDomain kubelet plugin sets to the uid of the ComputeDomain it
+serves when it prepares a channel; it refuses to prepare one of another ComputeDomain while
+the label is there (a node serves one ComputeDomain at a time)."""
+
+
 def claim_demand(
-    claim: ResourceClaim, classes: Mapping[str, DeviceClass]
+    claim: ResourceClaim,
+    classes: Mapping[str, DeviceClass],
+    domains: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[RequestDemand, ...]:
-    """Every request of ``claim`` as GPUs to find; raises `ClaimError` naming the field."""
+    """Every request of ``claim`` as GPUs to find; raises `ClaimError` naming the field.
+    ``domains``: the ComputeDomains seen, by uid: (namespace, name)."""
     where = f"ResourceClaim {claim.key}"
     devices = claim.spec.devices
     if devices.constraints:
@@ -380,8 +392,15 @@ def claim_demand(
             raise ClaimError(f"{field}: DeviceClass {exact.device_class_name} does not exist")
         channel = _channel_checks(device_class, exact.selectors, field, exact.count)
         if channel is not None:
+            domain = _channel_domain(claim, request.name, domains or {})
             demand = RequestDemand(
-                claim.key, request.name, 0, channel, exact.device_class_name, channel=True
+                claim.key,
+                request.name,
+                0,
+                channel,
+                exact.device_class_name,
+                channel=True,
+                domain=domain,
             )
             demands.append(demand)
             continue
@@ -400,6 +419,32 @@ def claim_demand(
             )
         )
     return tuple(demands)
+
+
+def _channel_domain(
+    claim: ResourceClaim, request: str, domains: Mapping[str, tuple[str, str]]
+) -> str:
+    """The ComputeDomain uid of the claim's channel config for ``request``; raises
+    `ClaimError` when that ComputeDomain is in another namespace than the claim (the driver's
+    Prepare refuses such a claim: the pod would bind and never start)."""
+    for position, config in enumerate(claim.spec.devices.config):
+        opaque = config.opaque
+        if opaque is None or opaque.driver != COMPUTE_DOMAIN_DRIVER:
+            continue
+        if config.requests and request not in config.requests:
+            continue
+        parameters = opaque.parameters if isinstance(opaque.parameters, Mapping) else {}
+        domain = str(parameters.get("domainID") or "")
+        seen = domains.get(domain)
+        if seen is not None and seen[0] != claim.metadata.namespace:
+            raise ClaimError(
+                f"ResourceClaim {claim.key}: spec.devices.config[{position}].opaque.parameters"
+                f".domainID names ComputeDomain {seen[0]}/{seen[1]}, in another namespace; the "
+                "NVIDIA driver prepares a channel only for a claim in its ComputeDomain's "
+                "namespace"
+            )
+        return domain
+    return ""
 
 
 def _channel_checks(

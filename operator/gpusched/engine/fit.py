@@ -12,6 +12,7 @@ import numpy as np
 from gpusched.api.config import NumaPolicy
 from gpusched.api.selectors import first_untolerated_taint, required_terms_match
 from gpusched.engine import partitions, wording
+from gpusched.engine.devices import COMPUTE_DOMAIN_LABEL
 from gpusched.engine.nodes import BoolArray, IntArray, NodeInfo
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import Snapshot
@@ -58,6 +59,9 @@ def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
         return None
     if wanted.refusal is not None:
         return wanted.refusal.message
+    serving = node.labels.get(COMPUTE_DOMAIN_LABEL)
+    if serving and any(d != serving for d in wanted.compute_domains):
+        return wording.serves_other_domain(serving)
     terms = wanted.node_terms
     if terms is not None and not required_terms_match(terms, node.labels, node.name):
         return wording.joined_elsewhere(wanted.joined)

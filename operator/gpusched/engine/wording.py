@@ -213,6 +213,14 @@ def fm_partition(refusal: PartitionRefusal) -> str:
     )
 
 
+def serves_other_domain(uid: str) -> str:
+    """A node the ComputeDomain plugin labelled for another ComputeDomain than the pod's."""
+    return (
+        f"it serves ComputeDomain {uid} (label resource.nvidia.com/computeDomain); a node "
+        "serves one ComputeDomain at a time"
+    )
+
+
 def no_free_partition(gpus: int) -> str:
     """A Fabric Manager partitioned node whose every partition of the pod's size is in use."""
     return f"no free Fabric Manager partition of {gpus} {DRA_DRIVER} devices"
