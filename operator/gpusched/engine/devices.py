@@ -38,6 +38,13 @@ CHANNEL_RESOURCE = f"{COMPUTE_DOMAIN_DRIVER}/channel"
 """The engine's count of a node's default IMEX channel (1 where the node publishes it): the
 driver prepares it for one pod, of one ComputeDomain, at a time, so a second channel pod on
 a node would bind and never start."""
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+"""The node label of its NVLink clique, ``<ClusterUUID>.<CliqueID>`` (all of a node's GPUs are
+in one clique; the ComputeDomain plugin refuses to start when they are not)."""
+CLIQUE_ATTRIBUTE = "clique"
+"""A per-device clique (``<ClusterUUID>.<CliqueID>``), read where a driver publishes one: the
+NVIDIA driver (2026-08) publishes none, only the node label; a node whose devices publish
+different cliques, or one other than its label, is in no clique domain (`NodeDevices.mixed`)."""
 GPU_DEVICE_NAME = re.compile(r"gpu-[0-9]+")
 """Whole-GPU devices; MIG devices (``gpu-0-mig-…``) are not whole GPUs and are left alone."""
 
@@ -67,6 +74,14 @@ class NodeDevices:
     """The node's IMEX channel devices (`COMPUTE_DOMAIN_DRIVER`), with their pool."""
     partitions: Partitions | None = None
     """Its Fabric Manager partitions (`gpusched.engine.partitions`); None: not partitioned."""
+    cliques: tuple[str, ...] = ()
+    """The distinct per-device cliques its GPUs publish (`CLIQUE_ATTRIBUTE`), sorted."""
+
+    def mixed(self, label: str | None) -> tuple[str, ...]:
+        """The cliques its GPUs and its ``nvidia.com/gpu.clique`` label (``label``) name,
+        when they are not one (else ()): such a node is in no clique domain."""
+        named = set(self.cliques) | ({label} if label and self.cliques else set())
+        return tuple(sorted(named)) if len(named) > 1 else ()
 
     def channel(self, checks: Iterable[Check]) -> tuple[str, str] | None:
         """The (pool, device) of the channel passing every check, if the node has one."""
@@ -191,7 +206,16 @@ def node_devices(
     partitions = node_partitions(
         ((g.index, g.spec) for g in joined.devices.values()), NVIDIA_DRIVER
     )
-    return dataclasses.replace(joined, channels=channels, partitions=partitions)
+    cliques = tuple(
+        sorted(
+            {
+                str(found)
+                for g in joined.devices.values()
+                if (found := g.spec.attribute(NVIDIA_DRIVER, CLIQUE_ATTRIBUTE))
+            }
+        )
+    )
+    return dataclasses.replace(joined, channels=channels, partitions=partitions, cliques=cliques)
 
 
 def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) -> NodeDevices:

@@ -74,10 +74,21 @@ def summary(attempt: Attempt) -> str:
 
 def empty_label(empty: EmptyLabel) -> str:
     """ "in no nvidia.com/gpu.clique domain: 2 nodes have it empty (gb-1, gb-2)"."""
-    more = ", …" if empty.nodes > len(empty.examples) else ""
-    have = "node has" if empty.nodes == 1 else "nodes have"
-    names = ", ".join(empty.examples)
-    return f"in no {empty.key} domain: {empty.nodes} {have} it empty ({names}{more})"
+    parts: list[str] = []
+    if empty.nodes:
+        more = ", …" if empty.nodes > len(empty.examples) else ""
+        have = "node has" if empty.nodes == 1 else "nodes have"
+        names = ", ".join(empty.examples)
+        parts.append(f"{empty.nodes} {have} it empty ({names}{more})")
+    if empty.mixed:
+        more = ", …" if empty.mixed > len(empty.mixed_examples) else ""
+        whose = "node's" if empty.mixed == 1 else "nodes'"
+        names = ", ".join(empty.mixed_examples)
+        cliques = ", ".join(empty.cliques)
+        parts.append(
+            f"{empty.mixed} {whose} GPUs name different cliques ({names}{more}: {cliques})"
+        )
+    return f"in no {empty.key} domain: " + "; ".join(parts)
 
 
 def segment_count(count: SegmentCount) -> str:
