@@ -213,7 +213,7 @@ def test_devices_shared_by_capacity_are_left_out_and_the_whole_gpus_placed(
                 if e["reason"] == "FailedScheduling"
             )
 
-        assert wait_for(lambda: "allows multiple allocations" in reason(), message=reason)
+        assert wait_for(lambda: "allow multiple allocations" in reason(), message=reason)
     sets = [found for c in _claims(api) if (found := _devices(c)) is not None]
     assert len(sets) == 2, sets
     assert all(sorted(gpus) == [2, 3, 4, 5, 6, 7] for _, gpus in sets), sets

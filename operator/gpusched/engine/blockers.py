@@ -61,8 +61,8 @@ def _device_problems(
     found: list[tuple[str, str]] = []
     for node in failed:
         devices = snapshot.nodes[int(node)].devices
-        if devices is not None and devices.problem:
-            found.append((devices.node, devices.problem))
+        if devices is not None and devices.explained:
+            found.append((devices.node, devices.explained))
             if len(found) == DEVICE_PROBLEMS_SHOWN:
                 break
     return tuple(found)

@@ -76,6 +76,23 @@ class NodeDevices:
     """Its Fabric Manager partitions (`gpusched.engine.partitions`); None: not partitioned."""
     cliques: tuple[str, ...] = ()
     """The distinct per-device cliques its GPUs publish (`CLIQUE_ATTRIBUTE`), sorted."""
+    shared: tuple[str, ...] = ()
+    """Its GPU devices with ``allowMultipleAllocations`` (the driver's ConsumableShares):
+    claims share them by capacity; gpusched allocates whole GPUs only and leaves them to
+    kube-scheduler, so they are never counted as free GPUs (nor twice for their claims).
+    Not a `problem`: nothing is wrong with the node's topology."""
+
+    @property
+    def explained(self) -> str:
+        """Why some of its GPUs are not placed by gpusched: its problems and shared devices."""
+        notes = list(self.problems)
+        if self.shared:
+            notes.append(
+                f"devices {', '.join(self.shared)} allow multiple allocations (the driver's "
+                "ConsumableShares, shared by capacity); gpusched allocates whole GPUs only "
+                "and leaves them to kube-scheduler"
+            )
+        return "; ".join(notes)
 
     def mixed(self, label: str | None) -> tuple[str, ...]:
         """The cliques its GPUs and its ``nvidia.com/gpu.clique`` label (``label``) name,
@@ -223,20 +240,17 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
     joined: dict[int, GpuDevice] = {}
     problems: list[str] = []
     shared: set[int | None] = set()
+    shared_names: list[str] = []
     for device in sorted(devices, key=lambda d: d.name):
         if not GPU_DEVICE_NAME.fullmatch(device.name):
             continue
         uuid = device.attribute(NVIDIA_DRIVER, "uuid")
         index = index_of.get(uuid) if isinstance(uuid, str) else None
         if device.allow_multiple_allocations:
-            shared.add(index)
             # Shared by the claims that consume its capacity: never a whole free GPU here,
             # so never counted as one, nor twice by the several claims that share it.
-            problems.append(
-                f"device {device.name} allows multiple allocations (the driver's "
-                "ConsumableShares, shared by capacity); gpusched allocates whole GPUs only "
-                "and leaves it to kube-scheduler"
-            )
+            shared.add(index)
+            shared_names.append(device.name)
         elif index is None:
             problems.append(
                 f"device {device.name} (uuid {uuid or 'missing'}) matches no GPU in its "
@@ -252,7 +266,9 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
                 f"GPU {gpu.index} ({gpu.uuid or 'no uuid'}) of its gpusched.io/gpu-topology "
                 f"annotation is missing from its {NVIDIA_DRIVER} ResourceSlices; it is not used"
             )
-    return NodeDevices(node, len(topology.gpus), joined, tuple(problems))
+    return NodeDevices(
+        node, len(topology.gpus), joined, tuple(problems), shared=tuple(shared_names)
+    )
 
 
 # ----- what a claim asks for -------------------------------------------------------------------

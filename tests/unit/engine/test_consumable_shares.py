@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpusched.api.dra import parse_resource_slice
+from gpusched.api.k8s import parse_node
+from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
+from gpusched.engine.build import topology_problem
+from gpusched.engine.devices import node_devices
 from testing import dra
 from tests.unit.engine.test_dra_engine import NS, World
 
@@ -53,8 +58,21 @@ def test_a_pod_needing_a_shared_device_as_a_whole_gpu_is_refused_saying_why() ->
     result = world.run()
     assert result.bindings == []
     (failure,) = result.unschedulable
-    assert "device gpu-" in failure.message
-    assert "allows multiple allocations" in failure.message, failure.message
+    assert "allow multiple allocations" in failure.message, failure.message
+    shared = sorted(f"gpu-{MINOR[i]}" for i in (0, 1))
+    assert f"devices {', '.join(shared)} allow" in failure.message, failure.message
+
+
+def test_shared_devices_are_no_topology_problem_of_the_node() -> None:
+    """The node's Warning Event is for topology that lies; shared devices are not that."""
+    world = _world()
+    node = parse_node(world.nodes[0])
+    slices = [parse_resource_slice(s) for s in world.slices]
+    topology = parse_topology_annotation(node.name, node.annotations[TOPOLOGY_ANNOTATION])
+    found = node_devices(node.name, slices, topology)
+    assert found is not None
+    assert found.shared
+    assert topology_problem(node, found) is None
 
 
 def test_a_claim_for_a_capacity_share_is_refused_naming_the_field() -> None:
