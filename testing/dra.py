@@ -65,9 +65,13 @@ def node(
     )
 
 
-def device(minor: int, uuid: str) -> dict[str, Any]:
-    """One whole GPU as the NVIDIA DRA driver publishes it."""
-    return {
+def device(
+    minor: int, uuid: str, numa: int | None = None, numa_list: bool = False
+) -> dict[str, Any]:
+    """One whole GPU as the NVIDIA DRA driver publishes it; ``numa``: its
+    ``resource.kubernetes.io/numaNode``, an int, or with ``numa_list`` (the driver's
+    ``DRAListTypeAttributes`` gate) a one-element list ``ints: [n]``."""
+    found: dict[str, Any] = {
         "name": f"gpu-{minor}",
         "attributes": {
             "type": {"string": "gpu"},
@@ -83,13 +87,73 @@ def device(minor: int, uuid: str) -> dict[str, Any]:
         },
         "capacity": {"memory": {"value": "81559Mi"}},
     }
+    if numa is not None:
+        value = {"ints": [numa]} if numa_list else {"int": numa}
+        found["attributes"]["resource.kubernetes.io/numaNode"] = value
+    return found
+
+
+def fm_partitions(index: int) -> dict[str, Any]:
+    """The Fabric Manager attributes the driver publishes for GPU ``index`` under its
+    ``FabricManagerPartitioning`` gate: ``gpuModuleID`` (here index + 1) and per partition
+    size N an int ``partitionN``, its partition's id. The ids are those of the Fabric Manager
+    user guide's HGX 8-GPU table: 0 (all 8), 1-2 (4 each), 3-6 (pairs), 7-14 (one each)."""
+    return {
+        "gpuModuleID": {"int": index + 1},
+        "partition8": {"int": 0},
+        "partition4": {"int": 1 + index // 4},
+        "partition2": {"int": 3 + index // 2},
+        "partition1": {"int": 7 + index},
+    }
+
+
+def consumable_shares() -> dict[str, Any]:
+    """What the driver adds to a GPU under its ``ConsumableShares`` gate (``--consumable-
+    shares=memory``): the device may be allocated to several claims, each consuming some of
+    its ``memory`` (1Mi steps, the whole by default)."""
+    return {
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "memory": {
+                "value": "81559Mi",
+                "requestPolicy": {
+                    "default": "81559Mi",
+                    "validRange": {"min": "1Mi", "max": "81559Mi", "step": "1Mi"},
+                },
+            }
+        },
+    }
 
 
 def resource_slice(
-    node_name: str, *, replace: dict[int, str] | None = None, generation: int = 1
+    node_name: str,
+    *,
+    replace: dict[int, str] | None = None,
+    generation: int = 1,
+    numa_list: bool | None = None,
+    partitioned: bool = False,
+    shared: tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    """The node's pool, one slice; ``replace`` gives some minors another UUID."""
-    devices = [device(minor, (replace or {}).get(minor, uuid)) for _, uuid, minor in gpus()]
+    """The node's pool, one slice; ``replace`` gives some minors another UUID; ``numa_list``
+    (not None) publishes each GPU's NUMA node, as a list when True: the capture's own where it
+    names one, else GPUs 0-3 on node 0 and 4-7 on node 1, as on a two-socket HGX;
+    ``partitioned``: its Fabric Manager partitions too (`fm_partitions`); ``shared``: GPUs
+    (by index) published as shared devices (`consumable_shares`)."""
+    numa = {g.index: g.numa if g.numa is not None else g.index // 4 for g in topology().gpus}
+    devices = [
+        device(
+            minor,
+            (replace or {}).get(minor, uuid),
+            numa[index] if numa_list is not None else None,
+            bool(numa_list),
+        )
+        for index, uuid, minor in gpus()
+    ]
+    for (index, _, _), found in zip(gpus(), devices, strict=True):
+        if partitioned:
+            found["attributes"].update(fm_partitions(index))
+        if index in shared:
+            found.update(consumable_shares())
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

@@ -94,6 +94,8 @@ WORKLOAD_KINDS = (
                  status_subresource=True),
     ResourceSpec("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", namespaced=True,
                  status_subresource=True),
+    ResourceSpec("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain",
+                 namespaced=True, status_subresource=True),
 )  # fmt: skip
 """The kinds `kuberay()`, `kueue()` and `install_workload_crds()` install, reset like ours."""
 
@@ -224,7 +226,8 @@ class RealCluster:
         return kueue
 
     def install_workload_crds(self) -> None:
-        """JobSet, LeaderWorkerSet, PyTorchJob, MPIJob and TrainJob CRDs (testing/cluster/crds)."""
+        """JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, TrainJob and the NVIDIA driver's
+        ComputeDomain CRDs (testing/cluster/crds)."""
         apply_crds(self.plane, WORKLOAD_CRDS)
         self._reset_also(*WORKLOAD_KINDS)
 

@@ -43,13 +43,16 @@ LOOPBACK = "127.0.0.1"
 
 FEATURE_GATES = (
     "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true,"
-    "WorkloadWithJob=true"
+    "WorkloadWithJob=true,DRAListTypeAttributes=true"
 )
 """What kube-scheduler 1.37's Workload API needs: gang scheduling (beta, off by default),
 topology-aware workload scheduling and CompositePodGroup (alpha); and WorkloadWithJob (alpha),
 without which the API server drops a Job's `.spec.scheduling`. The gate also makes a Job
 controller create a Workload and PodGroup for each Job it starts; only the Job controllers
-started by `start_controllers` run here, each with the gates it is given."""
+started by `start_controllers` run here, each with the gates it is given. DRAListTypeAttributes
+(alpha in 1.36, off by default): without it the API server drops a ResourceSlice's list-typed
+attributes (``ints``, ``strings``...), which the NVIDIA DRA driver publishes ``numaNode`` as
+under its gate of the same name."""
 
 RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
 """Workload and PodGroup are served as v1beta1, CompositePodGroup as v1alpha3; both are off by

@@ -17,7 +17,8 @@ cluster the first time a test asks, keeps it for the session, and returns the `R
   for its constants): pods in a namespace made by `ensure_namespace(name, kueue=True)` with a
   LocalQueue (`Kueue.local_queue(namespace)`) are gated, admitted and ungated by Kueue. Built
   from its Go module on first use, like `kuberay`.
-- `workload_crds`: the JobSet, LeaderWorkerSet, PyTorchJob, MPIJob and TrainJob CRDs installed,
+- `workload_crds`: the JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, TrainJob (and the NVIDIA
+  driver's ComputeDomain) CRDs installed,
   for tests that create the objects those controllers make.
 """
 

@@ -322,6 +322,8 @@ OPERATOR_GRANTS = {
             ("ray.io", "rayclusters"),
         )
     },
+    # The NVIDIA DRA driver's ComputeDomains (handlers/dra.py): a channel claim's namespace.
+    ("resource.nvidia.com", "computedomains"): {"list", "watch"},
     # Volcano's PodGroup has no status subresource: patched whole.
     ("scheduling.volcano.sh", "podgroups"): {"list", "watch", "patch"},
     **{

@@ -101,6 +101,9 @@ class Device(_Model):
     name: str
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
     capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
+    allow_multiple_allocations: bool | None = Field(default=None, alias="allowMultipleAllocations")
+    """DRAConsumableCapacity (beta in 1.36): several claims may share the device, each
+    consuming some of its capacity (the NVIDIA driver's ConsumableShares)."""
 
     def attribute(self, driver: str, name: str) -> AttributeValue | None:
         """An attribute by its short name (the driver's own domain) or fully qualified."""
@@ -168,6 +171,8 @@ class ExactDeviceRequest(_Model):
     )
     count: int = 1
     admin_access: bool | None = Field(default=None, alias="adminAccess")
+    capacity: dict[str, Any] | None = None
+    """DRAConsumableCapacity: how much of a shared device's capacity the request consumes."""
 
 
 class DeviceRequest(_Model):

@@ -11,7 +11,7 @@ import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine import wording
-from gpusched.engine.fit import broken_topology, static_reason
+from gpusched.engine.fit import broken_topology, partition_free, static_reason
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Blocker, NodeCheck
@@ -72,8 +72,8 @@ def _device_problems(
     found: list[tuple[str, str]] = []
     for node in failed:
         devices = snapshot.nodes[int(node)].devices
-        if devices is not None and devices.problem:
-            found.append((devices.node, devices.problem))
+        if devices is not None and devices.explained:
+            found.append((devices.node, devices.explained))
             if len(found) == DEVICE_PROBLEMS_SHOWN:
                 break
     return tuple(found)
@@ -140,6 +140,8 @@ def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, s
             where = " in one NUMA node" if single else ""
             detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
             return _gpu_label(pod), detail + _excluded_suffix(snapshot, node)
+        if pod.devices is not None and not partition_free(snapshot, pod, np.array([node]))[0]:
+            return wording.no_free_partition(pod.gpus), ""
     elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
         most = int(snapshot.max_share[node])
         detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
@@ -210,6 +212,12 @@ def _failing_checks(
         if pod.gpus > 1:
             gpu_ok |= broken  # a broken annotation is its own check (and the pod's first)
         check(_gpu_label(pod), gpu_ok, is_gpu=True)
+        if pod.devices is not None:
+            check(
+                wording.no_free_partition(pod.gpus),
+                partition_free(snapshot, pod, nodes),
+                is_gpu=True,
+            )
     elif pod.gpu_milli:
         check(wording.NO_GPU_SHARE, snapshot.max_share[nodes] >= pod.gpu_milli, is_gpu=True)
     matrix = np.array(rows, dtype=np.bool_) if rows else np.zeros((0, nodes.size), np.bool_)

@@ -88,6 +88,22 @@ class PodDevices:
         )
 
     @property
+    def gpu_claims(self) -> int:
+        """The claims it allocates GPUs for (a Fabric Manager partition is one claim's)."""
+        return sum(
+            1
+            for c in self.claims
+            if not c.joins and any(d.count for d in c.demands if not d.channel)
+        )
+
+    @property
+    def compute_domains(self) -> tuple[str, ...]:
+        """The uids of the ComputeDomains its channels are of."""
+        return tuple(
+            sorted({d.domain for c in self.claims for d in c.demands if d.channel and d.domain})
+        )
+
+    @property
     def channels(self) -> int:
         """IMEX channels to allocate with the GPUs (0 or 1: a node has one for a pod)."""
         return sum(1 for c in self.claims for d in c.demands if d.channel)
@@ -100,6 +116,8 @@ class PodDevices:
             self.extended is not None,
             self.refusal is not None,
             repr(self.node_terms),
+            (self.gpus, self.gpu_claims),  # a Fabric Manager partition of that many, one claim
+            self.compute_domains,
         )
 
     @property
@@ -204,6 +222,8 @@ class ClaimsSeen:
     """The DeviceClass serving ``gpu_resource`` through DRA, if any (`serving_class`)."""
     extended_claims: Mapping[str, ResourceClaim] | None = None
     """Claims made for a pod's extended resources, by the pod's uid (`extended_claims`)."""
+    compute_domains: Mapping[str, tuple[str, str]] | None = None
+    """The NVIDIA driver's ComputeDomains seen, by uid: (namespace, name)."""
 
 
 def serving_class(classes: Mapping[str, DeviceClass], resource: str) -> DeviceClass | None:
@@ -299,7 +319,7 @@ def _claimed(
                 "allocated yet; gpusched places pods on a shared claim once it is allocated, "
                 "so let one pod outside the gang (or one gang member alone) allocate it first"
             )
-        claims.append(ClaimDemand(key, claim_demand(claim, seen.classes)))
+        claims.append(ClaimDemand(key, claim_demand(claim, seen.classes, seen.compute_domains)))
     return PodDevices(tuple(claims), node_terms=terms)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from gpusched.api.dra import Device, DeviceClass, DeviceSelector, ResourceClaim, ResourceSlice
 from gpusched.api.topology import GpuTopology
+from gpusched.engine.partitions import Partitions, node_partitions
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 """The NVIDIA DRA driver: one ResourceSlice pool per node, devices ``gpu-<minor>``."""
@@ -37,6 +38,13 @@ CHANNEL_RESOURCE = f"{COMPUTE_DOMAIN_DRIVER}/channel"
 """The engine's count of a node's default IMEX channel (1 where the node publishes it): the
 driver prepares it for one pod, of one ComputeDomain, at a time, so a second channel pod on
 a node would bind and never start."""
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+"""The node label of its NVLink clique, ``<ClusterUUID>.<CliqueID>`` (all of a node's GPUs are
+in one clique; the ComputeDomain plugin refuses to start when they are not)."""
+CLIQUE_ATTRIBUTE = "clique"
+"""A per-device clique (``<ClusterUUID>.<CliqueID>``), read where a driver publishes one: the
+NVIDIA driver (2026-08) publishes none, only the node label; a node whose devices publish
+different cliques, or one other than its label, is in no clique domain (`NodeDevices.mixed`)."""
 GPU_DEVICE_NAME = re.compile(r"gpu-[0-9]+")
 """Whole-GPU devices; MIG devices (``gpu-0-mig-…``) are not whole GPUs and are left alone."""
 
@@ -64,6 +72,33 @@ class NodeDevices:
     problems: tuple[str, ...] = ()
     channels: tuple[tuple[str, Device], ...] = ()
     """The node's IMEX channel devices (`COMPUTE_DOMAIN_DRIVER`), with their pool."""
+    partitions: Partitions | None = None
+    """Its Fabric Manager partitions (`gpusched.engine.partitions`); None: not partitioned."""
+    cliques: tuple[str, ...] = ()
+    """The distinct per-device cliques its GPUs publish (`CLIQUE_ATTRIBUTE`), sorted."""
+    shared: tuple[str, ...] = ()
+    """Its GPU devices with ``allowMultipleAllocations`` (the driver's ConsumableShares):
+    claims share them by capacity; gpusched allocates whole GPUs only and leaves them to
+    kube-scheduler, so they are never counted as free GPUs (nor twice for their claims).
+    Not a `problem`: nothing is wrong with the node's topology."""
+
+    @property
+    def explained(self) -> str:
+        """Why some of its GPUs are not placed by gpusched: its problems and shared devices."""
+        notes = list(self.problems)
+        if self.shared:
+            notes.append(
+                f"devices {', '.join(self.shared)} allow multiple allocations (the driver's "
+                "ConsumableShares, shared by capacity); gpusched allocates whole GPUs only "
+                "and leaves them to kube-scheduler"
+            )
+        return "; ".join(notes)
+
+    def mixed(self, label: str | None) -> tuple[str, ...]:
+        """The cliques its GPUs and its ``nvidia.com/gpu.clique`` label (``label``) name,
+        when they are not one (else ()): such a node is in no clique domain."""
+        named = set(self.cliques) | ({label} if label and self.cliques else set())
+        return tuple(sorted(named)) if len(named) > 1 else ()
 
     def channel(self, checks: Iterable[Check]) -> tuple[str, str] | None:
         """The (pool, device) of the channel passing every check, if the node has one."""
@@ -184,19 +219,39 @@ def node_devices(
         why = topology_error or "it has no gpusched.io/gpu-topology annotation"
         message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"
         return NodeDevices(node, 0, {}, (message,), channels)
-    return dataclasses.replace(_join(node, pool, devices, topology), channels=channels)
+    joined = _join(node, pool, devices, topology)
+    partitions = node_partitions(
+        ((g.index, g.spec) for g in joined.devices.values()), NVIDIA_DRIVER
+    )
+    cliques = tuple(
+        sorted(
+            {
+                str(found)
+                for g in joined.devices.values()
+                if (found := g.spec.attribute(NVIDIA_DRIVER, CLIQUE_ATTRIBUTE))
+            }
+        )
+    )
+    return dataclasses.replace(joined, channels=channels, partitions=partitions, cliques=cliques)
 
 
 def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) -> NodeDevices:
     index_of = {g.uuid: g.index for g in topology.gpus if g.uuid}
     joined: dict[int, GpuDevice] = {}
     problems: list[str] = []
+    shared: set[int | None] = set()
+    shared_names: list[str] = []
     for device in sorted(devices, key=lambda d: d.name):
         if not GPU_DEVICE_NAME.fullmatch(device.name):
             continue
         uuid = device.attribute(NVIDIA_DRIVER, "uuid")
         index = index_of.get(uuid) if isinstance(uuid, str) else None
-        if index is None:
+        if device.allow_multiple_allocations:
+            # Shared by the claims that consume its capacity: never a whole free GPU here,
+            # so never counted as one, nor twice by the several claims that share it.
+            shared.add(index)
+            shared_names.append(device.name)
+        elif index is None:
             problems.append(
                 f"device {device.name} (uuid {uuid or 'missing'}) matches no GPU in its "
                 "gpusched.io/gpu-topology annotation; it is not allocated"
@@ -206,12 +261,14 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
         else:
             joined[index] = GpuDevice(index, pool, device.name, str(uuid), device)
     for gpu in topology.gpus:
-        if gpu.index not in joined:
+        if gpu.index not in joined and gpu.index not in shared:
             problems.append(
                 f"GPU {gpu.index} ({gpu.uuid or 'no uuid'}) of its gpusched.io/gpu-topology "
                 f"annotation is missing from its {NVIDIA_DRIVER} ResourceSlices; it is not used"
             )
-    return NodeDevices(node, len(topology.gpus), joined, tuple(problems))
+    return NodeDevices(
+        node, len(topology.gpus), joined, tuple(problems), shared=tuple(shared_names)
+    )
 
 
 # ----- what a claim asks for -------------------------------------------------------------------
@@ -254,6 +311,9 @@ class RequestDemand:
     channel: bool = False
     """An IMEX channel (`COMPUTE_DOMAIN_DRIVER`), not GPUs: ``count`` is 0, ``checks`` pick
     the channel device on the node."""
+    domain: str = ""
+    """For a channel: the uid of its ComputeDomain (the ``domainID`` of the claim's
+    ``ComputeDomainChannelConfig``), '' when the claim names none."""
 
 
 class ClaimError(Exception):
@@ -334,10 +394,19 @@ def class_checks(device_class: DeviceClass) -> tuple[Check, ...]:
     return tuple(checks)
 
 
+COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+"""The node label the ComputeDomain kubelet plugin sets to the uid of the ComputeDomain it
+serves when it prepares a channel; it refuses to prepare one of another ComputeDomain while
+the label is there (a node serves one ComputeDomain at a time)."""
+
+
 def claim_demand(
-    claim: ResourceClaim, classes: Mapping[str, DeviceClass]
+    claim: ResourceClaim,
+    classes: Mapping[str, DeviceClass],
+    domains: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[RequestDemand, ...]:
-    """Every request of ``claim`` as GPUs to find; raises `ClaimError` naming the field."""
+    """Every request of ``claim`` as GPUs to find; raises `ClaimError` naming the field.
+    ``domains``: the ComputeDomains seen, by uid: (namespace, name)."""
     where = f"ResourceClaim {claim.key}"
     devices = claim.spec.devices
     if devices.constraints:
@@ -352,13 +421,26 @@ def claim_demand(
             raise ClaimError(f"{field}: allocationMode {exact.allocation_mode} is not supported")
         if exact.admin_access:
             raise ClaimError(f"{field}: adminAccess is not supported by gpusched")
+        if exact.capacity:
+            raise ClaimError(
+                f"{field}: capacity (a share of a device allowing multiple allocations) is not "
+                "supported by gpusched, which allocates whole GPUs; leave such claims to "
+                "kube-scheduler"
+            )
         device_class = classes.get(exact.device_class_name)
         if device_class is None:
             raise ClaimError(f"{field}: DeviceClass {exact.device_class_name} does not exist")
         channel = _channel_checks(device_class, exact.selectors, field, exact.count)
         if channel is not None:
+            domain = _channel_domain(claim, request.name, domains or {})
             demand = RequestDemand(
-                claim.key, request.name, 0, channel, exact.device_class_name, channel=True
+                claim.key,
+                request.name,
+                0,
+                channel,
+                exact.device_class_name,
+                channel=True,
+                domain=domain,
             )
             demands.append(demand)
             continue
@@ -377,6 +459,32 @@ def claim_demand(
             )
         )
     return tuple(demands)
+
+
+def _channel_domain(
+    claim: ResourceClaim, request: str, domains: Mapping[str, tuple[str, str]]
+) -> str:
+    """The ComputeDomain uid of the claim's channel config for ``request``; raises
+    `ClaimError` when that ComputeDomain is in another namespace than the claim (the driver's
+    Prepare refuses such a claim: the pod would bind and never start)."""
+    for position, config in enumerate(claim.spec.devices.config):
+        opaque = config.opaque
+        if opaque is None or opaque.driver != COMPUTE_DOMAIN_DRIVER:
+            continue
+        if config.requests and request not in config.requests:
+            continue
+        parameters = opaque.parameters if isinstance(opaque.parameters, Mapping) else {}
+        domain = str(parameters.get("domainID") or "")
+        seen = domains.get(domain)
+        if seen is not None and seen[0] != claim.metadata.namespace:
+            raise ClaimError(
+                f"ResourceClaim {claim.key}: spec.devices.config[{position}].opaque.parameters"
+                f".domainID names ComputeDomain {seen[0]}/{seen[1]}, in another namespace; the "
+                "NVIDIA driver prepares a channel only for a claim in its ComputeDomain's "
+                "namespace"
+            )
+        return domain
+    return ""
 
 
 def _channel_checks(

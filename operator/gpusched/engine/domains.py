@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.api.config import NumaPolicy
+from gpusched.engine.devices import CLIQUE_LABEL
 from gpusched.engine.fit import static_mask
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
@@ -71,10 +72,34 @@ def empty_label(snapshot: Snapshot, parent: Domain, key: str) -> EmptyLabel | No
         empty.flags.writeable = False
         memo[key] = empty
     inside = np.flatnonzero(empty & parent.mask)
-    if not inside.size:
+    mixed = _mixed_cliques(snapshot, key) & parent.mask
+    others = np.flatnonzero(mixed & ~empty)
+    if not inside.size and not others.size:
         return None
     names = tuple(snapshot.nodes[int(n)].name for n in inside[:3])
-    return EmptyLabel(key, int(inside.size), names)
+    if not others.size:
+        return EmptyLabel(key, int(inside.size), names)
+    first = snapshot.nodes[int(others[0])]
+    cliques = first.devices.mixed(first.labels.get(key)) if first.devices else ()
+    mixed_names = tuple(snapshot.nodes[int(n)].name for n in others[:3])
+    return EmptyLabel(key, int(inside.size), names, int(others.size), mixed_names, cliques)
+
+
+def _mixed_cliques(snapshot: Snapshot, key: str) -> BoolArray:
+    """Nodes whose GPUs publish different cliques (or another than their label): in no
+    domain of the clique label (`NodeDevices.mixed`)."""
+    if key != CLIQUE_LABEL:
+        return np.zeros(len(snapshot.nodes), dtype=np.bool_)
+    memo: dict[str, BoolArray] = snapshot.derived.setdefault("mixed cliques", {})
+    found = memo.get(key)
+    if found is None:
+        found = np.array(
+            [bool(n.devices and n.devices.mixed(n.labels.get(key))) for n in snapshot.nodes],
+            dtype=np.bool_,
+        )
+        found.flags.writeable = False
+        memo[key] = found
+    return found
 
 
 def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:

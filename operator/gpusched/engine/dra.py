@@ -47,6 +47,9 @@ class DraObjects:
     classes: Mapping[str, DeviceClass] = field(default_factory=dict)
     claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
     version: int | None = None
+    compute_domains: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """The NVIDIA driver's ComputeDomains (``resource.nvidia.com``), by uid: (namespace,
+    name); a channel claim of one seen in another namespace is refused."""
 
 
 class PodSource(Protocol):
@@ -167,6 +170,7 @@ class DraCache:
             releasing=releasing,
             extended_class=serving,
             extended_claims=extended_claims(objects.claims) if serving is not None else None,
+            compute_domains=objects.compute_domains,
         )
         allocating: dict[str, tuple[str, str | None]] = {}
         stale: list[Stale] = []

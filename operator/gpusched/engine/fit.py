@@ -11,7 +11,8 @@ import numpy as np
 
 from gpusched.api.config import NumaPolicy
 from gpusched.api.selectors import first_untolerated_taint, required_terms_match
-from gpusched.engine import wording
+from gpusched.engine import partitions, wording
+from gpusched.engine.devices import COMPUTE_DOMAIN_LABEL
 from gpusched.engine.nodes import BoolArray, IntArray, NodeInfo
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import Snapshot
@@ -58,6 +59,9 @@ def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
         return None
     if wanted.refusal is not None:
         return wanted.refusal.message
+    serving = node.labels.get(COMPUTE_DOMAIN_LABEL)
+    if serving and any(d != serving for d in wanted.compute_domains):
+        return wording.serves_other_domain(serving)
     terms = wanted.node_terms
     if terms is not None and not required_terms_match(terms, node.labels, node.name):
         return wording.joined_elsewhere(wanted.joined)
@@ -68,6 +72,9 @@ def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
     failing = devices.failing(wanted.checks)
     if failing is not None:
         return wording.dra_selector_fails(str(failing))
+    refused = partitions.refusal(devices.partitions, wanted.gpus, wanted.gpu_claims)
+    if refused is not None:
+        return wording.fm_partition(refused)
     return None
 
 
@@ -121,7 +128,40 @@ def _gpu_count_ok(
         ok = snapshot.free_whole[nodes] >= pod.gpus
     if pod.gpus > 1:
         ok &= ~broken_topology(snapshot)[nodes]
+    if pod.devices is not None:
+        ok &= partition_free(snapshot, pod, nodes)
     return ok
+
+
+def partition_free(
+    snapshot: Snapshot, pod: PodRequest, nodes: IntArray | slice = slice(None)
+) -> BoolArray:
+    """Whether ``nodes`` (all by default) have a whole Fabric Manager partition of the pod's
+    GPU count free; True on nodes that are not partitioned."""
+    partitioned = _partitioned(snapshot)[nodes]
+    ok = np.ones(partitioned.shape, bool)
+    if not pod.gpus or not partitioned.any():
+        return ok
+    indices = np.arange(len(snapshot.nodes))[nodes]
+    for position in np.flatnonzero(partitioned):
+        node = int(indices[position])
+        found = snapshot.nodes[node].devices
+        held = found.partitions if found is not None else None
+        free = partitions.free_partitions(held, pod.gpus, snapshot.free_mask[node])
+        ok[position] = bool(free)
+    return ok
+
+
+def _partitioned(snapshot: Snapshot) -> BoolArray:
+    """Nodes whose DRA GPUs are in Fabric Manager partitions."""
+    cached = snapshot.static_masks.get("\0fm-partitioned")
+    if cached is None:
+        cached = np.array(
+            [n.devices is not None and n.devices.partitions is not None for n in snapshot.nodes],
+            bool,
+        )
+        snapshot.static_masks["\0fm-partitioned"] = cached
+    return cached
 
 
 def broken_topology(snapshot: Snapshot) -> BoolArray:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.selectors import Taint
-from gpusched.engine.devices import NodeDevices
+from gpusched.engine.devices import CLIQUE_LABEL, NodeDevices
 from gpusched.engine.gpushape import NodeShape
 
 BoolArray = npt.NDArray[np.bool_]
@@ -194,7 +194,13 @@ class NodeFacts:
         if cached is None:
             levels = self.config.topology_levels
             outer = levels[: levels.index(key)] if key in levels else ()
-            paths = [_path(n.labels, outer, key) for n in self.nodes]
+            clique = key == CLIQUE_LABEL
+            paths = [
+                None
+                if clique and n.devices and n.devices.mixed(n.labels.get(key))
+                else _path(n.labels, outer, key)
+                for n in self.nodes
+            ]
             ordered = sorted({p for p in paths if p is not None})
             by_path = {p: i for i, p in enumerate(ordered)}
             codes = [by_path[p] if p is not None else -1 for p in paths]

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpusched.api.config import ShareGpu, TieBreakOrder
-from gpusched.engine import scores
+from gpusched.engine import partitions, scores
 from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.gpuset import GpuChoice, choose_gpus
 from gpusched.engine.nodes import BoolArray, IntArray
@@ -255,6 +255,9 @@ def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice |
         start, stop = int(snapshot.gpu_offset[node]), int(snapshot.gpu_offset[node + 1])
         free_memory = snapshot.gpu_mem_free[start:stop]
         memory = None if np.isnan(free_memory).all() else [float(m) for m in free_memory]
+    held = info.devices.partitions if info.devices is not None else None
+    if held is not None and pod.devices is not None:
+        return _in_partition(snapshot, pod, node, held, memory)
     return choose_gpus(
         info.shape,
         snapshot.free_mask[node],
@@ -262,6 +265,24 @@ def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice |
         snapshot.config.numa_policy,
         memory,
     )
+
+
+def _in_partition(
+    snapshot: Snapshot,
+    pod: PodRequest,
+    node: int,
+    held: partitions.Partitions,
+    memory: list[float] | None,
+) -> GpuChoice | None:
+    """On a Fabric Manager partitioned node: the best free partition of the pod's size, by
+    the same ranking as any GPU set (the driver prepares nothing else)."""
+    info = snapshot.nodes[node]
+    best: GpuChoice | None = None
+    for mask in partitions.free_partitions(held, pod.gpus, snapshot.free_mask[node]):
+        found = choose_gpus(info.shape, mask, pod.gpus, snapshot.config.numa_policy, memory)
+        if found is not None and (best is None or found.link_cost < best.link_cost):
+            best = found
+    return best
 
 
 def choose_share(

@@ -85,6 +85,12 @@ class EmptyLabel:
     nodes: int
     examples: tuple[str, ...]
     """Up to three of them, by name."""
+    mixed: int = 0
+    """Nodes (besides ``nodes``) whose GPUs publish different cliques, or another than their
+    label (`NodeDevices.mixed`): in no domain of it either."""
+    mixed_examples: tuple[str, ...] = ()
+    cliques: tuple[str, ...] = ()
+    """The cliques the first of them names."""
 
 
 @dataclass(frozen=True, slots=True)

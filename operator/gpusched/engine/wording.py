@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpusched.engine.partitions import PartitionRefusal
 from gpusched.engine.result import (
     Attempt,
     ChildBound,
@@ -106,10 +107,21 @@ def summary(attempt: Attempt) -> str:
 
 def empty_label(empty: EmptyLabel) -> str:
     """ "in no nvidia.com/gpu.clique domain: 2 nodes have it empty (gb-1, gb-2)"."""
-    more = ", …" if empty.nodes > len(empty.examples) else ""
-    have = "node has" if empty.nodes == 1 else "nodes have"
-    names = ", ".join(empty.examples)
-    return f"in no {empty.key} domain: {empty.nodes} {have} it empty ({names}{more})"
+    parts: list[str] = []
+    if empty.nodes:
+        more = ", …" if empty.nodes > len(empty.examples) else ""
+        have = "node has" if empty.nodes == 1 else "nodes have"
+        names = ", ".join(empty.examples)
+        parts.append(f"{empty.nodes} {have} it empty ({names}{more})")
+    if empty.mixed:
+        more = ", …" if empty.mixed > len(empty.mixed_examples) else ""
+        whose = "node's" if empty.mixed == 1 else "nodes'"
+        names = ", ".join(empty.mixed_examples)
+        cliques = ", ".join(empty.cliques)
+        parts.append(
+            f"{empty.mixed} {whose} GPUs name different cliques ({names}{more}: {cliques})"
+        )
+    return f"in no {empty.key} domain: " + "; ".join(parts)
 
 
 def segment_count(count: SegmentCount) -> str:
@@ -230,6 +242,34 @@ DRA_DEVICES_UNUSABLE = f"none of its {DRA_DRIVER} devices can be used"
 def dra_selector_fails(check: str) -> str:
     """A DRA node where some device fails a check of the pod's claims."""
     return f"not every device passes the claims' selector {check}"
+
+
+def fm_partition(refusal: PartitionRefusal) -> str:
+    """A Fabric Manager partitioned node that cannot give a pod's GPUs as one partition."""
+    sizes = ", ".join(map(str, refusal.sizes)) or "none"
+    if refusal.claims > 1:
+        return (
+            f"its GPUs are in Fabric Manager partitions (partitionN attributes): the pod's "
+            f"{refusal.claims} GPU claims would each need a partition of their own; gpusched "
+            "gives a pod one partition, so ask for its GPUs in one claim"
+        )
+    return (
+        f"its GPUs are in Fabric Manager partitions of {sizes} GPUs (partitionN attributes) "
+        f"and the driver prepares only a whole partition: none has {refusal.gpus}"
+    )
+
+
+def serves_other_domain(uid: str) -> str:
+    """A node the ComputeDomain plugin labelled for another ComputeDomain than the pod's."""
+    return (
+        f"it serves ComputeDomain {uid} (label resource.nvidia.com/computeDomain); a node "
+        "serves one ComputeDomain at a time"
+    )
+
+
+def no_free_partition(gpus: int) -> str:
+    """A Fabric Manager partitioned node whose every partition of the pod's size is in use."""
+    return f"no free Fabric Manager partition of {gpus} {DRA_DRIVER} devices"
 
 
 def joined_elsewhere(claims: Sequence[str]) -> str:

@@ -100,6 +100,8 @@ class DraRead:
     classes: dict[str, DeviceClass] = field(default_factory=dict)
     claims: dict[str, ResourceClaim] = field(default_factory=dict)
     templates: dict[str, ResourceClaimTemplate] = field(default_factory=dict)
+    compute_domains: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """The NVIDIA driver's ComputeDomains, by uid: (namespace, name)."""
 
 
 @dataclass(slots=True)
@@ -235,6 +237,13 @@ class _Reader:
             objects.priority_classes[found.name] = found
         elif kind in _DRA_KINDS or kind == "PodDisruptionBudget":
             self._lenient(document, lambda: self._add_input(kind, document))
+        elif kind == "ComputeDomain" and str(document.get("apiVersion")).startswith(
+            "resource.nvidia.com/"
+        ):
+            meta = document.get("metadata") or {}
+            if meta.get("uid"):  # without one, no claim's domainID can name it
+                where = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+                objects.dra.compute_domains[str(meta["uid"])] = where
         elif kind == "Workload":
             try:
                 self.materialised.extend(materialize(parse_workload(document)))

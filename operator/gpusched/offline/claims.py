@@ -34,7 +34,8 @@ def offline_dra(read: DraRead, pending: Iterable[Pod]) -> OfflineDra:
         made = _made_from_templates(pod, read, claims)
         uid = pod.metadata.uid or f"uid-of-{pod.key}"
         pods[pod.key] = DraPod(made, uid)
-    return OfflineDra(DraObjects(read.slices, read.classes, claims), pods)
+    objects = DraObjects(read.slices, read.classes, claims, compute_domains=read.compute_domains)
+    return OfflineDra(objects, pods)
 
 
 def _made_from_templates(pod: Pod, read: DraRead, claims: dict[str, ResourceClaim]) -> Pod:

@@ -117,3 +117,52 @@ def test_a_resource_slice_that_cannot_be_read_is_refused_naming_the_field(
     assert code == EXIT_BAD_INPUT
     assert "ResourceSlice n1-gpu.nvidia.com-slice" in err, err
     assert "spec.driver" in err, err
+
+
+def test_simulate_refuses_a_channel_claim_of_a_compute_domain_in_another_namespace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ComputeDomains in the input are read as the operator watches them: a channel claim
+    whose domainID names one in another namespace is refused naming the field."""
+    from tests.unit.engine.test_imex_channels import (
+        CHANNEL_CEL,
+        CHANNEL_CLASS,
+        channel_claim,
+        channel_slice,
+    )
+
+    compute_domain = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "cd", "namespace": "training", "uid": "uid-cd-1"},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "cd"}}},
+    }
+    template = channel_claim("cd-channel")  # domainID uid-cd-1, in namespace ml
+    pod = _template_pod("worker", "one")
+    pod["spec"]["resourceClaims"].append({"name": "channel", "resourceClaimTemplateName": "cd"})
+    pod["spec"]["containers"][0]["resources"]["claims"].append({"name": "channel"})
+    documents = [
+        dra.node("n1"),
+        dra.resource_slice("n1"),
+        channel_slice("n1"),
+        dra.device_class(),
+        dra.device_class(CHANNEL_CLASS, CHANNEL_CEL),
+        dra.claim_template("one", NS, 1),
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "cd", "namespace": NS},
+            "spec": {"spec": template["spec"]},
+        },
+        compute_domain,
+        pod,
+    ]
+    document = _run(capsys, _write(tmp_path, documents))
+    assert document["bindings"] == []
+    (failure,) = document["unschedulable"]
+    assert "spec.devices.config[0].opaque.parameters.domainID" in failure["message"]
+    assert "ComputeDomain training/cd" in failure["message"]
+    # In its ComputeDomain's namespace, the same pod is placed.
+    compute_domain["metadata"]["namespace"] = NS
+    document = _run(capsys, _write(tmp_path, documents))
+    assert [b["node"] for b in document["bindings"]] == ["n1"]

@@ -74,6 +74,16 @@ class ClaimBook:
     """Claims whose unfinished allocation is being undone (not planned for meanwhile)."""
     listed: bool = False
     """Claims, slices and classes were listed afresh since this replica took the lead."""
+    compute_domains: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """The NVIDIA driver's ComputeDomains as watched, by uid: (namespace, name)."""
+
+    def upsert_compute_domain(self, body: Mapping[str, Any]) -> None:
+        uid = str((body.get("metadata") or {}).get("uid") or "")
+        if uid:
+            self.compute_domains[uid] = (namespace_of(body), name_of(body))
+
+    def delete_compute_domain(self, body: Mapping[str, Any]) -> None:
+        self.compute_domains.pop(str((body.get("metadata") or {}).get("uid") or ""), None)
 
     def upsert_slice(self, body: Mapping[str, Any]) -> None:
         name = name_of(body)

@@ -69,7 +69,13 @@ class DraView:
 
     def objects(self) -> DraObjects:
         book = self.book
-        return DraObjects(book.slices, book.classes, book.claims, book.slices_generation)
+        return DraObjects(
+            book.slices,
+            book.classes,
+            book.claims,
+            book.slices_generation,
+            compute_domains=book.compute_domains,
+        )
 
     def node_devices(self, node: Node) -> NodeDevices | None:
         """The node's DRA devices now (None: it publishes none)."""
