@@ -87,8 +87,9 @@ def not_placed_after(
 
 
 def test_a_pool_split_across_slices_is_used_only_once_its_slices_agree(
-    api: ApiClient, kubeconfig: Path, dra_cluster: None
+    api: ApiClient, kubeconfig: Path, dra_cluster: None, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gpusched")
     api.create(dra.node(NODE))
     publish(api, "a", 1)  # one slice of two
     with running_operator(kubeconfig) as runtime:
@@ -114,6 +115,10 @@ def test_a_pool_split_across_slices_is_used_only_once_its_slices_agree(
             message=lambda: f"bound once the slices agree: {dump(events_for(api, members[0], NS))}",
         )
         pod = pods(api, NS)[key]
+        # A pool half-way through an update is no mismatch: nothing was said about the node.
+        assert _mismatch_events(api, NODE) == []
+        said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [m for m in said if NODE in m] == [], said
         assert pod["spec"]["nodeName"] == NODE
         claim = _claim_of(api, pod)
         assert claim is not None, pod

@@ -64,6 +64,9 @@ class NodeDevices:
     problems: tuple[str, ...] = ()
     channels: tuple[tuple[str, Device], ...] = ()
     """The node's IMEX channel devices (`COMPUTE_DOMAIN_DRIVER`), with their pool."""
+    updating: bool = False
+    """Its pool is half-way through an update (not all slices of its newest generation
+    published): nothing is allocated there meanwhile, and nothing is wrong either."""
 
     def channel(self, checks: Iterable[Check]) -> tuple[str, str] | None:
         """The (pool, device) of the channel passing every check, if the node has one."""
@@ -179,7 +182,7 @@ def node_devices(
     )
     if incomplete:
         count = len(topology.gpus) if topology else 0
-        return NodeDevices(node, count, {}, (incomplete,), channels)
+        return NodeDevices(node, count, {}, (incomplete,), channels, updating=True)
     if topology is None:
         why = topology_error or "it has no gpusched.io/gpu-topology annotation"
         message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"
