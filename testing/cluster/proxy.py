@@ -9,6 +9,9 @@ Status, added latency), plus what only a proxy in front of a real server can do:
 - `lose(...)`: the request reaches the server and is applied, then the client's connection is
   cut before the answer (a bind committed after the client gave up);
 - `drop(...)`: the connection is cut before the request is forwarded;
+- `before(action, ...)`: ``action`` runs (it may write to the server itself) before the
+  request is forwarded: another client's write landing between this client's read and its
+  write, so that the server answers it with a real 409 Conflict;
 - `drop_watches()` ends every open watch stream; `silence_watches()` keeps them open but
   forwards nothing more; `expire_watches()` makes every watch that resumes from an older
   resourceVersion get the real server's 410 ERROR event.
@@ -75,6 +78,35 @@ class ProxyFaults(Faults):
     def __init__(self) -> None:
         super().__init__()
         self._cuts: list[tuple[str, FaultRule]] = []
+        self._actions: list[tuple[Callable[[], object], FaultRule]] = []
+
+    def before(
+        self,
+        action: Callable[[], object],
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        times: int | None = 1,
+    ) -> FaultRule:
+        """Run ``action`` (on a worker thread) when a matching request arrives, then forward
+        the request."""
+        rule = FaultRule(
+            method=method.upper() if method else None,
+            path=re.compile(path) if path else None,
+            times=times,
+        )
+        with self._lock:
+            self._actions.append((action, rule))
+        return rule
+
+    def take_action(self, method: str, target: str, is_watch: bool) -> Callable[[], object] | None:
+        with self._lock:
+            for action, rule in self._actions:
+                if not rule.exhausted and rule.matches(method, target, is_watch):
+                    rule.hits += 1
+                    self._actions = [(a, r) for a, r in self._actions if not r.exhausted]
+                    return action
+        return None
 
     def lose(
         self, *, method: str | None = None, path: str | None = None, times: int | None = 1
@@ -111,6 +143,7 @@ class ProxyFaults(Faults):
         super().clear()
         with self._lock:
             self._cuts.clear()
+            self._actions.clear()
 
 
 @dataclass(eq=False)
@@ -304,6 +337,9 @@ class FaultProxy:
             return self._cut(request)
         with self._lock:
             self._requests.append(Request(method, target, watch))
+        action = self.faults.take_action(method, target, watch)
+        if action is not None:
+            await asyncio.to_thread(action)
         delay, failure = self.faults.take(method, target, watch)
         if delay:
             await asyncio.sleep(delay)

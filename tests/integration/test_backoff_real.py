@@ -19,6 +19,7 @@ from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi, api_client
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.state import ClusterState
+from testing import dra
 from testing.apiserver import ApiClient, wait_for
 from testing.clock import Clock
 from testing.cluster.cluster import RealCluster
@@ -177,3 +178,54 @@ async def test_a_gang_the_admission_policy_refuses_is_tried_again_after_doubling
     assert len(refusals) == 1, refusals
     assert message in refusals[0], refusals
     assert not [m for m in info if "Scheduled" in m], info
+
+
+@pytest.mark.asyncio
+async def test_another_group_is_not_re_evaluated_on_a_refused_gangs_cadence(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kube_configuration: Callable[[], Awaitable[Any]],
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    """A pod that never fits (12 GPUs, nodes of 8) beside a gang whose claim writes the policy
+    refuses: each refused attempt gives its room back, and that room is no news to the pod
+    (it was free when the pod failed), so the pod keeps its own doubling."""
+    _gang(api, "refused", 2, 2)
+    api.create(dra.claim("big", NS, 12))
+    big = api.create(dra.pod("big", NS, claim_name="big"))
+    wait_for(lambda: len(_claims(api)) == 3, message="the gang's claims and the big one")
+    clock = Clock()
+    client = KubeClusterApi(api_client(await kube_configuration()))
+    config = load_config(
+        {"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1, "maxBackoffSeconds": 8}}
+    )
+    scheduler = build_scheduler(
+        config, ClusterState(), client, clock=clock, claims=KubeClaimApi(client)
+    )
+    key = f"{NS}/{big['metadata']['name']}"
+    tried: list[float] = []
+    gang: list[float] = []
+    with refusing(api, "claims"):
+        try:
+            await scheduler.take_leadership(client.pages("pods"))
+            end = clock.now + SECONDS
+            while clock.now < end:
+                if not scheduler.backoff.backing_off(key, clock.now):
+                    tried.append(clock.now)
+                before = len(apiserver.requests())
+                await scheduler.cycle()
+                await scheduler.settle()
+                if any(_attempt("claims", r) for r in apiserver.requests()[before:]):
+                    gang.append(clock.now)
+                for body in _claims(api):
+                    scheduler.claim_changed(body)
+                clock.now += STEP
+        finally:
+            await client.close()
+    assert [round(b - a, 2) for a, b in itertools.pairwise(gang)] == [1.0, 2.0, 4.0, 8.0, 8.0], gang
+    # Its second try comes early once (it failed in the cycle whose decision the gang's
+    # refused claims undid, so it may have lacked their room); then its own doubling, never
+    # the gang's tries (1, 2, 4, 8, 8 apart, each giving room back).
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(tried)]
+    assert gaps == [1.0, 1.0, 4.0, 8.0, 8.0], (tried, gang)
+    assert not set(tried[2:]) & set(gang), (tried, gang)

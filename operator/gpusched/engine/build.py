@@ -226,7 +226,8 @@ def topology_problem(node: Node, devices: NodeDevices | None = None) -> str | No
             return str(error)
         return None
     found = _node_info(node, resources, devices).topology_error
-    if found is None and devices is not None and devices.problem:
+    if found is None and devices is not None and devices.problem and not devices.updating:
+        # A pool half-way through an update is not a mismatch: the driver is republishing.
         return f"Node {node.name}: {devices.problem}"
     return found
 

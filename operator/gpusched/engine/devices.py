@@ -81,6 +81,9 @@ class NodeDevices:
     claims share them by capacity; gpusched allocates whole GPUs only and leaves them to
     kube-scheduler, so they are never counted as free GPUs (nor twice for their claims).
     Not a `problem`: nothing is wrong with the node's topology."""
+    updating: bool = False
+    """Its pool is half-way through an update (not all slices of its newest generation
+    published): nothing is allocated there meanwhile, and nothing is wrong either."""
 
     @property
     def explained(self) -> str:
@@ -214,7 +217,7 @@ def node_devices(
     )
     if incomplete:
         count = len(topology.gpus) if topology else 0
-        return NodeDevices(node, count, {}, (incomplete,), channels)
+        return NodeDevices(node, count, {}, (incomplete,), channels, updating=True)
     if topology is None:
         why = topology_error or "it has no gpusched.io/gpu-topology annotation"
         message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"

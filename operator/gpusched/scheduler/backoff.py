@@ -11,10 +11,12 @@ change that is depends on how it failed:
   attempt of one gang would wake every other group on that gang's cadence.
 - **refused** by the API server (a ResourceClaim write or a bind answered 4xx, a claim taken
   by someone else meanwhile): capacity says nothing about it; the group tries again at once
-  when its own pods or groups change, or a node it was refused on. A change of the refusing
-  policy (an admission webhook or policy) is not watched: it is seen at the next try, after
-  at most ``maxBackoffSeconds``. A placement that is decided again does not reset the count:
-  only a bind does.
+  when its own pods or groups change, or a node it was refused on, or (a claim conflict:
+  another writer allocated or deleted the claim between our read and our write) once the
+  watch shows that claim changed: the next decision sees what the other writer did. A change
+  of the refusing policy (an admission webhook or policy) is not watched: it is seen at the
+  next try, after at most ``maxBackoffSeconds``. A placement that is decided again does not
+  reset the count: only a bind does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpusched.api.config import OperatorConfig
+from gpusched.engine.claims import held_claims
 
 if TYPE_CHECKING:
     from gpusched.scheduler.state import ClusterState
@@ -163,10 +166,17 @@ class Backoff:
         return [entry.next_try for entry in self._entries.values()]
 
 
-def refusal_inputs(state: ClusterState, root: str, nodes: tuple[str, ...]) -> object:
+def refusal_inputs(
+    state: ClusterState,
+    root: str,
+    nodes: tuple[str, ...],
+    contested: Callable[[str], object] | None = None,
+) -> object:
     """What a refused attempt of ``root`` depends on that the watches show: its pods as the
     engine reads them (not their status, which our own reports write), its groups' specs,
-    and the nodes it was refused on."""
+    the nodes it was refused on, and (``contested``: what others wrote on a claim whose last
+    write met another writer's, else None) its pods' contested claims. Claims our own
+    writes touched and gave back are not compared: they changed only by our hand."""
     if root in state.groups:
         keys = state.descendants(root)
         pods = state.pods_of(keys)
@@ -174,8 +184,14 @@ def refusal_inputs(state: ClusterState, root: str, nodes: tuple[str, ...]) -> ob
     else:
         record = state.pods.get(root)
         pods, groups = ([record] if record is not None else []), ()
+    claims = (
+        tuple((key, contested(key)) for p in pods for key in held_claims(p.pod))
+        if contested is not None
+        else ()
+    )
     return (
         tuple((p.uid, p.request, p.error) for p in pods),
         groups,
         tuple(state.node_versions.get(node) for node in nodes),
+        claims,
     )

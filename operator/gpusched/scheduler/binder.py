@@ -165,6 +165,11 @@ class Binder:
             logger.warning("%s: not bound, its ResourceClaims were refused: %s", root, why)
         else:
             logger.debug("%s: not bound, its ResourceClaims were refused again: %s", root, why)
+        if self.claims.contest_seen(writes):
+            # Another writer took a claim meanwhile, and the watch shows it already: the
+            # next decision sees what it did, so it need not wait (a contested claim the
+            # watch shows later starts the count over then: `refusal_inputs`).
+            self.backoff.clear(root)
         self.background.wake()
 
     async def _bind(

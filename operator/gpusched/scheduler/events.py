@@ -130,7 +130,11 @@ class EventRecorder:
         try:
             await self._send(outgoing)
         except FencedError:
-            pass  # no longer leading: nothing was sent, and nothing should be
+            # Not leading (yet): nothing was sent, and nothing should be now. Noted again
+            # once this replica leads, it is sent then rather than counted as sent already.
+            series = self._series.get(outgoing.key)
+            if series is not None and not series.sent_count:
+                series.sent_at = float("-inf")
         except ApiError as error:
             logger.warning(
                 "cannot post event %s on %s: %s", outgoing.reason, outgoing.obj.key, error

@@ -66,7 +66,7 @@ def build_scheduler(
     backoff = Backoff(
         settings,
         lambda: state.capacity_generation,
-        lambda root, nodes: refusal_inputs(state, root, nodes),
+        lambda root, nodes: refusal_inputs(state, root, nodes, allocator.contested_state),
     )
     unknown = UnknownBinds(state, api, backoff, clock)
     binder = Binder(

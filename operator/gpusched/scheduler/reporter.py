@@ -108,10 +108,21 @@ class Reporter:
         else:
             self._node_problems[node.name] = problem
             logger.warning("node GPU topology unusable: %s", problem)
-            message = f"{problem}; only single-GPU pods are placed on it, on the smaller count"
-            ref = ObjectRef("v1", "Node", "", node.name, node.metadata.uid or "")
-            self.recorder.record(ref, "Warning", "GPUTopologyMismatch", message)
+            self._warn_node(node, problem)
         metrics.NODES_UNUSABLE_TOPOLOGY.set(len(self._node_problems))
+
+    def _warn_node(self, node: Node, problem: str) -> None:
+        message = f"{problem}; only single-GPU pods are placed on it, on the smaller count"
+        ref = ObjectRef("v1", "Node", "", node.name, node.metadata.uid or "")
+        self.recorder.record(ref, "Warning", "GPUTopologyMismatch", message)
+
+    def leading(self) -> None:
+        """This replica leads now: the Node Warnings it noted while it could not write yet
+        (before its first list, or standing by) are sent; those sent already are not."""
+        for name, problem in self._node_problems.items():
+            node = self.state.nodes.get(name)
+            if node is not None:
+                self._warn_node(node, problem)
 
     def node_gone(self, name: str) -> None:
         if self._node_problems.pop(name, None) is not None:

@@ -120,6 +120,7 @@ class Scheduler:
         self.loop.decider.telemetry_changed()
         self.unknown.adopt()
         self.leadership.synced()
+        self.reporter.leading()
         self.wake()
 
     async def lead(self) -> None:

@@ -178,3 +178,59 @@ async def test_a_pod_joining_an_allocated_shared_claim_is_bound_with_the_claims_
     annotations = {key: a for key, _, a in api.binds}
     assert annotations[f"{NS}/first"][GPUS_ANNOTATION] == want, annotations
     assert annotations[f"{NS}/second"][GPUS_ANNOTATION] == want, annotations
+
+
+@dataclass
+class ContendedClaims(FakeClaims):
+    """Answers every status write of ``contended`` 409 Conflict, as the API server does while
+    another writer keeps updating the claim between our read and our write."""
+
+    contended: str = ""
+
+    async def update_claim_status(self, body, fence=None):  # type: ignore[no-untyped-def]
+        key = f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+        if key == self.contended:
+            self.refuse_status[key] = ApiError(409, "the object has been modified")
+        return await super().update_claim_status(body, fence)
+
+
+@pytest.mark.asyncio
+async def test_a_claim_conflict_backs_off_doubling_and_starts_over_when_the_claim_changes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gpusched")
+    clock = Clock()
+    api = LoggingApi()
+    claims = ContendedClaims(api.log, contended=f"{NS}/w1-gpus")
+    config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims, clock=clock)
+    fill(scheduler, claims, 2, 2)
+    times = await _run(scheduler, api, clock, 30.0)
+    attempts = sorted(set(_attempt_times(api.log, times, f"{NS}/w1-gpus")))
+    # Conflicts that the watch never explains are refusals like any other: 1, 2, 4, 8, 10.
+    assert _gaps(attempts) == [1.0, 2.0, 4.0, 8.0, 10.0], attempts
+    assert api.binds == []
+    for key, body in claims.claims.items():  # every claim the gang's writes touched given back
+        assert not (body.get("status") or {}).get("allocation"), (key, body)
+        assert not body["metadata"].get("finalizers"), (key, body)
+    refusals = [
+        r.getMessage() for r in caplog.records if "ResourceClaims were refused" in r.getMessage()
+    ]
+    assert len(refusals) == 1, refusals
+    assert "the object has been modified" in refusals[0], refusals
+
+    # Our own release of the claims wrote them again: no news. The watch then shows another
+    # writer's change of the contested claim (here: it was deleted and made again, free):
+    # the count starts over, and the gang tries at once.
+    for body in claims.claims.values():
+        scheduler.claim_changed(body)
+    assert scheduler.backoff.backing_off(f"{NS}/train", clock.now)
+    claims.contended = ""
+    fresh = claims.add(claims.claims[f"{NS}/w1-gpus"])
+    for body in (fresh, claims.claims[f"{NS}/w1-gpus"]):
+        body["metadata"]["uid"] = "uid-w1-gpus-again"
+    scheduler.claim_changed(fresh)
+    claims.refuse_status.clear()
+    assert not scheduler.backoff.backing_off(f"{NS}/train", clock.now), scheduler.claims.contested
+    await run_cycle(scheduler)
+    assert sorted(key for key, _, _ in api.binds) == [f"{NS}/w0", f"{NS}/w1"], api.log[-6:]

@@ -88,7 +88,26 @@ class ClaimAllocator:
         self.named: dict[str, str] = {}
         """Claims created for extended resources: the key that stood for each → its own."""
         self.allocation_seconds = 0.0
+        self.contested: dict[str, object] = {}
+        """Claims whose write met another writer's (allocated, or being deleted, meanwhile;
+        or a 409 Conflict on every try), with what the decision saw of them (`_others`): a
+        group refused for them tries again once the claim's watch shows another writer
+        changed it (`contest_seen`, `contested_state`)."""
         """Total time spent writing claims (for the figures of the closing note)."""
+
+    def contested_state(self, key: str) -> object:
+        """What the watch shows others wrote on ``key``, if its last write met another
+        writer's (None otherwise)."""
+        return _others(self.book.claims.get(key)) if key in self.contested else None
+
+    def contest_seen(self, writes: Iterable[ClaimWrite]) -> bool:
+        """Whether the watch shows already what another writer did to a claim of ``writes``
+        that it contested: a decision made now would see it."""
+        for write in writes:
+            key = self.named.get(write.key, write.key)
+            if key in self.contested and _others(self.book.claims.get(key)) != self.contested[key]:
+                return True
+        return False
 
     @property
     def busy(self) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -221,6 +240,7 @@ class ClaimAllocator:
         if write.extended is not None:
             await self._create(step, write.extended, fence)
         namespace, name = step.key.split("/", 1)
+        decided = _others(self.book.claims.get(step.key))
         for attempt in range(WRITE_ATTEMPTS):
             body = self.book.raw_claims.get(step.key) if attempt == 0 else None
             if body is None:
@@ -230,9 +250,15 @@ class ClaimAllocator:
             try:
                 await self._write_once(step, body, fence)
                 break
+            except RefusedError:
+                self.contested[step.key] = decided
+                raise
             except ApiError as error:
                 if error.status != 409 or attempt == WRITE_ATTEMPTS - 1:
+                    if error.status == 409:
+                        self.contested[step.key] = decided
                     raise
+        self.contested.pop(step.key, None)
         if write.extended is not None:
             # The kubelet finds the claim, and each container's requests, through this.
             _check(fence, f"the extendedResourceClaimStatus of {write.pod}")
@@ -356,3 +382,14 @@ def _check(fence: Fence, what: str) -> None:
     """The early answer (the client asks the fence again as the request goes out)."""
     if not fence():
         raise FencedError(what)
+
+
+def _others(claim: ResourceClaim | None) -> object:
+    """What of ``claim`` another writer's conflicting write changes: its allocation, whom it
+    is reserved for, its deletion; not the finalizer, which our own writes add and take
+    back (a claim whose write failed changes only there by our hand)."""
+    if claim is None:
+        return None
+    status = claim.status
+    deleting = claim.metadata.deletion_timestamp is not None
+    return (claim.metadata.uid, status.allocation, status.reserved_for, deleting)
