@@ -79,7 +79,7 @@ def not_placed_after(
     still unbound: the pool was not used."""
     wait_for(lambda: seen(runtime, generations), message=f"the operator sees {generations}")
     start = runtime.scheduler.cycles
-    wait_for(lambda: runtime.scheduler.cycles >= start + 2, message="two cycles more")
+    wait_for(lambda: runtime.scheduler.cycles >= start + 2, timeout=60, message="two cycles more")
     bound = {
         k: p["spec"]["nodeName"] for k, p in pods(api, NS).items() if p["spec"].get("nodeName")
     }
@@ -174,7 +174,9 @@ def test_a_dra_node_is_judged_by_its_slices_and_a_real_mismatch_warns_once_per_c
             message="the operator holds dra-ok's slice",
         )
         start = runtime.scheduler.cycles
-        wait_for(lambda: runtime.scheduler.cycles >= start + 2, message="two cycles more")
+        wait_for(
+            lambda: runtime.scheduler.cycles >= start + 2, timeout=60, message="two cycles more"
+        )
         (event,) = _mismatch_events(api, "dra-bad")
         assert event["type"] == "Warning"
         assert "device gpu-" in event["message"], event
@@ -194,7 +196,9 @@ def test_a_dra_node_is_judged_by_its_slices_and_a_real_mismatch_warns_once_per_c
             message="the operator sees the touched slice",
         )
         start = runtime.scheduler.cycles
-        wait_for(lambda: runtime.scheduler.cycles >= start + 2, message="two cycles more")
+        wait_for(
+            lambda: runtime.scheduler.cycles >= start + 2, timeout=60, message="two cycles more"
+        )
         assert len([w for w in warnings() if "dra-bad" in w]) == 1, warnings()
 
         # A change: another device is a stranger now. Said again, once.

@@ -369,7 +369,7 @@ def test_a_plain_jobs_basic_workload_wins_over_owner_groups_its_pods_go_one_by_o
             return waiting_reason(api, left["metadata"]["name"])
 
         reason = wait_for(settled, PATIENCE, interval=0.2, message="2 bound, 1 told why not")
-        assert "insufficient nvidia.com/gpu" in reason, reason
+        assert "Insufficient nvidia.com/gpu" in reason, reason
 
 
 def test_a_kueue_group_lands_whole_inside_the_node_labels_kueue_injects(
