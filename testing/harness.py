@@ -70,6 +70,25 @@ def apply_yaml(api: ApiClient, *paths: Path) -> list[dict[str, Any]]:
     return [api.create(document) for document in documents]
 
 
+def wait_nodes_ready(api: ApiClient) -> None:
+    """Waits until no Node carries ``node.kubernetes.io/not-ready``: the API server puts that
+    taint on every new Node and kube-controller-manager's node-lifecycle controller lifts it
+    once the Node reports Ready, a moment later. A test that reads the cluster twice (live,
+    then a dump of it) must not read it half-way through."""
+
+    def tainted() -> list[str]:
+        return [
+            n["metadata"]["name"]
+            for n in api.list("nodes")
+            if any(t.get("key") == NOT_READY for t in n.get("spec", {}).get("taints") or [])
+        ]
+
+    wait_for(lambda: not tainted(), timeout=60, message=lambda: f"not-ready taints: {tainted()}")
+
+
+NOT_READY = "node.kubernetes.io/not-ready"
+
+
 def ensure_namespace(api: ApiClient, name: str) -> None:
     """Create namespace `name` if missing, and wait for its ``default`` ServiceAccount where
     the server has them (its admission refuses pods until the controller made it)."""

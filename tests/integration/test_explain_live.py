@@ -14,7 +14,7 @@ from gpusched.commands import EXIT_OK
 from gpusched.commands.explain import EXIT_UNREACHABLE
 from gpusched.k8s.reader import list_cluster
 from testing.apiserver import ApiClient, ApiServer
-from testing.harness import EXAMPLES, apply_yaml
+from testing.harness import EXAMPLES, apply_yaml, wait_nodes_ready
 
 SAMPLE = sorted((EXAMPLES / "clusters" / "sample").glob("*.yaml")) + sorted(
     p
@@ -41,6 +41,7 @@ def test_a_live_cluster_explains_like_a_dump_of_it_with_gets_only(
     """The reader's documents, dumped to a file, explain exactly as the live cluster does
     (creation times included: they order the queue), having sent GETs only."""
     apply_yaml(api, *SAMPLE)
+    wait_nodes_ready(api)
     before = apiserver.request_count
     namespace = "research" if target.startswith("pod/") else "ml"
     live = explain(capsys, target, "-n", namespace, "--kubeconfig", str(kubeconfig))
@@ -106,6 +107,7 @@ def test_a_live_cluster_reads_the_configured_prometheus_like_the_operator(
     """A Prometheus that does not answer leaves every GPU unknown; with ``stale: unusable``
     the engine then uses none, and explain says why."""
     apply_yaml(api, *SAMPLE)
+    wait_nodes_ready(api)
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
