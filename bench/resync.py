@@ -143,7 +143,14 @@ def paged(items: list[Body], version: str) -> list[bytes]:
 async def one_resync(state: ClusterState, api: Served) -> tuple[float, float]:
     """(decode seconds, total seconds) of one resync."""
     clock = Clock()
-    resync = Resync(state, api, None, clock, Background(clock), period=0.0)  # type: ignore[arg-type]
+    resync = Resync(
+        state=state,
+        api=api,
+        claims=None,  # type: ignore[arg-type]
+        clock=clock,
+        background=Background(clock),
+        period=0.0,
+    )
     api.decoding = 0.0
     started = time.process_time()
     await resync._resync()
@@ -186,7 +193,9 @@ def traced_peak(run: Callable[[], object]) -> float:
 
 async def one_take_over(state: ClusterState, api: Served) -> None:
     clock = Clock()
-    resync = Resync(state, api, NoClaims(), clock, Background(clock))  # type: ignore[arg-type]
+    resync = Resync(
+        state=state, api=api, claims=NoClaims(), clock=clock, background=Background(clock)
+    )  # type: ignore[arg-type]
     await resync.take_over(api.pages("pods"))
 
 

@@ -119,7 +119,7 @@ def ledger_and_cache_agree(world: World, replicas: Iterable[Replica]) -> list[st
     found = []
     for replica in replicas:
         state = replica.state
-        for key, reservation in state.reservations.items():
+        for key, reservation in state.ledger.reservations.items():
             if not replica.leader and replica.scheduler.unknown.retrying(key):
                 continue  # an uncertain bind of its last term, read back once it leads
             pod = world.pods.get(key)

@@ -143,7 +143,7 @@ def test_a_watch_event_older_than_our_bind_does_not_free_the_pods_gpus() -> None
     state = ClusterState()
     state.upsert_node(gpu_node("n1", "rack-1", 8))
     state.upsert_pod(_pod("u1"))
-    reservation = state.reserve("default/p", "n1", (0, 1))
+    reservation = state.ledger.reserve("default/p", "n1", (0, 1))
     assert reservation is not None
     state.confirm("default/p", reservation)
     state.upsert_pod(_pod("u1", touched="yes"))  # the lagging event, without nodeName
@@ -240,13 +240,13 @@ def test_a_bind_whose_outcome_stays_unknown_is_checked_again_until_known() -> No
             setattr(api, name, failing(name))
         await replica.scheduler.cycle()
         await replica.scheduler.settle()
-        assert "default/p" in replica.state.reservations  # unknown: kept, as it should be
+        assert "default/p" in replica.state.ledger.reservations  # unknown: kept, as it should be
         await _settle(replica, clock)
         return world, replica
 
     with mock.patch("asyncio.to_thread", inline_to_thread):
         world, replica = asyncio.run(story())
-    assert replica.state.reservations == {}
+    assert replica.state.ledger.reservations == {}
     assert world.pods["default/p"]["spec"]["nodeName"] == "n1"
 
 

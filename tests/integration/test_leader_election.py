@@ -25,8 +25,12 @@ async def test_two_replicas_one_lease(
     api_a = KubeClusterApi(client.ApiClient(await kube_configuration()))
     api_b = KubeClusterApi(client.ApiClient(await kube_configuration()))
     clock_a, clock_b = Clock(), Clock()
-    a = LeaderElector(api_a, config, OPERATOR_NAMESPACE, "replica-a", clock=clock_a)
-    b = LeaderElector(api_b, config, OPERATOR_NAMESPACE, "replica-b", clock=clock_b)
+    a = LeaderElector(
+        api=api_a, config=config, namespace=OPERATOR_NAMESPACE, identity="replica-a", clock=clock_a
+    )
+    b = LeaderElector(
+        api=api_b, config=config, namespace=OPERATOR_NAMESPACE, identity="replica-b", clock=clock_b
+    )
     try:
         assert await a.attempt()
         assert not await b.attempt()

@@ -175,7 +175,7 @@ def test_a_failed_bind_releases_its_gpus_and_the_pod_lands_in_the_gangs_rack_on_
         rejected = [e for e in _failures(api, "w-2") if "Binding rejected" in e["message"]]
         assert len(rejected) == 1, dump(events_for(api, "w-2"))
         wait_for(lambda: runtime.scheduler.idle, message="no reservation left behind")
-        assert runtime.scheduler.state.reserved_gpus() == 0
+        assert runtime.scheduler.state.ledger.reserved_gpus() == 0
 
 
 def test_a_recreated_gang_pod_returns_to_its_rack_or_waits_there(

@@ -122,7 +122,7 @@ def _elector(config: SchedulerConfig, configuration: client.Configuration) -> Le
     namespace = election.lease_namespace or os.environ.get("POD_NAMESPACE", "default")
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     api = OpenedOnUse(lambda: KubeClusterApi(api_client(configuration)))
-    return LeaderElector(api, election, namespace, identity)
+    return LeaderElector(api=api, config=election, namespace=namespace, identity=identity)
 
 
 def _follow(config: SchedulerConfig, scheduler: Scheduler, elector: LeaderElector | None) -> None:

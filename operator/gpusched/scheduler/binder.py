@@ -35,6 +35,7 @@ from gpusched.scheduler.dra.allocator import ClaimAllocator, ClaimWrite
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
 from gpusched.scheduler.leadership import Leadership
+from gpusched.scheduler.ledger import Ledger, Release
 from gpusched.scheduler.ports import ApiError, ClusterApi, FencedError, ObjectRef
 from gpusched.scheduler.records import Reservation
 from gpusched.scheduler.refs import reserved_ref
@@ -57,8 +58,10 @@ cannot be made)."""
 class Binder:
     def __init__(
         self,
+        *,
         settings: OperatorConfig,
         state: ClusterState,
+        ledger: Ledger,
         api: ClusterApi,
         claims: ClaimAllocator,
         events: EventRecorder,
@@ -70,6 +73,7 @@ class Binder:
     ) -> None:
         self.settings = settings
         self.state = state
+        self.ledger = ledger
         self.api = api
         self.claims = claims
         self.events = events
@@ -102,7 +106,7 @@ class Binder:
         placed: list[Binding] = []
         gangs: dict[str, list[Member]] = defaultdict(list)
         for binding in bindings:
-            reservation = self.state.reserve(binding.pod, binding.node, binding.gpus)
+            reservation = self.ledger.reserve(binding.pod, binding.node, binding.gpus)
             if reservation is None:
                 continue
             if reservation.request.group is None:
@@ -156,7 +160,7 @@ class Binder:
         decided_at = self._decided_at.get(root, self.clock())
         before = self.state.capacity_generation
         for key, reservation, _ in members:
-            self.state.release(key, reservation)
+            self.ledger.release(key, Release.CLAIMS_REFUSED, only=reservation)
             self._bind_over(key, root)
             self.events.record(reserved_ref(key, reservation), "Warning", "FailedScheduling", why)
         self.backoff.returned(before, self.state.capacity_generation, decided_at)
@@ -241,14 +245,14 @@ class Binder:
         if isinstance(error, FencedError):
             # Nothing was sent: the room goes back, and whoever leads next decides afresh.
             metrics.BINDS.labels("fenced").inc()
-            self.state.release(key, reservation)
+            self.ledger.release(key, Release.BIND_FENCED, only=reservation)
             self._bind_over(key, root)
             return
         metrics.BINDS.labels("error").inc()
         if error.status in REFUSED:
             decided_at = self._decided_at.get(root, self.clock())
             before = self.state.capacity_generation
-            self.state.release(key, reservation)
+            self.ledger.release(key, Release.BIND_REFUSED, only=reservation)
             self.backoff.returned(before, self.state.capacity_generation, decided_at)
             self._release_claims(key, reservation)
             self._bind_over(key, root)
@@ -303,7 +307,8 @@ class Binder:
             self._binding[retry.root].add(key)
             await self._bind(key, retry.ref, reservation, retry.root, term, retry.attempts)
         else:
-            self.state.release(key, reservation)  # no-op unless the body was older than ours
+            # A no-op unless the body read back was older than ours.
+            self.ledger.release(key, Release.READ_BACK, only=reservation)
             self._bind_over(key, retry.root)
             self.background.wake()
 
@@ -323,7 +328,7 @@ class Binder:
         cannot take this pod now, so it is placed afresh (in its gang's domain)."""
         logger.warning("%s: its GPUs on %s were taken meanwhile", key, reservation.node)
         metrics.BINDS.labels("room-taken").inc()
-        self.state.release(key, reservation)
+        self.ledger.release(key, Release.ROOM_TAKEN, only=reservation)
         self._release_claims(key, reservation)
         self._bind_over(key, root)
         self.background.wake()

@@ -15,8 +15,10 @@ from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
 from gpusched.scheduler.dra.release import ClaimReleaser
 from gpusched.scheduler.dra.view import DraView
 from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.eviction import Evictions
 from gpusched.scheduler.firstread import FirstRead, Join
 from gpusched.scheduler.leadership import Leadership
+from gpusched.scheduler.ledger import Release
 from gpusched.scheduler.loop import SchedulingLoop
 from gpusched.scheduler.outbox import StatusOutbox
 from gpusched.scheduler.podconditions import PodConditions
@@ -56,9 +58,14 @@ def build_scheduler(
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)
     conditions = PodConditions(api=api, clock=clock, pending=unplaced(state))
     reporter = Reporter(config, state, recorder, outbox, conditions)
+    ledger = state.ledger
     leadership = Leadership(
         leading,
-        on_lost=(reporter.reset, quality_metrics.default().clear, state.drop_nominations),
+        on_lost=(
+            reporter.reset,
+            quality_metrics.default().clear,
+            lambda: ledger.release_nominations(Release.LEADERSHIP_LOST),
+        ),
     )
     book = ClaimBook()
     releaser = ClaimReleaser(book, claims)
@@ -68,50 +75,77 @@ def build_scheduler(
         lambda: state.capacity_generation,
         lambda root, nodes: refusal_inputs(state, root, nodes, allocator.contested_state),
     )
-    unknown = UnknownBinds(state, api, backoff, clock)
+    unknown = UnknownBinds(state, ledger, api, backoff, clock)
     binder = Binder(
-        settings, state, api, allocator, recorder, backoff, leadership, unknown, clock, background
+        settings=settings,
+        state=state,
+        ledger=ledger,
+        api=api,
+        claims=allocator,
+        events=recorder,
+        backoff=backoff,
+        leadership=leadership,
+        unknown=unknown,
+        clock=clock,
+        background=background,
     )
-    resync = Resync(state, api, allocator, clock, background, resync_seconds)
+    resync = Resync(
+        state=state,
+        api=api,
+        claims=allocator,
+        clock=clock,
+        background=background,
+        period=resync_seconds,
+    )
+    evictions = Evictions(
+        settings=config.preemption,
+        state=state,
+        ledger=ledger,
+        api=api,
+        events=recorder,
+        leadership=leadership,
+        clock=clock,
+        background=background,
+    )
     preemptor = Preemptor(
-        config.preemption,
-        state,
-        api,
-        binder,
-        allocator,
-        recorder,
-        leadership,
-        backoff,
-        clock,
-        background,
+        settings=config.preemption,
+        state=state,
+        ledger=ledger,
+        evictions=evictions,
+        binder=binder,
+        claims=allocator,
+        events=recorder,
+        backoff=backoff,
+        clock=clock,
+        background=background,
     )
     loop = SchedulingLoop(
-        settings,
-        state,
-        leadership,
-        resync,
-        Materializer(state, api, clock, background, settings.initial_backoff_seconds),
-        backoff,
-        Decider(config, state, allocator, telemetry or (lambda: None), clock),
-        binder,
-        preemptor,
-        unknown,
-        releaser,
-        reporter,
-        clock,
-        background,
+        settings=settings,
+        state=state,
+        leadership=leadership,
+        resync=resync,
+        materializer=Materializer(state, api, clock, background, settings.initial_backoff_seconds),
+        backoff=backoff,
+        decider=Decider(config, state, allocator, telemetry or (lambda: None), clock),
+        binder=binder,
+        preemptor=preemptor,
+        unknown=unknown,
+        releaser=releaser,
+        reporter=reporter,
+        clock=clock,
+        background=background,
     )
     return Scheduler(
-        state,
-        api,
-        clock,
-        background,
-        leadership,
-        resync,
-        loop,
-        unknown,
-        backoff,
-        reporter,
-        allocator,
-        FirstRead(telemetry_join, config.telemetry.first_read_wait_seconds, clock),
+        state=state,
+        api=api,
+        clock=clock,
+        background=background,
+        leadership=leadership,
+        resync=resync,
+        loop=loop,
+        unknown=unknown,
+        backoff=backoff,
+        reporter=reporter,
+        claims=allocator,
+        first_read=FirstRead(telemetry_join, config.telemetry.first_read_wait_seconds, clock),
     )

@@ -156,7 +156,7 @@ def preemptor_of(state: ClusterState, key: str) -> str | None:
     """The preemptor whose plan has marked pods of group ``key`` (or of a group under it)
     for eviction, None when none has."""
     for record in state.pods_of(state.descendants(key)):
-        mark = state.marked.get(record.pod.key)
+        mark = state.ledger.marked.get(record.pod.key)
         found = Mark.parse(mark) if mark is not None else None
         if found is not None:
             return found.preemptor

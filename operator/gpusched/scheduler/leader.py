@@ -90,6 +90,7 @@ def _call(callback: Callable[[bool], None], leading: bool) -> None:
 class LeaderElector:
     def __init__(
         self,
+        *,
         api: LeaseApi,
         config: LeaderElectionConfig,
         namespace: str,

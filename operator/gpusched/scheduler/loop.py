@@ -58,6 +58,7 @@ than this is decided alone, in one cycle."""
 class SchedulingLoop:
     def __init__(
         self,
+        *,
         settings: OperatorConfig,
         state: ClusterState,
         leadership: Leadership,
@@ -150,7 +151,7 @@ class SchedulingLoop:
                 self.preemptor.preempt(plans, term)
         self.reporter.report(wall)
         self.decisions.summary(self.state.groups)
-        metrics.RESERVED_GPUS.set(self.state.reserved_gpus())
+        metrics.RESERVED_GPUS.set(self.state.ledger.reserved_gpus())
         self.decider.measure_quality(now)
 
     def _queue(self, now: float, started: set[str]) -> tuple[list[PodRequest], set[str]]:
@@ -216,7 +217,7 @@ class SchedulingLoop:
             request = record.request
             if request is not None and request.group is not None and record.node is not None:
                 roots.add(self.state.root_of_request(request))
-        for reservation in self.state.reservations.values():
+        for reservation in self.state.ledger.reservations.values():
             if reservation.request.group is not None:
                 roots.add(self.state.root_of_request(reservation.request))
         return roots

@@ -43,6 +43,13 @@ PREEMPTIONS = Counter(
 stale (a victim refused, a node or the preemptor went: the room is released and planned
 again), failed (an eviction or delete the API server refused for another reason), recovered
 (a new leader holds the room of a plan in flight again, from its durable record)."""
+LEDGER_RELEASES = Counter(
+    "gpusched_ledger_releases",
+    "Reservations and nominations let go of, by why.",
+    ["why"],
+)
+"""``why``: a `gpusched.scheduler.ledger.Release` label (bound, seen-bound, bind-refused,
+room-taken, plan-stale, victims-gone, leadership-lost, …)."""
 EVICTED_PODS = Counter("gpusched_preempted_pods", "Pods evicted to make room for a preemptor.")
 EVICTED_GPUS = Counter("gpusched_preempted_gpus", "GPUs held by the pods evicted for a preemptor.")
 NOMINATION_SECONDS = Histogram(

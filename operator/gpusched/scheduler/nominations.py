@@ -192,7 +192,7 @@ def recover(state: ClusterState, now: float) -> tuple[list[Recovered], list[PodR
 def _marks(state: ClusterState) -> dict[tuple[str, str], dict[str, Mark]]:
     """(preemptor, plan) → the victims marked for it that still hold their room."""
     found: dict[tuple[str, str], dict[str, Mark]] = {}
-    for key, raw in state.marked.items():
+    for key, raw in state.ledger.marked.items():
         mark = Mark.parse(raw)
         if mark is not None and mark.plan:
             found.setdefault((mark.preemptor, mark.plan), {})[key] = mark
@@ -205,7 +205,7 @@ def _occupied(bound: Iterable[BoundPod]) -> dict[tuple[str, int], str]:
 
 
 def _unusable(state: ClusterState, root: str, entries: list[tuple[PodRecord, Place]]) -> str | None:
-    if root in state.nominations:
+    if root in state.ledger.nominations:
         return "room is held for it already"
     wanted = entries[0][1].pods
     if len(entries) != wanted or any(place.pods != wanted for _, place in entries):

@@ -304,7 +304,7 @@ class Reporter:
     def _preempting(self, key: str, attempt: Attempt | None, wall: datetime) -> Attempt | None:
         """While room is nominated for the group's root, its status says so (which nodes,
         how many victims are still there) instead of the failure that led to preempting."""
-        nomination = self.state.nominations.get(self.state.root_of(key))
+        nomination = self.state.ledger.nominations.get(self.state.root_of(key))
         if nomination is None:
             return attempt
         tree = set(self.state.descendants(key))
@@ -334,7 +334,7 @@ class Reporter:
         waiting = sorted(
             p.pod.metadata.name for p in pods if p.node is None and not p.pod.is_terminal
         )
-        binding = any(p.key in self.state.reservations for p in pods)
+        binding = any(p.key in self.state.ledger.reservations for p in pods)
         return Partial(Reason.BINDING if binding else Reason.DEGRADED, minimum, tuple(waiting))
 
     def _timed_out(

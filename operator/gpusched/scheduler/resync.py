@@ -35,6 +35,7 @@ class Resync:
 
     def __init__(
         self,
+        *,
         state: ClusterState,
         api: ClusterApi,
         claims: ClaimAllocator,

@@ -46,6 +46,7 @@ to the second."""
 class Scheduler:
     def __init__(
         self,
+        *,
         state: ClusterState,
         api: ClusterApi,
         clock: Clock,
@@ -101,7 +102,11 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         """No bind in flight, no status waiting to be written (for tests and shutdown)."""
-        return not self.background.running and not self.state.reservations and self.reporter.idle
+        return (
+            not self.background.running
+            and not self.state.ledger.reservations
+            and self.reporter.idle
+        )
 
     # ----- leadership -------------------------------------------------------------------------
 

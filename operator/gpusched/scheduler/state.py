@@ -1,12 +1,13 @@
-"""The operator's picture of the cluster: watched objects plus its own reservation ledger.
+"""The operator's picture of the cluster: watched objects, and the ledger beside them.
 
-Watches feed `ClusterState` with raw bodies; it keeps them parsed. The ledger ("assume
-cache") holds the pods this scheduler has decided to bind but the watch has not yet shown as
-bound. A snapshot for the engine is built from both, so a decision never trusts a watch that
-lags behind our own binds — a prototype that did bound 3–4 pods onto a 2-GPU node.
+Watches feed `ClusterState` with raw bodies; it keeps them parsed, with the indexes a cycle
+and a bind read. What this scheduler holds that the watch does not show yet (reservations,
+nominations, preemption marks, pins) is its `Ledger` (`gpusched.scheduler.ledger`). A
+snapshot for the engine is built from both, so a decision never trusts a watch that lags
+behind our own binds.
 
 Everything here runs on the operator's one event loop and never awaits, so each method is
-atomic with respect to the others: the ledger needs no lock of its own.
+atomic with respect to the others.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.api.grouprefs import GroupSource, group_name
 from gpusched.api.k8s import Node, parse_node, parse_pod
 from gpusched.engine.groups import GroupSpec
-from gpusched.engine.pins import GpuPins
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.budgets import Budgets
 from gpusched.scheduler.groups import GroupBook, GroupRecord, WorkloadRecord
+from gpusched.scheduler.ledger import PREEMPTION_ANNOTATION, Ledger, Release
 from gpusched.scheduler.ownergroups import OwnerGroups
 from gpusched.scheduler.records import (
     Nomination,
@@ -42,6 +43,7 @@ from gpusched.scheduler.records import (
 )
 
 __all__ = [
+    "PREEMPTION_ANNOTATION",
     "ClusterState",
     "GroupRecord",
     "Nomination",
@@ -51,11 +53,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-PREEMPTION_ANNOTATION = "gpusched.io/preemption"
-"""Written on every pod of an eviction unit before its first eviction (JSON: ``preemptor``,
-``unit``, ``size``), so that a unit left part-evicted by a crash or a failure is finished by
-whoever leads next, and one never started is unmarked."""
 
 IMPLICIT_PREFIX = group_name(GroupSource.KUEUE, "")
 """The start of the engine names of groups made from their pods."""
@@ -67,7 +64,7 @@ events a lagging watch can hold back."""
 
 @dataclass(slots=True)
 class ClusterState(GroupBook):
-    """Nodes, pods, groups and Workloads as last watched, plus the reservation ledger."""
+    """Nodes, pods, groups and Workloads as last watched, and the `Ledger` beside them."""
 
     scheduler_name: str = "gpusched"
     scheduler_aliases: frozenset[str] = frozenset()
@@ -91,27 +88,14 @@ class ClusterState(GroupBook):
     """Our unbound pods that are neither finished nor deleting, for `pending`."""
     _members: dict[str, dict[str, None]] = field(default_factory=dict)
     """``namespace/PodGroup`` → keys of the pods labelled with it, for `pods_of`."""
-    reservations: dict[str, Reservation] = field(default_factory=dict)
-    """Written only through `_reserve`, which keeps `_reserved_on` in step."""
-    _reserved_on: dict[str, dict[str, None]] = field(default_factory=dict)
-    """Node → keys of the reservations there (the last check before each bind)."""
     budgets: Budgets = field(default_factory=Budgets)
     """PodDisruptionBudgets, for the preemption planner."""
-    marked: dict[str, str] = field(default_factory=dict)
-    """Pod key → its `PREEMPTION_ANNOTATION`, for the bound pods that carry one: victims
-    whose eviction unit a preemption has started on (see `gpusched.scheduler.preemptor`)."""
-    nominations: dict[str, Nomination] = field(default_factory=dict)
-    """Root group key → the room held for it while its preemption's victims go."""
-    _promised_holdings: dict[str, tuple[BoundPod, BoundPod]] = field(default_factory=dict)
-    """Victim key → (its holding, the same without GPUs), for `bound` (see `_gpus_promised`)."""
     gone: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Uids of pods known to be deleted, oldest first. A uid never comes back, so a watch event
     about one is older than what we know (a fresh list showed the name's new pod before the
     lagging watch told the old one's deletion) and must not replace the new pod."""
     generation: int = 0
     """Bumped by every change that could alter a scheduling decision."""
-    pins: GpuPins = field(default_factory=GpuPins)
-    """GPUs assumed for bound pods that do not say which they hold (see `GpuPins`)."""
     capacity_generation: int = 0
     """Bumped by every change that could make room: a pod gone or finished, a node added or
     changed, a reservation released. Groups backing off retry at once when it moves."""
@@ -121,6 +105,12 @@ class ClusterState(GroupBook):
     node_versions: dict[str, str] = field(default_factory=dict)
     """``metadata.resourceVersion`` of each node held: a relist of 5,000 unchanged Nodes
     parses none of them again, and the snapshot cache keeps their static part."""
+    ledger: Ledger = field(init=False)
+    """Reservations, nominations, preemption marks and pins: what this scheduler holds that
+    the watch does not show yet."""
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self, lambda capacity: self._changed(capacity=capacity))
 
     # ----- nodes -------------------------------------------------------------------------------
 
@@ -199,16 +189,13 @@ class ClusterState(GroupBook):
             self._bury(before.uid)  # a name holds one pod at a time: the old one is gone
         self._store(key, record)
         annotations = record.pod.metadata.annotations
-        mark = annotations.get(PREEMPTION_ANNOTATION) if holds(record) else None
-        if mark is not None:
-            self.marked[key] = mark
-        else:
-            self.marked.pop(key, None)
-        reservation = self.reservations.get(key)
+        self.ledger.mark(key, annotations.get(PREEMPTION_ANNOTATION) if holds(record) else None)
+        reservation = self.ledger.reservations.get(key)
         if reservation is not None and (record.node is not None or reservation.uid != record.uid):
             # The watch caught up with our bind (or the pod was replaced): the pod itself
             # now says where it is, so the ledger entry would count it twice.
-            self._reserve(key, None)
+            why = Release.SEEN_BOUND if reservation.uid == record.uid else Release.REPLACED
+            self.ledger.release(key, why)
         freed = before is not None and holds(before) and not holds(record)
         self._changed(capacity=freed)
 
@@ -222,9 +209,9 @@ class ClusterState(GroupBook):
                 return
         before = self._store(key, None)
         self.owner_groups.forget(key)
-        reserved = self._reserve(key, None)
-        self.marked.pop(key, None)
-        if before is not None or reserved is not None:
+        self.ledger.release(key, Release.POD_DELETED)
+        self.ledger.mark(key, None)
+        if before is not None:
             self._changed(capacity=True)
 
     def _store(self, key: str, record: PodRecord | None) -> PodRecord | None:
@@ -314,51 +301,36 @@ class ClusterState(GroupBook):
 
     def pending(self) -> list[PodRecord]:
         """Our pods waiting for a node: not bound, reserved, nominated, finished or deleting."""
-        nominated = self.nominated_pods()
+        nominated = self.ledger.nominated_pods()
+        reservations = self.ledger.reservations
         return [
             record
             for key, record in self._waiting.items()
-            if key not in self.reservations and key not in nominated
+            if key not in reservations and key not in nominated
         ]
 
     def bound(self) -> Iterator[BoundPod]:
         """Every pod holding resources: bound ones of any scheduler, and our reservations."""
         pinned = self._pinned()
-        promised = self._promised()
+        promised = self.ledger.promised()
         for key, record in self._holding.items():
             if record.holding is None:
                 continue
             if promised and promised.get(key) == record.uid:
-                yield self._gpus_promised(key, record.holding)
+                yield self.ledger.gpus_promised(key, record.holding)
                 continue
             yield pinned.get(record.uid, record.holding) if pinned else record.holding
-        for reservation in self.reservations.values():
-            yield reservation.holding
-        for nomination in self.nominations.values():
-            yield from nomination.holdings
-
-    def _gpus_promised(self, key: str, holding: BoundPod) -> BoundPod:
-        """A victim on its way out: its GPUs are promised to a nomination (which holds them),
-        the rest it holds until it is gone (the kubelet counts it till then). One object per
-        holding, so the snapshot cache keeps it."""
-        kept = self._promised_holdings.get(key)
-        if kept is None or kept[0] is not holding:
-            request = replace(holding.pod, gpus=0, gpu_milli=0)
-            kept = self._promised_holdings[key] = (holding, BoundPod(request, holding.node, None))
-        return kept[1]
+        yield from self.ledger.holdings()
 
     def _pinned(self) -> dict[str, BoundPod]:
-        return self.pins.pinned(self._unnamed, self._explicit(), self._gpu_count)
+        return self.ledger.pins.pinned(self._unnamed, self._explicit(), self._gpu_count)
 
     def _explicit(self) -> Iterator[BoundPod]:
         """Holdings that name their GPUs: annotated bound pods and our reservations."""
         for record in self._holding.values():
             if record.holding is not None and record.holding.gpus is not None:
                 yield record.holding
-        for reservation in self.reservations.values():
-            yield reservation.holding
-        for nomination in self.nominations.values():
-            yield from nomination.holdings
+        yield from self.ledger.holdings()
 
     def _gpu_count(self, node: str) -> int:
         count = self._gpu_counts.get(node)
@@ -397,55 +369,17 @@ class ClusterState(GroupBook):
         """What `bound` yields on ``node`` — bound pods, reservations, nominations — from the
         index (GPUs assumed for pods that do not name theirs aside: they move GPUs, not
         counts)."""
-        promised = self._promised()
+        promised = self.ledger.promised()
         for key in self._holders.get(node, ()):
             record = self.pods[key]
             if record.holding is not None and promised.get(key) != record.uid:
                 yield record.holding
-        for key in self._reserved_on.get(node, ()):
-            yield self.reservations[key].holding
-        for nomination in self.nominations.values():
+        for reservation in self.ledger.reserved_on(node):
+            yield reservation.holding
+        for nomination in self.ledger.nominations.values():
             yield from (h for h in nomination.holdings if h.node == node)
 
-    # ----- the ledger ------------------------------------------------------------------------
-
-    def reserve(self, key: str, node: str, gpus: tuple[int, ...]) -> Reservation | None:
-        """Records a decision before its bind is sent; None when the pod changed meanwhile
-        (deleted, bound by someone else) and must not be bound."""
-        record = self.pods.get(key)
-        if (
-            record is None
-            or record.request is None
-            or record.node is not None
-            or record.deleting
-            or key in self.reservations
-            or node not in self.nodes
-        ):
-            return None
-        holding = BoundPod(record.request, node, gpus)
-        reservation = Reservation(record.request, record.uid, node, gpus, holding)
-        self._reserve(key, reservation)
-        self._changed(capacity=False)
-        return reservation
-
-    def _reserve(self, key: str, reservation: Reservation | None) -> Reservation | None:
-        """Puts (or, with None, drops) the reservation of ``key``; returns the one it replaces."""
-        before = self.reservations.pop(key, None)
-        if before is not None:
-            keys = self._reserved_on[before.node]
-            del keys[key]
-            if not keys:
-                del self._reserved_on[before.node]
-        if reservation is not None:
-            self.reservations[key] = reservation
-            self._reserved_on.setdefault(reservation.node, {})[key] = None
-        return before
-
-    def release(self, key: str, reservation: Reservation) -> None:
-        """Drops a reservation whose bind failed; the pod is pending again."""
-        if self.reservations.get(key) is reservation:
-            self._reserve(key, None)
-            self._changed(capacity=True)
+    # ----- binds ---------------------------------------------------------------------------
 
     def confirm(self, key: str, reservation: Reservation) -> None:
         """The bind succeeded: until the watch shows it, the pod is bound where we put it."""
@@ -464,45 +398,12 @@ class ClusterState(GroupBook):
                 version=record.version,  # still orders the name's older pods before it
             ),
         )
-        self._reserve(key, None)
-
-    # ----- nominations (room held for a preemptor) ----------------------------------------------
-
-    def nominate(self, nomination: Nomination) -> None:
-        self.nominations[nomination.root] = nomination
-        self._changed(capacity=False)
-
-    def release_nomination(self, root: str) -> Nomination | None:
-        """Drops the room held for ``root``; its pods are pending again."""
-        released = self.nominations.pop(root, None)
-        if released is not None:
-            for key in released.victims:
-                self._promised_holdings.pop(key, None)
-            self._changed(capacity=True)
-        return released
-
-    def drop_nominations(self) -> None:
-        """Leadership lost: whoever leads next takes the plans in flight over from their
-        record in the cluster (`gpusched.scheduler.nominations`)."""
-        if self.nominations:
-            self.nominations.clear()
-            self._promised_holdings.clear()
-            self._changed(capacity=True)
-
-    def nominated_pods(self) -> set[str]:
-        return {key for n in self.nominations.values() for key in n.pods}
-
-    def _promised(self) -> dict[str, str]:
-        """Victim key → uid, for every victim whose GPUs a nomination holds already."""
-        return {key: uid for n in self.nominations.values() for key, uid in n.victims.items()}
+        self.ledger.release(key, Release.BOUND)
 
     def victim_present(self, key: str, uid: str) -> bool:
         """Whether the victim ``key`` (the pod ``uid``) still holds its resources."""
         record = self.pods.get(key)
         return record is not None and record.uid == uid and holds(record)
-
-    def reserved_gpus(self) -> int:
-        return sum(len(r.gpus) for r in self.reservations.values())
 
     def pods_of(self, group_keys: Iterable[str]) -> list[PodRecord]:
         """The pods labelled with any of these PodGroups (each group's in the order of

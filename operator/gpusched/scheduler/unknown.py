@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpusched.api.config import BIND_TIMEOUT_SECONDS
 from gpusched.scheduler.backoff import Backoff
 from gpusched.scheduler.clock import Clock
+from gpusched.scheduler.ledger import Ledger, Release
 from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
 from gpusched.scheduler.records import Reservation
 from gpusched.scheduler.refs import reserved_ref
@@ -46,9 +47,10 @@ class Verdict(enum.Enum):
 
 class UnknownBinds:
     def __init__(
-        self, state: ClusterState, api: ClusterApi, backoff: Backoff, clock: Clock
+        self, state: ClusterState, ledger: Ledger, api: ClusterApi, backoff: Backoff, clock: Clock
     ) -> None:
         self.state = state
+        self.ledger = ledger
         self.api = api
         self.backoff = backoff
         self.clock = clock
@@ -85,7 +87,7 @@ class UnknownBinds:
         """Keeps the bind to send again after the backoff of ``attempt`` (at once with
         ``at_once``); False when the watch showed the pod bound, replaced or gone meanwhile
         (nothing to keep)."""
-        if self.state.reservations.get(key) is not reservation:
+        if self.ledger.reservations.get(key) is not reservation:
             return False
         delay = self.backoff.delay(attempt)
         if at_once:
@@ -103,12 +105,12 @@ class UnknownBinds:
         due: list[tuple[str, Retry]] = []
         for key, retry in list(self._retries.items()):
             reservation = retry.reservation
-            if self.state.reservations.get(key) is not reservation:
+            if self.ledger.reservations.get(key) is not reservation:
                 del self._retries[key]
                 ended.append((key, retry.root))
             elif reservation.node not in self.state.nodes:
                 del self._retries[key]
-                self.state.release(key, reservation)
+                self.ledger.release(key, Release.NODE_GONE, only=reservation)
                 ended.append((key, retry.root))
             elif retry.next_try <= now:
                 del self._retries[key]
@@ -128,7 +130,7 @@ class UnknownBinds:
         if body is None:
             self.state.delete_pod(key, reservation.uid)
         elif (body.get("metadata") or {}).get("uid") != reservation.uid:
-            self.state.release(key, reservation)
+            self.ledger.release(key, Release.READ_BACK, only=reservation)
         elif (body.get("spec") or {}).get("nodeName"):
             self.state.upsert_pod(body)
         elif self.state.taken_by_others(key, reservation):
@@ -148,10 +150,10 @@ class UnknownBinds:
         its room (it may still land) and is read back: sent again, or, once it can no longer
         land, released if another pod holds its GPUs now."""
         now = self.clock()
-        for key, reservation in list(self.state.reservations.items()):
+        for key, reservation in list(self.ledger.reservations.items()):
             if not self.may_still_land(key, now):
                 self._retries.pop(key, None)
-                self.state.release(key, reservation)
+                self.ledger.release(key, Release.EXPIRED, only=reservation)
             elif key not in self._retries:
                 root = self.state.root_of_request(reservation.request)
                 ref = reserved_ref(key, reservation)

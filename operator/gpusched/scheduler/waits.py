@@ -68,6 +68,6 @@ def unplaced(state: ClusterState) -> Callable[[str], bool]:
 
     def waiting(key: str) -> bool:
         record = state.pods.get(key)
-        return record is not None and record.node is None and key not in state.reservations
+        return record is not None and record.node is None and key not in state.ledger.reservations
 
     return waiting

@@ -225,7 +225,7 @@ async def test_a_refused_claim_write_releases_every_claim_of_the_gang_and_binds_
             "finalizers", []
         )
     assert scheduler.claims.writes == {}
-    assert scheduler.state.reservations == {}
+    assert scheduler.state.ledger.reservations == {}
     messages = [e["message"] for e in api.events if e["reason"] == "FailedScheduling"]
     assert any("allocating ResourceClaim ml/w1-gpus failed" in m for m in messages), messages
 
@@ -386,7 +386,7 @@ async def test_a_refused_allocation_deletes_the_claim_made_for_extended_resource
     assert [e[0] for e in api.log] == ["create", "finalizers", "refused", "finalizers", "delete"]
     assert scheduler.claims.writes == {}
     assert scheduler.claims.named == {}
-    assert scheduler.state.reservations == {}
+    assert scheduler.state.ledger.reservations == {}
 
 
 @pytest.mark.asyncio

@@ -65,7 +65,12 @@ class LeaseStore:
 
 def elector(store: LeaseStore, identity: str, clock: Clock, log: list[str]) -> LeaderElector:
     return LeaderElector(
-        store, CONFIG, "default", identity, lambda on: log.append(f"{identity} {on}"), clock
+        api=store,
+        config=CONFIG,
+        namespace="default",
+        identity=identity,
+        on_change=lambda on: log.append(f"{identity} {on}"),
+        clock=clock,
     )
 
 
@@ -215,12 +220,12 @@ async def test_the_lease_is_renewed_while_the_loop_is_busy_past_the_renew_deadli
     clock, heard = Clock(), []
     loop, caller = asyncio.get_running_loop(), threading.get_ident()
     a = LeaderElector(
-        OpenedOnUse(lambda: store),
-        CONFIG,
-        "default",
-        "a",
-        lambda on: heard.append((on, threading.get_ident())),
-        clock,
+        api=OpenedOnUse(lambda: store),
+        config=CONFIG,
+        namespace="default",
+        identity="a",
+        on_change=lambda on: heard.append((on, threading.get_ident())),
+        clock=clock,
     )
     task = asyncio.create_task(a.run_in_thread())
     await asyncio.sleep(0)  # the thread starts
@@ -242,7 +247,9 @@ async def test_a_failing_lease_thread_fails_its_task() -> None:
     def refuse() -> CountingStore:
         raise RuntimeError("no credentials")
 
-    a = LeaderElector(OpenedOnUse(refuse), CONFIG, "default", "a", lambda on: None, Clock())
+    a = LeaderElector(
+        api=OpenedOnUse(refuse), config=CONFIG, namespace="default", identity="a", clock=Clock()
+    )
     with pytest.raises(RuntimeError, match="no credentials"):
         await a.run_in_thread()
 
@@ -258,7 +265,14 @@ async def test_a_standby_tries_for_the_lease_the_moment_it_expires_not_a_retry_p
     clock_a, clock_b = Clock(), Clock()
     a = elector(store, "a", clock_a, log)
     taken: list[float] = []
-    b = LeaderElector(store, CONFIG, "default", "b", lambda on: taken.append(clock_b.now), clock_b)
+    b = LeaderElector(
+        api=store,
+        config=CONFIG,
+        namespace="default",
+        identity="b",
+        on_change=lambda on: taken.append(clock_b.now),
+        clock=clock_b,
+    )
     assert await a.attempt()
     clock_b.now += 0.5  # b's tries are not in step with a's renewals
     running = asyncio.create_task(b.run())
@@ -295,7 +309,7 @@ async def test_a_standby_that_cannot_read_the_lease_tries_again_a_retry_period_l
     clock_a, clock_b = Clock(), Clock()
     a = elector(store, "a", clock_a, log)
     reaching = ReadsAt(store, clock_b)
-    b = LeaderElector(reaching, CONFIG, "default", "b", clock=clock_b)
+    b = LeaderElector(api=reaching, config=CONFIG, namespace="default", identity="b", clock=clock_b)
     assert await a.attempt()
     running = asyncio.create_task(b.run())
     while clock_b.now < 1014:

@@ -109,7 +109,7 @@ async def test_the_victims_room_is_held_for_the_preemptor_and_it_is_bound_there(
 
     assert sorted(api.evictions) == LOW1  # the whole cheapest gang, nothing of low2
     assert api.binds == []
-    held = scheduler.state.nominations["default/high"]
+    held = scheduler.state.ledger.nominations["default/high"]
     assert sorted((h.pod.key, h.node) for h in held.holdings) == [
         ("default/high-0", "a"),
         ("default/high-1", "b"),
@@ -136,7 +136,7 @@ async def test_the_victims_room_is_held_for_the_preemptor_and_it_is_bound_there(
     clock.now += 1
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/high-0": "a", "default/high-1": "b"}
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
 
 
 @pytest.mark.asyncio
@@ -181,7 +181,7 @@ async def test_a_refused_first_eviction_leaves_the_gang_whole_and_the_plan_is_ma
 
     assert api.evictions == []
     assert api.deleted == []
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     assert sorted(r.key for r in scheduler.state.pending()) == HIGH
     cleared = [k for k, s in api.pod_statuses if s == {"nominatedNodeName": None}]
     assert sorted(cleared) == HIGH
@@ -212,11 +212,11 @@ async def test_a_preemptor_pod_deleted_while_nominated_releases_the_room() -> No
     api, clock = FakeApi(), Clock()
     scheduler = full_cluster(api, clock)
     await run_cycle(scheduler)
-    assert "default/high" in scheduler.state.nominations
+    assert "default/high" in scheduler.state.ledger.nominations
 
     scheduler.pod_deleted("default/high-0", "uid-high-0")
     await run_cycle(scheduler)
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     evicted_are_gone(scheduler, api)
     clock.now += 1
     await run_cycle(scheduler)
@@ -234,11 +234,11 @@ async def test_a_lost_leadership_drops_the_nomination_and_stops_evicting() -> No
     scheduler.lost_leadership()
     scheduler.leadership.synced()
     await scheduler.cycle()  # decided and nominated; evictions are only spawned
-    assert "default/high" in scheduler.state.nominations
+    assert "default/high" in scheduler.state.ledger.nominations
     scheduler.lost_leadership()
     await scheduler.settle()
     assert api.evictions == []
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
 
 
 def priority_class(name: str, value: int) -> dict[str, Any]:
@@ -288,7 +288,7 @@ async def test_a_priority_that_contradicts_its_class_evicts_nothing_and_says_why
     scheduler.group_changed(GroupKind.POD_GROUP, named)
     await run_cycle(scheduler)
     assert api.evictions == []
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     [condition] = api.last_status("default/high")["conditions"]
     assert condition["message"].endswith(
         "; preempts nobody: PodGroup default/high: spec.priority: is 100, but PriorityClass "
@@ -303,13 +303,13 @@ async def test_a_node_gone_while_nominated_releases_the_room_and_the_gang_is_pla
     api, clock = FakeApi(), Clock()
     scheduler = full_cluster(api, clock)
     await run_cycle(scheduler)
-    assert "default/high" in scheduler.state.nominations
+    assert "default/high" in scheduler.state.ledger.nominations
     scheduler.node_deleted("b")
     await run_cycle(scheduler)
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     clock.now += 1  # the shortest backoff: the room it had was given back
     await run_cycle(scheduler)
-    first = scheduler.state.nominations.get("default/high")
+    first = scheduler.state.ledger.nominations.get("default/high")
     # Planned again without b: rack-1 cannot hold the gang now, so low2's rack is taken.
     assert first is not None
     assert sorted(h.node for h in first.holdings) == ["c", "d"]
@@ -367,15 +367,15 @@ async def test_a_higher_gang_takes_over_a_nominated_room_and_the_victims_it_wait
     api, clock = FakeApi(), Clock()
     scheduler = full_cluster(api, clock, low2=500)
     await run_cycle(scheduler)
-    assert "default/high" in scheduler.state.nominations
+    assert "default/high" in scheduler.state.ledger.nominations
     scheduler.group_changed(GroupKind.POD_GROUP, group("top", 1000))
     for i in range(2):
         scheduler.pod_changed(prioritized(pod(f"top-{i}", 8, group="top"), 1000))
     clock.now += 1
     await run_cycle(scheduler)
 
-    assert list(scheduler.state.nominations) == ["default/top"]
-    top = scheduler.state.nominations["default/top"]
+    assert list(scheduler.state.ledger.nominations) == ["default/top"]
+    top = scheduler.state.ledger.nominations["default/top"]
     assert sorted(top.victims) == LOW1
     assert sorted(r.key for r in scheduler.state.pending()) == HIGH
     assert not [k for k in api.evictions + api.deleted if "high" in k]
@@ -391,13 +391,13 @@ async def test_victims_that_outlive_the_nomination_timeout_release_the_room() ->
     api, clock = FakeApi(), Clock()
     scheduler = full_cluster(api, clock, preemption={"nominationTimeoutSeconds": 30})
     await run_cycle(scheduler)
-    held = scheduler.state.nominations["default/high"]
+    held = scheduler.state.ledger.nominations["default/high"]
     clock.now += 29  # evicted, never gone (a node that stopped reporting)
     await run_cycle(scheduler)
-    assert scheduler.state.nominations.get("default/high") is held
+    assert scheduler.state.ledger.nominations.get("default/high") is held
     clock.now += 2
     await scheduler.cycle()
-    assert scheduler.state.nominations.get("default/high") is not held
+    assert scheduler.state.ledger.nominations.get("default/high") is not held
     assert api.binds == []
 
 
@@ -466,7 +466,7 @@ async def test_a_unit_marked_before_keeps_the_size_it_had_when_marked_again() ->
         body = pod(f"low1-{i}", 8, group="low1", node="ab"[i], at=range(8), annotations=marked)
         scheduler.pod_changed(prioritized(body, 1))
     # (the earlier attempt is still settling it: retried later)
-    scheduler.loop.preemptor._retry_at["default/low1"] = clock.now + 100
+    scheduler.loop.preemptor.evictions._retry_at["default/low1"] = clock.now + 100
     await run_cycle(scheduler)
     assert {value["size"] for _, value in marks_written(api) if value is not None} == {3}
 
@@ -537,7 +537,7 @@ async def test_a_preemptor_whose_claim_cannot_be_allocated_is_not_bound_into_its
     await run_cycle(scheduler)
     assert api.binds == []
     assert api.log == []  # no claim written either
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     assert ("ml/w0", {"nominatedNodeName": None}) in api.pod_statuses
 
 
@@ -563,7 +563,7 @@ async def test_a_plan_naming_a_victim_that_is_no_pod_nominates_nothing() -> None
     )
     scheduler.loop.preemptor.preempt([plan], scheduler.leadership.term)
     await scheduler.settle()
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     assert api.evictions == []
     assert sorted(r.key for r in scheduler.state.pending()) == HIGH
 
@@ -634,7 +634,7 @@ async def test_a_pod_holding_gpus_through_a_claim_is_evicted_and_its_room_waits_
     clock.now += 1
     await run_cycle(scheduler)
     assert api.binds == []  # its claim still holds the devices
-    assert "ml/new" in scheduler.state.nominations
+    assert "ml/new" in scheduler.state.ledger.nominations
 
     freed = claims.claims["ml/old-gpus"]
     freed["status"] = {}  # kube-controller-manager deallocates it
@@ -654,6 +654,6 @@ async def test_a_group_unschedulable_for_a_claim_being_deleted_evicts_nothing() 
     scheduler.claims.book.upsert_claim(claims.add(deleting))
     await run_cycle(scheduler)
     assert api.evictions == []
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     [condition] = api.last_status("ml/new")["conditions"]
     assert "ResourceClaim ml/new-1-gpus is being deleted" in condition["message"]

@@ -45,7 +45,7 @@ async def test_a_lone_pod_evicts_the_fewest_lowest_pods_and_is_bound_into_their_
     await run_cycle(scheduler)
 
     assert api.evictions == ["default/big"]
-    held = scheduler.state.nominations["default/urgent"]
+    held = scheduler.state.ledger.nominations["default/urgent"]
     assert [(h.pod.key, h.node, h.gpus) for h in held.holdings] == [
         ("default/urgent", "a", (4, 5, 6, 7))
     ]
@@ -61,7 +61,7 @@ async def test_a_lone_pod_evicts_the_fewest_lowest_pods_and_is_bound_into_their_
     clock.now += 1
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/urgent": "a"}
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ async def test_a_lone_pod_that_may_not_preempt_evicts_nothing(
     scheduler.pod_changed(lone(priority, policy))
     await run_cycle(scheduler)
     assert (api.evictions, api.deleted, api.annotations) == ([], [], []), story
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     assert [r.key for r in scheduler.state.pending()] == ["default/urgent"]
     assert [reason for reason, _ in reasons(api, "urgent")] == ["FailedScheduling"]
 

@@ -104,7 +104,7 @@ async def killed_between_evictions(low1_mode: str) -> tuple[dict[str, Body], lis
         if api.evictions:
             break
         await asyncio.sleep(0)
-    held = first.state.nominations["default/high"]
+    held = first.state.ledger.nominations["default/high"]
     room = {h.pod.key: h.node for h in held.holdings}
     await first.background.cancel()  # killed
     return as_written(objects, api), list(api.evictions), room
@@ -129,7 +129,7 @@ async def test_a_replica_taking_over_evicts_only_the_first_plans_victims_and_bin
     await run_cycle(second)
     assert api.evictions == ["default/low1-1"]  # nothing but the rest of the first plan
     assert api.annotations == []  # no plan of its own: nothing marked, nothing recorded
-    held = second.state.nominations["default/high"]
+    held = second.state.ledger.nominations["default/high"]
     assert {h.pod.key: h.node for h in held.holdings} == room
     assert sorted(held.victims) == LOW1
 
@@ -153,7 +153,7 @@ async def test_a_begun_all_gang_goes_whole_after_a_take_over_even_past_its_budge
     second = replica(api, clock, listed)
     await run_cycle(second)
     assert (api.evictions, api.deleted) == ([], ["default/low1-1"])
-    assert "default/high" in second.state.nominations
+    assert "default/high" in second.state.ledger.nominations
 
 
 @pytest.mark.asyncio
@@ -167,7 +167,7 @@ async def test_a_record_that_no_longer_holds_is_cleared_and_its_untouched_victim
     api, clock = FakeApi(), Clock()
     second = replica(api, clock, listed)
     await run_cycle(second)
-    assert second.state.nominations == {}
+    assert second.state.ledger.nominations == {}
     assert (api.evictions, api.deleted) == ([], [])
     assert sorted(api.annotations) == [
         ("default/high-0", {PLACE: None}),
@@ -193,7 +193,7 @@ async def test_a_record_whose_room_another_pod_took_is_cleared_and_the_gang_plan
         ("default/high-1", {PLACE: None}),
         ("default/low1-1", {MARK: None}),
     ]
-    assert second.state.nominations["default/high"].plan != recorded
+    assert second.state.ledger.nominations["default/high"].plan != recorded
 
 
 @pytest.mark.asyncio
@@ -207,7 +207,7 @@ async def test_the_record_names_the_claims_the_room_waits_for() -> None:
     [raw] = [a[PLACE] for key, a in api.annotations if key == "ml/new" and a.get(PLACE)]
     place = json.loads(raw)
     assert (place["node"], place["claims"]) == ("n1", ["ml/old-gpus"])
-    assert scheduler.state.nominations["ml/new"].claims == ("ml/old-gpus",)
+    assert scheduler.state.ledger.nominations["ml/new"].claims == ("ml/old-gpus",)
 
 
 @pytest.mark.asyncio
@@ -216,6 +216,6 @@ async def test_a_place_that_cannot_be_read_is_cleared_and_the_pod_placed_as_any(
     objects = {"default/lone": pod("lone", 8, annotations={PLACE: '{"plan": "p1", "node": 3}'})}
     scheduler = replica(api, clock, objects)
     await run_cycle(scheduler)
-    assert scheduler.state.nominations == {}
+    assert scheduler.state.ledger.nominations == {}
     assert api.annotations == [("default/lone", {PLACE: None})]
     assert bound_to(api) == {"default/lone": "a"}

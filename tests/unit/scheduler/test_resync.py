@@ -206,7 +206,7 @@ def test_an_older_pod_of_the_name_told_late_never_replaces_its_listed_successor(
     state.upsert_node(node("a"))
     take_unseen(state, identify([at(pod("p", 2, uid="uid-new"), 9)]), "9")
     if bound_by_us:
-        reservation = state.reserve("default/p", "a", (0, 1))
+        reservation = state.ledger.reserve("default/p", "a", (0, 1))
         assert reservation is not None
         state.confirm("default/p", reservation)
     state.upsert_pod(at(pod("p", 2, uid="uid-old"), 3))  # the lagging ADDED

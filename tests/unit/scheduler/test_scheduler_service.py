@@ -48,12 +48,12 @@ def test_a_reservation_counts_until_the_watch_shows_the_pod_bound() -> None:
     state = ClusterState()
     state.upsert_node(node("a"))
     state.upsert_pod(pod("p", 2))
-    reservation = state.reserve("default/p", "a", (0, 1))
+    reservation = state.ledger.reserve("default/p", "a", (0, 1))
     assert reservation is not None
     assert [b.pod.key for b in state.bound()] == ["default/p"]
     assert state.pending() == []
     state.upsert_pod(pod("p", 2, node="a", annotations={"gpusched.io/gpus": "0,1"}))
-    assert state.reservations == {}
+    assert state.ledger.reservations == {}
     assert [(b.pod.key, b.gpus) for b in state.bound()] == [("default/p", (0, 1))]
 
 
@@ -73,17 +73,17 @@ def test_no_reservation_for_a_pod_that_changed_while_the_engine_ran(
     state.upsert_node(node("b"))
     state.upsert_pod(pod("p", 2))
     change(state)
-    assert state.reserve("default/p", "a", (0, 1)) is None, story
-    assert state.reservations == {}
+    assert state.ledger.reserve("default/p", "a", (0, 1)) is None, story
+    assert state.ledger.reservations == {}
 
 
 def test_a_pod_replaced_under_the_same_name_drops_the_old_reservation() -> None:
     state = ClusterState()
     state.upsert_node(node("a"))
     state.upsert_pod(pod("p", 2))
-    state.reserve("default/p", "a", (0, 1))
+    state.ledger.reserve("default/p", "a", (0, 1))
     state.upsert_pod(pod("p", 2, uid="uid-new"))
-    assert state.reservations == {}
+    assert state.ledger.reservations == {}
     assert [r.key for r in state.pending()] == ["default/p"]
 
 
@@ -103,7 +103,7 @@ async def test_a_bind_answered_500_keeps_its_room_and_is_sent_again_to_the_same_
     clock.now += 1.0
     await run_cycle(scheduler)
     assert api.binds == []
-    assert list(scheduler.state.reservations) == ["default/p"]
+    assert list(scheduler.state.ledger.reservations) == ["default/p"]
     assert [r.key for r in scheduler.state.pending()] == ["default/q"]
     assert any(
         e["message"] == "Binding rejected: etcd timeout (sent again, same node and GPUs)"
@@ -123,7 +123,7 @@ async def test_a_refused_bind_releases_its_room_at_once_and_the_pod_is_bound_on_
     api.failures["default/p"] = [ApiError(422, "spec.nodeName: Invalid value")]
     await run_cycle(scheduler)
     assert api.binds == []
-    assert scheduler.state.reservations == {}
+    assert scheduler.state.ledger.reservations == {}
     assert [r.key for r in scheduler.state.pending()] == ["default/p"]
     assert any(e["message"] == "Binding rejected: spec.nodeName: Invalid value" for e in api.events)
     clock.now += 1.0
@@ -151,7 +151,7 @@ async def test_a_bind_without_an_answer_keeps_its_gpus_until_the_pod_is_read_bac
     record = scheduler.state.pods["default/p"]
     assert (record.node, record.assigned) == ("a", (0, 1))
     assert [r.key for r in scheduler.state.pending()] == ["default/q"]
-    assert scheduler.state.reservations == {}
+    assert scheduler.state.ledger.reservations == {}
 
 
 @pytest.mark.asyncio
@@ -163,7 +163,7 @@ async def test_a_conflict_on_a_pod_that_is_not_bound_is_read_back_and_the_bind_s
     api.failures["default/p"] = [ApiError(409, "the object has been modified")]
     api.pods["default/p"] = pod("p", 2)
     await run_cycle(scheduler)
-    assert list(scheduler.state.reservations) == ["default/p"]
+    assert list(scheduler.state.ledger.reservations) == ["default/p"]
     clock.now += 1.0
     await run_cycle(scheduler)
     assert bound_to(api) == {"default/p": "a"}
@@ -374,7 +374,7 @@ async def test_a_bind_decided_before_the_lease_was_lost_is_not_sent() -> None:
     leading[0] = False
     await scheduler.settle()
     assert api.binds == []
-    assert scheduler.state.reservations == {}
+    assert scheduler.state.ledger.reservations == {}
 
 
 @pytest.mark.asyncio
@@ -505,11 +505,11 @@ async def test_a_foreign_pod_landing_before_the_bind_goes_out_stops_the_bind() -
     scheduler.state.upsert_node(node("a", gpus=4))
     scheduler.state.upsert_pod(pod("p", 4))
     await scheduler.cycle()
-    assert list(scheduler.state.reservations) == ["default/p"]
+    assert list(scheduler.state.ledger.reservations) == ["default/p"]
     scheduler.state.upsert_pod(pod("x", 2, node="a", scheduler="default-scheduler"))
     await scheduler.settle()
     assert api.binds == []
-    assert scheduler.state.reservations == {}
+    assert scheduler.state.ledger.reservations == {}
     assert [r.key for r in scheduler.state.pending()] == ["default/p"]
     scheduler.state.delete_pod("default/x", "uid-x")  # x finishes: the room is p's again
     clock.now += 1.0
@@ -536,12 +536,14 @@ async def test_an_unknown_bind_keeps_its_room_while_it_may_still_land_though_a_p
     for _ in range(3):  # retries are due and read p back; still within the bind timeout
         clock.now += 1.0
         await run_cycle(scheduler)
-        assert list(scheduler.state.reservations) == ["default/p"]
+        assert list(scheduler.state.ledger.reservations) == ["default/p"]
         assert api.binds == []
     clock.now += 5.0  # past the bind timeout: p's first send can no longer land
     await run_cycle(scheduler)
     await run_cycle(scheduler)
-    assert "default/p" not in scheduler.state.reservations, scheduler.state.reservations
+    assert "default/p" not in scheduler.state.ledger.reservations, (
+        scheduler.state.ledger.reservations
+    )
     clock.now += 8.0  # q's backoff (it failed while p held the room)
     await run_cycle(scheduler)
     assert bound_to(api) == {

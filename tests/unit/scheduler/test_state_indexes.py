@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler.ledger import Release
 from gpusched.scheduler.state import ClusterState, PodRecord
 from testing.manifests import node, pod
 
@@ -20,7 +21,7 @@ GROUPS = ("g1", "g2")
 
 
 def pending_walk(state: ClusterState) -> list[PodRecord]:
-    nominated = state.nominated_pods()
+    nominated = state.ledger.nominated_pods()
     return [
         record
         for key, record in state.pods.items()
@@ -28,18 +29,18 @@ def pending_walk(state: ClusterState) -> list[PodRecord]:
         and record.pod.spec.scheduler_name == state.scheduler_name
         and not record.pod.is_terminal
         and not record.deleting
-        and key not in state.reservations
+        and key not in state.ledger.reservations
         and key not in nominated
     ]
 
 
 def bound_walk(state: ClusterState) -> list[BoundPod]:
     ledger = [
-        *(r.holding for r in state.reservations.values()),
-        *(h for n in state.nominations.values() for h in n.holdings),
+        *(r.holding for r in state.ledger.reservations.values()),
+        *(h for n in state.ledger.nominations.values() for h in n.holdings),
     ]
     named = [r.holding for r in state.pods.values() if r.holding and r.holding.gpus is not None]
-    pinned = state.pins.pinned(state.pods, [*named, *ledger], state._gpu_count)
+    pinned = state.ledger.pins.pinned(state.pods, [*named, *ledger], state._gpu_count)
     held = [pinned.get(r.uid, r.holding) for r in state.pods.values() if r.holding is not None]
     return [*held, *ledger]
 
@@ -100,10 +101,10 @@ def apply(state: ClusterState, step: tuple[Any, ...]) -> None:
     elif verb == "delete":
         state.delete_pod(key)
     elif verb == "reserve":
-        state.reserve(key, rest[0], (7,))
-    elif (reservation := state.reservations.get(key)) is not None:
+        state.ledger.reserve(key, rest[0], (7,))
+    elif (reservation := state.ledger.reservations.get(key)) is not None:
         if verb == "release":
-            state.release(key, reservation)
+            state.ledger.release(key, Release.BIND_REFUSED, only=reservation)
         else:
             state.confirm(key, reservation)
 

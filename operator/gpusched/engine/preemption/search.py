@@ -88,7 +88,9 @@ def plan_preemption(
                 # plan does not count thousands of held pods again.
                 snapshot.task_counts()
             work = snapshot.copy()
-        return _Search(work, unit, pods, groups, budgets, foreign).run()
+        return _Search(
+            work=work, unit=unit, pods=pods, groups=groups, budgets=budgets, foreign=foreign
+        ).run()
 
 
 @dataclass(slots=True)
@@ -105,6 +107,7 @@ class _Found:
 class _Search:
     def __init__(
         self,
+        *,
         work: Snapshot,
         unit: str,
         pods: Sequence[PodRequest],
