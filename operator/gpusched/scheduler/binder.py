@@ -39,9 +39,9 @@ from gpusched.scheduler.ledger import Ledger, Release
 from gpusched.scheduler.ports import ApiError, ClusterApi, FencedError, ObjectRef
 from gpusched.scheduler.records import Reservation
 from gpusched.scheduler.refs import reserved_ref
-from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
 from gpusched.scheduler.unknown import Retry, UnknownBinds, Verdict
+from gpusched.scheduler.views import RoomView
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Binder:
         self,
         *,
         settings: OperatorConfig,
-        state: ClusterState,
+        state: RoomView,
         ledger: Ledger,
         api: ClusterApi,
         claims: ClaimAllocator,

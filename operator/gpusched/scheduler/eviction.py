@@ -36,8 +36,8 @@ from gpusched.scheduler.nominations import NOMINATION_ANNOTATION, Mark, places
 from gpusched.scheduler.ports import ApiError, ClusterApi, Fence, FencedError, ObjectRef
 from gpusched.scheduler.records import Nomination, PodRecord
 from gpusched.scheduler.refs import pod_ref
-from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.views import VictimsView
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Evictions:
         self,
         *,
         settings: PreemptionConfig,
-        state: ClusterState,
+        state: VictimsView,
         ledger: Ledger,
         api: ClusterApi,
         events: EventRecorder,

@@ -33,7 +33,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.records import Nomination, PodRecord
-from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.views import PlansView
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class Recovered:
     started: frozenset[str]
 
 
-def recover(state: ClusterState, now: float) -> tuple[list[Recovered], list[PodRecord]]:
+def recover(state: PlansView, now: float) -> tuple[list[Recovered], list[PodRecord]]:
     """The plans in flight recorded in the cluster that still hold, and the pods whose record
     does not (to be cleared)."""
     found: dict[tuple[str, str], list[tuple[PodRecord, Place]]] = {}
@@ -189,7 +189,7 @@ def recover(state: ClusterState, now: float) -> tuple[list[Recovered], list[PodR
     return recovered, stale
 
 
-def _marks(state: ClusterState) -> dict[tuple[str, str], dict[str, Mark]]:
+def _marks(state: PlansView) -> dict[tuple[str, str], dict[str, Mark]]:
     """(preemptor, plan) → the victims marked for it that still hold their room."""
     found: dict[tuple[str, str], dict[str, Mark]] = {}
     for key, raw in state.ledger.marked.items():
@@ -204,7 +204,7 @@ def _occupied(bound: Iterable[BoundPod]) -> dict[tuple[str, int], str]:
     return {(h.node, gpu): h.pod.key for h in bound for gpu in h.gpus or ()}
 
 
-def _unusable(state: ClusterState, root: str, entries: list[tuple[PodRecord, Place]]) -> str | None:
+def _unusable(state: PlansView, root: str, entries: list[tuple[PodRecord, Place]]) -> str | None:
     if root in state.ledger.nominations:
         return "room is held for it already"
     wanted = entries[0][1].pods
@@ -233,7 +233,7 @@ def _taken(
 
 
 def _rebuild(
-    state: ClusterState,
+    state: PlansView,
     root: str,
     plan_id: str,
     entries: list[tuple[PodRecord, Place]],
@@ -280,7 +280,7 @@ def _rebuild(
     return Recovered(nomination, plan, started)
 
 
-def _priority(state: ClusterState, root: str, entries: list[tuple[PodRecord, Place]]) -> int:
+def _priority(state: PlansView, root: str, entries: list[tuple[PodRecord, Place]]) -> int:
     group = state.groups.get(root)
     if group is not None and group.spec.priority is not None:
         return group.spec.priority

@@ -46,8 +46,8 @@ from gpusched.scheduler.ledger import Ledger, Release
 from gpusched.scheduler.nominations import Recovered, nominated_holding, recover
 from gpusched.scheduler.records import Nomination
 from gpusched.scheduler.refs import group_ref, pod_ref
-from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.views import PlansView
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Preemptor:
         self,
         *,
         settings: PreemptionConfig,
-        state: ClusterState,
+        state: PlansView,
         ledger: Ledger,
         evictions: Evictions,
         binder: Binder,

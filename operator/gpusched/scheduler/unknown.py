@@ -17,7 +17,7 @@ from gpusched.scheduler.ledger import Ledger, Release
 from gpusched.scheduler.ports import ApiError, ClusterApi, ObjectRef
 from gpusched.scheduler.records import Reservation
 from gpusched.scheduler.refs import reserved_ref
-from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.views import ReadBackView
 
 
 @dataclass(slots=True)
@@ -47,7 +47,7 @@ class Verdict(enum.Enum):
 
 class UnknownBinds:
     def __init__(
-        self, state: ClusterState, ledger: Ledger, api: ClusterApi, backoff: Backoff, clock: Clock
+        self, state: ReadBackView, ledger: Ledger, api: ClusterApi, backoff: Backoff, clock: Clock
     ) -> None:
         self.state = state
         self.ledger = ledger
