@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 
 from gpusched.api.config import PreemptionConfig
@@ -54,35 +55,29 @@ class Evicted(Enum):
     FENCED = "fenced"
 
 
+@dataclass(kw_only=True, eq=False)
 class Evictions:
-    def __init__(
-        self,
-        *,
-        settings: PreemptionConfig,
-        state: VictimsView,
-        ledger: Ledger,
-        api: ClusterApi,
-        events: EventRecorder,
-        leadership: Leadership,
-        clock: Clock,
-        background: Background,
-    ) -> None:
-        self.settings = settings
-        self.state = state
-        self.ledger = ledger
-        self.api = api
-        self.events = events
-        self.leadership = leadership
-        self.clock = clock
-        self.background = background
-        self.jobs = JobWarnings(api=api, events=events)
-        self._units: set[str] = set()
-        """Eviction units being marked, evicted or unmarked now."""
-        self._retry_at: dict[str, float] = {}
-        """Marked units whose finishing failed, and when to try again (our clock)."""
-        self._sent: set[str] = set()
-        """Victims this replica evicted or deleted that the watch still shows (so a unit
-        whose deletions the watch has not caught up with is not taken for untouched)."""
+    """Every write a preemption makes on pods (wired by `build_scheduler`)."""
+
+    settings: PreemptionConfig
+    state: VictimsView
+    ledger: Ledger
+    api: ClusterApi
+    events: EventRecorder
+    leadership: Leadership
+    clock: Clock
+    background: Background
+    jobs: JobWarnings = field(init=False)
+    _units: set[str] = field(init=False, default_factory=set)
+    """Eviction units being marked, evicted or unmarked now."""
+    _retry_at: dict[str, float] = field(init=False, default_factory=dict)
+    """Marked units whose finishing failed, and when to try again (our clock)."""
+    _sent: set[str] = field(init=False, default_factory=set)
+    """Victims this replica evicted or deleted that the watch still shows (so a unit
+    whose deletions the watch has not caught up with is not taken for untouched)."""
+
+    def __post_init__(self) -> None:
+        self.jobs = JobWarnings(api=self.api, events=self.events)
 
     def settling(self, unit: str) -> bool:
         """Whether eviction unit ``unit`` is being marked, evicted or unmarked now."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from gpusched.api.config import PreemptionConfig
 from gpusched.engine.preemption import PreemptionPlan
@@ -61,43 +61,30 @@ RESULTS = {
 """The ``gpusched_preemptions`` result of each way a plan is released before its bind."""
 
 
+@dataclass(kw_only=True, eq=False)
 class Preemptor:
     """Plans carried out: their room nominated, released when stale, bound once free, and
     taken over by a new leader; `Evictions` makes the writes on the pods."""
 
-    def __init__(
-        self,
-        *,
-        settings: PreemptionConfig,
-        state: PlansView,
-        ledger: Ledger,
-        evictions: Evictions,
-        binder: Binder,
-        claims: ClaimAllocator,
-        events: EventRecorder,
-        backoff: Backoff,
-        clock: Clock,
-        background: Background,
-    ) -> None:
-        self.settings = settings
-        self.state = state
-        self.ledger = ledger
-        self.evictions = evictions
-        self.binder = binder
-        self.claims = claims
-        self.events = events
-        self.backoff = backoff
-        self.clock = clock
-        self.background = background
-        self._evicting: set[str] = set()
-        """Roots whose evictions are in flight."""
-        self._plans: dict[str, PreemptionPlan] = {}
-        """The plan of each root holding a nomination (kept until it is released or bound)."""
-        self._binding: dict[str, tuple[float, tuple[str, ...]]] = {}
-        """Roots bound into their nominated room: when nominated, and the pods (the
-        nomination-to-bound metric is observed once all show bound)."""
-        self._recovered_in: int | None = None
-        """The term whose plans in flight were taken over from the cluster."""
+    settings: PreemptionConfig
+    state: PlansView
+    ledger: Ledger
+    evictions: Evictions
+    binder: Binder
+    claims: ClaimAllocator
+    events: EventRecorder
+    backoff: Backoff
+    clock: Clock
+    background: Background
+    _evicting: set[str] = field(init=False, default_factory=set)
+    """Roots whose evictions are in flight."""
+    _plans: dict[str, PreemptionPlan] = field(init=False, default_factory=dict)
+    """The plan of each root holding a nomination (kept until it is released or bound)."""
+    _binding: dict[str, tuple[float, tuple[str, ...]]] = field(init=False, default_factory=dict)
+    """Roots bound into their nominated room: when nominated, and the pods (the
+    nomination-to-bound metric is observed once all show bound)."""
+    _recovered_in: int | None = field(init=False, default=None)
+    """The term whose plans in flight were taken over from the cluster."""
 
     # ----- from the loop -----------------------------------------------------------------------
 
