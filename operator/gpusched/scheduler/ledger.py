@@ -88,7 +88,7 @@ class Release(enum.Enum):
     """Whoever leads next takes the plans in flight over from their record in the cluster."""
 
 
-class Watched(Protocol):
+class PodsAndNodes(Protocol):
     """What the ledger reads of the watch cache (`ClusterState`)."""
 
     @property
@@ -102,7 +102,7 @@ class Ledger:
     """Reservations, nominations, preemption marks and pins. Read through its read-only
     mappings; written through `reserve`, `nominate`, `mark` and `release`."""
 
-    def __init__(self, watched: Watched, changed: Callable[[bool], None]) -> None:
+    def __init__(self, watched: PodsAndNodes, changed: Callable[[bool], None]) -> None:
         """``changed(capacity)``: told of every change that could alter a decision;
         ``capacity`` when it makes room."""
         self._watched = watched

@@ -32,6 +32,7 @@ from gpusched.engine.preemption import Outcome, PreemptionPlan, Victim
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler.ledger import Ledger
 from gpusched.scheduler.records import Nomination, PodRecord
 from gpusched.scheduler.views import PlansView
 
@@ -154,9 +155,12 @@ class Recovered:
     started: frozenset[str]
 
 
-def recover(state: PlansView, now: float) -> tuple[list[Recovered], list[PodRecord]]:
-    """The plans in flight recorded in the cluster that still hold, and the pods whose record
-    does not (to be cleared)."""
+def recover(
+    state: PlansView, ledger: Ledger, now: float
+) -> tuple[list[Recovered], list[PodRecord]]:
+    """The plans in flight recorded in the cluster that still hold (their victims' marks and
+    the room held already read from ``ledger``), and the pods whose record does not (to be
+    cleared)."""
     found: dict[tuple[str, str], list[tuple[PodRecord, Place]]] = {}
     stale: list[PodRecord] = []
     for record in state.pending():
@@ -173,12 +177,12 @@ def recover(state: PlansView, now: float) -> tuple[list[Recovered], list[PodReco
         found.setdefault((place.root, place.plan), []).append((record, place))
     if not found:
         return [], stale
-    marks = _marks(state)
+    marks = _marks(ledger)
     occupied = _occupied(state.bound())
     recovered = []
     for (root, plan_id), entries in sorted(found.items(), key=lambda item: item[0]):
         victims = marks.get((root, plan_id), {})
-        why = _unusable(state, root, entries) or _taken(occupied, entries, victims)
+        why = _unusable(state, ledger, root, entries) or _taken(occupied, entries, victims)
         if why is not None:
             logger.info(
                 "%s: the preemption a previous leader recorded no longer holds: %s", root, why
@@ -189,10 +193,10 @@ def recover(state: PlansView, now: float) -> tuple[list[Recovered], list[PodReco
     return recovered, stale
 
 
-def _marks(state: PlansView) -> dict[tuple[str, str], dict[str, Mark]]:
+def _marks(ledger: Ledger) -> dict[tuple[str, str], dict[str, Mark]]:
     """(preemptor, plan) → the victims marked for it that still hold their room."""
     found: dict[tuple[str, str], dict[str, Mark]] = {}
-    for key, raw in state.ledger.marked.items():
+    for key, raw in ledger.marked.items():
         mark = Mark.parse(raw)
         if mark is not None and mark.plan:
             found.setdefault((mark.preemptor, mark.plan), {})[key] = mark
@@ -204,8 +208,10 @@ def _occupied(bound: Iterable[BoundPod]) -> dict[tuple[str, int], str]:
     return {(h.node, gpu): h.pod.key for h in bound for gpu in h.gpus or ()}
 
 
-def _unusable(state: PlansView, root: str, entries: list[tuple[PodRecord, Place]]) -> str | None:
-    if root in state.ledger.nominations:
+def _unusable(
+    state: PlansView, ledger: Ledger, root: str, entries: list[tuple[PodRecord, Place]]
+) -> str | None:
+    if root in ledger.nominations:
         return "room is held for it already"
     wanted = entries[0][1].pods
     if len(entries) != wanted or any(place.pods != wanted for _, place in entries):

@@ -147,7 +147,7 @@ class Preemptor:
         """The plans a previous leader (or this replica, before a restart) left in flight:
         their room is held again and their evictions carried on; records that no longer
         hold are cleared."""
-        recovered, stale = recover(self.state, self.clock())
+        recovered, stale = recover(self.state, self.ledger, self.clock())
         for found in recovered:
             self._resume(found, term)
         if stale:

@@ -2,7 +2,7 @@
 
 `build_scheduler` hands the one `ClusterState` to each; the type says which part a
 collaborator may touch, so a reader is not handed the whole hub (about forty ways in).
-The ledger has its own read-only mappings (`gpusched.scheduler.ledger.Ledger`)."""
+The ledger is handed on its own (`gpusched.scheduler.ledger.Ledger`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from gpusched.api.k8s import Node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.groups import GroupRecord
-from gpusched.scheduler.ledger import Ledger
 from gpusched.scheduler.records import PodRecord, Reservation
 
 
@@ -46,11 +45,8 @@ class VictimsView(Watched, Protocol):
 
 
 class PlansView(VictimsView, Protocol):
-    """What `Preemptor` and the take-over of plans in flight read: also the pods pending, what
-    is bound, and the ledger (its nominations and the victims' marks)."""
-
-    @property
-    def ledger(self) -> Ledger: ...
+    """What `Preemptor` and the take-over of plans in flight read: also the pods pending and
+    what is bound."""
 
     def pending(self) -> list[PodRecord]: ...
 
