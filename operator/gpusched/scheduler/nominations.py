@@ -44,7 +44,7 @@ NOMINATION_ANNOTATION = "gpusched.io/nomination"
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """A `gpusched.scheduler.state.PREEMPTION_ANNOTATION`: this victim's unit is to be
+    """A `gpusched.scheduler.ledger.PREEMPTION_ANNOTATION`: this victim's unit is to be
     evicted whole for ``preemptor``'s plan ``plan``."""
 
     preemptor: str

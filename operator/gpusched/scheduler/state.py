@@ -43,7 +43,6 @@ from gpusched.scheduler.records import (
 )
 
 __all__ = [
-    "PREEMPTION_ANNOTATION",
     "ClusterState",
     "GroupRecord",
     "Nomination",
