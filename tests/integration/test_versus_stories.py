@@ -467,10 +467,10 @@ def test_both_schedulers_get_the_same_upstream_objects_only_the_scheduler_name_d
 
 def test_the_zone_rack_workload_lands_in_zone_a_with_both_schedulers(halves: Halves) -> None:
     """Both keep the workers in one rack of zone-a and the driver in zone-a, and write
-    `PodGroupInitiallyScheduled=True` on both PodGroups. What kube-scheduler cannot do: pick
-    the GPUs (it counts `nvidia.com/gpu`; the device plugin chooses, NVLink and NUMA unseen),
-    put the driver beside the workers (it ties at random between zone-a's racks), or report on
-    the CompositePodGroup."""
+    `PodGroupInitiallyScheduled=True` on both PodGroups. What kube-scheduler does not do: pick
+    the GPUs (it counts `nvidia.com/gpu`; the device plugin chooses, NVLink and NUMA unseen) or
+    report on the CompositePodGroup. gpusched puts the driver in its workers' rack; nothing in
+    these objects asks kube-scheduler to, so only zone-a is asserted for its driver."""
     story = zone_rack_training()
     workers = story.keys("train-worker")
     driver = story.keys("train-driver")
