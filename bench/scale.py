@@ -76,7 +76,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 from testing.cluster.cluster import RealCluster, env_for_operator  # noqa: E402
 from testing.cluster.controlplane import free_port  # noqa: E402
 from testing.harness import GROUP_LABEL, RACK, ZONE, gang, gpu_node, gpu_pod  # noqa: E402
-from testing.upstream import kube_scheduler, upstream_pod  # noqa: E402
+from testing.upstream import KUBE_SCHEDULER, for_scheduler, kube_scheduler  # noqa: E402
 from versus import Api, BindWatch, cpu_seconds, ensure_namespace, in_child  # noqa: E402
 
 RESULTS = HERE / "results" / "scale.json"
@@ -284,7 +284,7 @@ def upstream_backlog(backlog: Sequence[Item]) -> list[Item]:
     path = f"/api/v1/namespaces/{UPSTREAM_NAMESPACE}/pods"
     out = []
     for _, _, body in backlog:
-        pod = upstream_pod(body)
+        pod = for_scheduler(body, KUBE_SCHEDULER)
         pod["metadata"]["namespace"] = UPSTREAM_NAMESPACE
         out.append(("POST", path, pod))
     return out

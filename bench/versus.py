@@ -9,10 +9,13 @@ testing/cluster, on 127.0.0.1) with 500 Nodes (5 zones × 10 racks × 10 nodes, 
 Each scheduler in turn gets the same pods, created the same way; only one runs at a time:
 
 - gpusched as users run it: `gpusched run --kubeconfig …` in a child process, with the
-  chart's service-account identity and RBAC, default SchedulerConfig; it gets our CRDs.
+  chart's service-account identity and RBAC, default SchedulerConfig.
 - kube-scheduler at its defaults (its own QPS limits included) with the Workload API's gates
-  on; it gets the same groups as scheduling.k8s.io/v1beta1 PodGroups and the same pods naming
-  their group in `spec.schedulingGroup` (testing/upstream.py).
+  on.
+
+Both get the same objects: gangs as `scheduling.k8s.io/v1beta1` PodGroups, pods naming their
+group in `spec.schedulingGroup`; only the pods' `schedulerName` differs (testing/upstream.py),
+and each scheduler works in namespaces of its own.
 
 Phases, for each scheduler:
 
@@ -57,12 +60,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from testing.cluster.cluster import RealCluster, env_for_operator  # noqa: E402
-from testing.harness import ZONE, gang, gpu_node, gpu_pod  # noqa: E402
+from testing.gangs import upstream_member, upstream_pod_group  # noqa: E402
+from testing.harness import ZONE, gpu_node, gpu_pod  # noqa: E402
 from testing.upstream import (  # noqa: E402
+    KUBE_SCHEDULER,
     clear_upstream,
+    for_scheduler,
     kube_scheduler,
-    upstream_pod,
-    upstream_pod_group,
 )
 
 RESULTS = HERE / "results" / "versus.json"
@@ -243,7 +247,7 @@ def mixed_pods(scheduler: str, namespace: str, count: int) -> list[tuple[str, di
 
 
 def _for(scheduler: str, pod: dict[str, Any]) -> dict[str, Any]:
-    return upstream_pod(pod) if scheduler == UPSTREAM else pod
+    return for_scheduler(pod, KUBE_SCHEDULER if scheduler == UPSTREAM else GPUSCHED)
 
 
 def ensure_namespace(api: Api, name: str) -> None:
@@ -376,14 +380,13 @@ def gangs(name: str, api: Api, pid: int, args: argparse.Namespace) -> dict[str, 
     seconds: list[float] = []
     cpu = cpu_seconds(pid)
     for round_ in range(args.gangs):
-        group = gang(f"g{round_}", GANG_SIZE, key=ZONE, namespace=namespace)
-        if name == UPSTREAM:
-            group = upstream_pod_group(group)
-        api.client.create(group)
+        api.client.create(
+            upstream_pod_group(f"g{round_}", GANG_SIZE, key=ZONE, namespace=namespace)
+        )
         pods = [
             (
                 f"/api/v1/namespaces/{namespace}/pods",
-                _for(name, gpu_pod(f"g{round_}-{i}", 4, group=f"g{round_}", namespace=namespace)),
+                _for(name, upstream_member(f"g{round_}-{i}", 4, f"g{round_}", namespace=namespace)),
             )
             for i in range(GANG_SIZE)
         ]
@@ -392,10 +395,7 @@ def gangs(name: str, api: Api, pid: int, args: argparse.Namespace) -> dict[str, 
             if watch.wait(GANG_SIZE, timeout=args.timeout):
                 seconds.append(max(watch.bound.values()) - first)
         api.delete_pods(namespace)
-        if name == UPSTREAM:
-            clear_upstream(api.client, [namespace])
-        else:
-            api.client.delete("podgroups", f"g{round_}", namespace)
+        clear_upstream(api.client, [namespace])
     cpu = cpu_seconds(pid) - cpu
     ordered = sorted(seconds)
     return {

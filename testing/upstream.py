@@ -1,18 +1,11 @@
-"""kube-scheduler 1.37 given the same work as gpusched: the same groups written as its
-Workload API objects, the same pods naming their group as it expects, and kube-scheduler
-itself, run on the real control plane only while a story needs it.
+"""kube-scheduler 1.37 and gpusched given the same work: the Workload API's objects
+(`scheduling.k8s.io` v1beta1 Workload and PodGroup, v1alpha3 CompositePodGroup) and pods naming
+their group in `spec.schedulingGroup`, identical for both but for the pods' `schedulerName`;
+and kube-scheduler itself, run on the real control plane only while a story needs it.
 
-Our CRDs mirror the upstream Workload API field for field, so one story's objects are
-translated, not rewritten:
-
-- a `scheduling.gpusched.io` Workload becomes a `scheduling.k8s.io/v1beta1` Workload plus
-  the objects a workload controller (Job, JobSet, LWS) would create from its templates: one
-  v1alpha3 CompositePodGroup or v1beta1 PodGroup per template, named `<workload>-<template>`
-  as gpusched names its own, each with `workloadRef` and `parentCompositePodGroupName`
-  (kube-scheduler materialises nothing itself);
-- a standalone PodGroup becomes a v1beta1 PodGroup with the same spec;
-- a pod's `scheduling.gpusched.io/pod-group` label becomes `spec.schedulingGroup.podGroupName`
-  and its `schedulerName` kube-scheduler's (`default-scheduler`).
+Nothing is translated from our CRDs: gpusched reads these objects natively. What a workload
+controller (Job, JobSet, LWS) would create from an upstream Workload's templates is written
+here by `workload_objects`, since kube-scheduler materialises nothing itself.
 """
 
 from __future__ import annotations
@@ -29,7 +22,6 @@ import httpx
 from testing.apiserver import ApiClient
 from testing.cluster.cluster import RealCluster
 from testing.cluster.controlplane import LOOPBACK, free_port
-from testing.harness import GROUP_LABEL
 
 UPSTREAM_GROUP = "scheduling.k8s.io"
 WORKLOAD_API = f"{UPSTREAM_GROUP}/v1beta1"
@@ -44,28 +36,18 @@ UPSTREAM_RESOURCES = (
 Obj = dict[str, Any]
 
 
-def upstream_pod(pod: Mapping[str, Any]) -> Obj:
-    """The same pod for kube-scheduler: its scheduler name, its group in `schedulingGroup`."""
+def for_scheduler(pod: Mapping[str, Any], scheduler: str) -> Obj:
+    """`pod` as given to `scheduler` (`gpusched` or kube-scheduler's `default-scheduler`): a
+    copy differing only in `spec.schedulerName`."""
     body = copy.deepcopy(dict(pod))
-    labels = body["metadata"].get("labels") or {}
-    group = labels.pop(GROUP_LABEL, None)
-    spec = body["spec"]
-    if spec.get("schedulerName") == "gpusched":
-        spec["schedulerName"] = KUBE_SCHEDULER
-    if group is not None:
-        spec["schedulingGroup"] = {"podGroupName": group}
+    body["spec"]["schedulerName"] = scheduler
     return body
 
 
-def upstream_pod_group(group: Mapping[str, Any]) -> Obj:
-    """A standalone gpusched PodGroup as a v1beta1 PodGroup (same spec, less our extras)."""
-    spec = {k: v for k, v in group["spec"].items() if k != "scheduleTimeoutSeconds"}
-    return _object(WORKLOAD_API, "PodGroup", group["metadata"], spec)
-
-
-def upstream_workload(workload: Mapping[str, Any]) -> list[Obj]:
-    """A gpusched Workload as kube-scheduler needs it: the v1beta1 Workload, then every group
-    its templates make, parents before children (what a workload controller would create)."""
+def workload_objects(workload: Mapping[str, Any]) -> list[Obj]:
+    """An upstream Workload and every group its templates make, parents before children, each
+    named `<workload>-<template>` with `workloadRef` and `parentCompositePodGroupName`: what a
+    workload controller creates for kube-scheduler, and what gpusched reads as it is."""
     meta = workload["metadata"]
     spec = workload["spec"]
     objects = [_object(WORKLOAD_API, "Workload", meta, copy.deepcopy(spec))]
