@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  POD_NAMESPACE={OPERATOR_NAMESPACE} gpusched run --kubeconfig {operator}\n"
                 f"  kubectl create namespace ml\n"
                 f"  kubectl apply -f examples/workloads/01-zone-rack-training/\n"
-                f"  kubectl -n ml get pg\n\n"
+                f"  kubectl -n ml get gspg\n\n"
                 "Ctrl-C stops it and removes everything.",
                 flush=True,
             )

@@ -5,6 +5,12 @@ to its node (the API server only marks a bound pod terminating and waits for its
 delete it with grace period 0), it reports a pod Running once its containers start, and it
 reports Succeeded or Failed when they end. `Kubelet` does the first on its own (watching pods)
 and the other two when told (`run`, `finish`).
+
+Before it confirms a deletion it reports the pod's terminal phase, Failed for a pod that had
+not ended, as the kubelet does since Kubernetes 1.27 (KEP-3329): the Job controller waits for
+that phase before it applies a ``podFailurePolicy`` (and before it replaces the pod of a Job
+that has one), so without it a preempted Job's pods would hang terminating forever. The patch
+is strategic, so the conditions already there (``DisruptionTarget``) stay.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from testing.apiserver import ApiClient, ApiStatusError
+from testing.apiserver import STRATEGIC, ApiClient, ApiStatusError
 
 
 class Kubelet:
@@ -110,6 +116,16 @@ class Kubelet:
         meta = pod["metadata"]
         if not meta.get("deletionTimestamp") or not pod.get("spec", {}).get("nodeName"):
             return
+        if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            with contextlib.suppress(ApiStatusError):
+                self.api.patch(
+                    "pods",
+                    meta["name"],
+                    {"status": {"phase": "Failed"}},
+                    meta["namespace"],
+                    subresource="status",
+                    content_type=STRATEGIC,
+                )
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
         with contextlib.suppress(ApiStatusError):
             response = self.api.http.request(

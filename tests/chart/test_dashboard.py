@@ -28,7 +28,9 @@ def exported_metrics() -> set[str]:
 
     quality, telemetry = CollectorRegistry(), CollectorRegistry()
     QualityMetrics(quality)
-    TelemetryCache(TelemetryConfig(), registry=telemetry)
+    # With a Prometheus configured: without one, the gauges of the source are not exported.
+    configured = TelemetryConfig.model_validate({"prometheus": {"url": "http://127.0.0.1:9"}})
+    TelemetryCache(configured, registry=telemetry)
     names: set[str] = set()
     for registry in (REGISTRY, quality, telemetry):
         for family in registry.collect():

@@ -98,4 +98,6 @@ def test_metrics_count_attempts_binds_and_gang_latency(
         assert grew("gpusched_gang_bind_seconds_count") >= 1
         assert grew("gpusched_bind_duration_seconds_count") == 2
         assert _samples(port)[("gpusched_reserved_gpus", ())] == 0
-        assert ("gpusched_telemetry_up", ()) in _samples(port)
+        # No Prometheus configured: nothing is up or down.
+        assert _samples(port)[("gpusched_telemetry_configured", ())] == 0
+        assert ("gpusched_telemetry_up", ()) not in _samples(port)

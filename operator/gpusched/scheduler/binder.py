@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -34,6 +33,7 @@ from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator, ClaimWrite
 from gpusched.scheduler.dra.view import View
 from gpusched.scheduler.events import EventRecorder
+from gpusched.scheduler.gangtimer import GangTimer
 from gpusched.scheduler.leadership import Leadership
 from gpusched.scheduler.ledger import Ledger, Release
 from gpusched.scheduler.ports import ApiError, ClusterApi, FencedError, ObjectRef
@@ -82,6 +82,7 @@ class Binder:
         self.unknown = unknown
         self.clock = clock
         self.background = background
+        self.gang_timer = GangTimer(clock)
         self._slots = asyncio.Semaphore(settings.bind_concurrency)
         self._binding: dict[str, set[str]] = defaultdict(set)
         """Root key → pods whose bind is in flight (for the gang latency metric)."""
@@ -353,6 +354,6 @@ class Binder:
             return
         if root in self.state.groups:
             logger.info("%s: Scheduled, every pod bound", root)
-        first = min(p.request.created for p in pods if p.request is not None)
-        if first:
-            metrics.GANG_SECONDS.observe(max(0.0, time.time() - first))
+        waited = self.gang_timer.bound(root)
+        if waited is not None:
+            metrics.GANG_SECONDS.observe(waited)

@@ -178,6 +178,7 @@ class SchedulingLoop:
             ready.append(record.request)
             roots.add(root)
         metrics.PENDING_GROUPS.set(len(waiting))
+        self.binder.gang_timer.seen(waiting, started)
         quality_metrics.default().pending(created, self.clock.wall().timestamp())
         return ready, roots
 

@@ -23,7 +23,8 @@ BIND_SECONDS = Histogram(
 BINDS = Counter("gpusched_binds", "pods/binding requests, by result.", ["result"])
 GANG_SECONDS = Histogram(
     "gpusched_gang_bind_seconds",
-    "Time from a root group's first pod's creation to all of its pods bound.",
+    "Time from the first scheduling cycle that saw a root group's pods pending to all of its "
+    "pods bound, on the operator's monotonic clock (scheduler/gangtimer.py).",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
 )
 PENDING_GROUPS = Gauge("gpusched_pending_groups", "Root groups with pods waiting for a node.")

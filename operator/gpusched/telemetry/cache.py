@@ -9,7 +9,8 @@ engine looks a GPU up.
 When a refresh fails (Prometheus down, a timeout, garbage), the last good data is kept; its
 sample times keep aging, so past ``telemetry.maxAgeSeconds`` every GPU is unknown and the
 ``telemetry.stale`` policy applies. Failures are logged once per change of state (up → down,
-down → up), and exported as ``gpusched_telemetry_up`` and ``gpusched_telemetry_age_seconds``.
+down → up), and exported as ``gpusched_telemetry_up`` and ``gpusched_telemetry_age_seconds``;
+without a Prometheus URL those are absent and ``gpusched_telemetry_configured`` is 0.
 
 A read is joined with the node list it was indexed against: series of nodes the operator did
 not know then are left out. The operator's first read comes before its nodes are listed, so
@@ -43,22 +44,39 @@ _LABEL_CACHE_SLACK = 1024
 
 
 class _Gauges:
-    def __init__(self, registry: CollectorRegistry | None, age: Callable[[], float]) -> None:
+    """The ``gpusched_telemetry_*`` metrics. ``gpusched_telemetry_configured`` is 1 when a
+    Prometheus URL is set, else 0; the gauges that describe the source (``_up``,
+    ``_age_seconds``, ``_gpus``) exist only when one is: without a source there is nothing to
+    be up or down, and a 0 would paint a dashboard red for a choice, not a fault."""
+
+    def __init__(
+        self, registry: CollectorRegistry, age: Callable[[], float], *, configured: bool
+    ) -> None:
+        self.configured = Gauge(
+            "gpusched_telemetry_configured",
+            "1 if a Prometheus URL is configured (telemetry.prometheus.url), else 0.",
+            registry=registry,
+        )
+        self.configured.set(1 if configured else 0)
+        source_registry = registry if configured else None
         self.up = Gauge(
             "gpusched_telemetry_up",
-            "1 if the last telemetry refresh from Prometheus succeeded, else 0.",
-            registry=registry,
+            "1 if the last telemetry refresh from Prometheus succeeded, else 0 "
+            "(absent when no Prometheus is configured).",
+            registry=source_registry,
         )
         self.age = Gauge(
             "gpusched_telemetry_age_seconds",
-            "Age of the freshest GPU telemetry the scheduler holds (+Inf without data).",
-            registry=registry,
+            "Age of the freshest GPU telemetry the scheduler holds (+Inf without data; "
+            "absent when no Prometheus is configured).",
+            registry=source_registry,
         )
         self.age.set_function(age)
         self.gpus = Gauge(
             "gpusched_telemetry_gpus",
-            "GPUs with telemetry in the last successful refresh.",
-            registry=registry,
+            "GPUs with telemetry in the last successful refresh (absent when no Prometheus "
+            "is configured).",
+            registry=source_registry,
         )
         self.skipped = Counter(
             "gpusched_telemetry_skipped_series",
@@ -68,13 +86,16 @@ class _Gauges:
         )
         for reason in SkipReason:
             self.skipped.labels(reason=reason.value)
-        self.registry = registry
+        self.registry: CollectorRegistry | None = registry
+        self._registered = [self.configured, self.skipped]
+        if configured:
+            self._registered += [self.up, self.age, self.gpus]
 
     def close(self) -> None:
         """Unregisters the metrics, so that a later cache in this process can register its
         own (tests run operators one after another)."""
         if self.registry is not None:
-            for collector in (self.up, self.age, self.gpus, self.skipped):
+            for collector in self._registered:
                 self.registry.unregister(collector)
             self.registry = None
 
@@ -127,7 +148,11 @@ class TelemetryCache:
         self._client: PrometheusClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
-        self._gauges = _Gauges(registry, self._age) if registry is not None else None
+        self._gauges = (
+            _Gauges(registry, self._age, configured=self.source is not None)
+            if registry is not None
+            else None
+        )
 
     # ----- lifecycle ----------------------------------------------------------------------
 
