@@ -17,6 +17,10 @@ cluster the first time a test asks, keeps it for the session, and returns the `R
   for its constants): pods in a namespace made by `ensure_namespace(name, kueue=True)` with a
   LocalQueue (`Kueue.local_queue(namespace)`) are gated, admitted and ungated by Kueue. Built
   from its Go module on first use, like `kuberay`.
+- `karpenter`: Karpenter (v1.15.0) with its kwok provider, bound to 127.0.0.1
+  (`testing/cluster/karpenter.py`), its CRDs and the KWOKNodeClass; it acts once a test
+  creates a NodePool (`karpenter.node_pool`), and every NodePool is removed after the test,
+  with the Nodes Karpenter made. Built from its Go module on first use, like `kuberay`.
 - `workload_crds`: the JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, TrainJob (and the NVIDIA
   driver's ComputeDomain) CRDs installed,
   for tests that create the objects those controllers make.
@@ -25,13 +29,15 @@ cluster the first time a test asks, keeps it for the session, and returns the `R
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
 
+from testing.apiserver import ApiClient
+from testing.cluster import karpenter as karpenter_kwok
 from testing.cluster.cluster import RealCluster
-from testing.cluster.controllers import KubeRay, Kueue
+from testing.cluster.controllers import KubeRay, Kueue, go_build
 from testing.cluster.controlplane import UnavailableError
 
 T = TypeVar("T")
@@ -74,6 +80,16 @@ def kuberay(apiserver: object) -> KubeRay:
 @pytest.fixture
 def kueue(apiserver: object) -> Kueue:
     return _built(_real(apiserver).kueue)
+
+
+@pytest.fixture
+def karpenter(apiserver: object, api: ApiClient) -> Iterator[karpenter_kwok.Karpenter]:
+    cluster = _real(apiserver)
+    running = _built(lambda: karpenter_kwok.Karpenter.start(cluster.plane, go_build("karpenter")))
+    api.specs.extend(spec for spec in karpenter_kwok.SPECS if spec not in api.specs)
+    yield running
+    for pool in api.list("nodepools", group=karpenter_kwok.GROUP):
+        running.remove_node_pool(api, pool["metadata"]["name"])
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ server cannot do: faults inside one request, virtual time, its own behaviour (te
 - `kube_configuration`: an async helper building a fresh `kubernetes_asyncio` Configuration
   from that file.
 - Real controllers started on demand (testing/cluster/fixtures.py): `workload_job_controller`,
-  `job_controller`, `kuberay`, `kueue`; and `workload_crds` (JobSet, LWS, Kubeflow kinds).
+  `job_controller`, `kuberay`, `kueue`, `karpenter`; and `workload_crds` (JobSet, LWS,
+  Kubeflow kinds).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from testing.cluster.cluster import RealCluster
 from testing.cluster.controlplane import OPERATOR_NAMESPACE, UnavailableError
 from testing.cluster.fixtures import (  # noqa: F401 (fixtures)
     job_controller,
+    karpenter,
     kuberay,
     kueue,
     workload_crds,
