@@ -3,9 +3,12 @@
 Each kind is translated into the body of our own object, field by field, and parsed by our
 own parser, so one set of rules (and one engine) serves all of them:
 
-- ``scheduling.k8s.io/v1beta1`` PodGroup: our PodGroup, same fields;
+- ``scheduling.k8s.io`` PodGroup (``v1`` from 1.38, ``v1beta1`` in 1.37, ``v1alpha2`` in
+  1.36; the newest one served is read, `served_versions`): our PodGroup, same fields;
   ``disruptionMode: {all: {}}`` is ``All``;
-- ``scheduling.k8s.io/v1alpha3`` CompositePodGroup: our CompositePodGroup, same fields;
+- ``scheduling.k8s.io`` CompositePodGroup (``v1alpha3`` in 1.37): our CompositePodGroup,
+  same fields; the ``basic`` policy (children scheduled independently) is read as upstream
+  defines it (`ForeignGroup.basic`);
 - ``scheduling.volcano.sh/v1beta1`` PodGroup: a gang of ``minMember``, ``priorityClassName``;
 - ``scheduling.x-k8s.io/v1alpha1`` PodGroup: a gang of ``minMember``,
   ``scheduleTimeoutSeconds``.
@@ -64,6 +67,65 @@ class ForeignGroup:
     group: PodGroup | CompositePodGroup
     unhonoured: tuple[str, ...] = ()
     """Fields present on the object that gpusched reads past (see the module docstring)."""
+    basic: bool = False
+    """An upstream CompositePodGroup with the ``basic`` policy: its child groups are
+    scheduled independently (each by its own policy), none waits for its siblings; the
+    composite's topology constraint still holds all of them in one domain. ``group`` carries
+    ``minGroupCount: 1``: a domain is chosen where at least one child fits."""
+
+
+CANDIDATES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("scheduling.k8s.io", ("v1", "v1beta1", "v1alpha3", "v1alpha2"), "PodGroup"),
+    ("scheduling.k8s.io", ("v1", "v1beta1", "v1alpha3"), "CompositePodGroup"),
+    ("scheduling.volcano.sh", ("v1beta1",), "PodGroup"),
+    ("scheduling.x-k8s.io", ("v1alpha1",), "PodGroup"),
+)
+"""Each foreign group kind gpusched reads: its API group, the versions it reads, newest
+first, and its kind. Upstream's PodGroup is GA as ``v1`` in 1.38, ``v1beta1`` in 1.37 (which
+also serves ``v1alpha3``), ``v1alpha2`` in 1.36; its CompositePodGroup is ``v1alpha3`` in
+1.37. The versions share the fields gpusched reads."""
+FOREIGN_PLURALS = {"PodGroup": "podgroups", "CompositePodGroup": "compositepodgroups"}
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What `served_versions` found: the version of each kind to read, and the kinds the
+    server serves in none of the versions gpusched reads."""
+
+    chosen: tuple[tuple[str, str], ...]
+    """(apiVersion, kind), one per kind served, its newest served version."""
+    unserved: tuple[str, ...]
+    """``CompositePodGroup.scheduling.k8s.io (v1, v1beta1, v1alpha3)``: not served in any."""
+
+
+def group_versions() -> list[str]:
+    """Every ``group/version`` whose discovery `served_versions` reads, in order."""
+    return list(dict.fromkeys(f"{g}/{v}" for g, versions, _ in CANDIDATES for v in versions))
+
+
+def served_versions(discovery: Mapping[str, Mapping[str, Any] | None]) -> Served:
+    """The newest served version of each foreign kind, from the API server's discovery:
+    ``discovery`` maps each of `group_versions` to its ``APIResourceList`` document (None, or
+    missing, when the server answers 404: that version is not served)."""
+    chosen: list[tuple[str, str]] = []
+    unserved: list[str] = []
+    for group, versions, kind in CANDIDATES:
+        plural = FOREIGN_PLURALS[kind]
+        found = next(
+            (v for v in versions if plural in _plurals(discovery.get(f"{group}/{v}"))), None
+        )
+        if found is None:
+            unserved.append(f"{kind}.{group} ({', '.join(versions)})")
+        else:
+            chosen.append((f"{group}/{found}", kind))
+    return Served(tuple(chosen), tuple(unserved))
+
+
+def _plurals(document: Mapping[str, Any] | None) -> set[str]:
+    resources = document.get("resources") if isinstance(document, Mapping) else None
+    if not isinstance(resources, list):
+        return set()
+    return {str(r.get("name")) for r in resources if isinstance(r, Mapping)}
 
 
 def source_of(api_version: str) -> GroupSource | None:
@@ -94,8 +156,10 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
     spec = raw.get("spec")
     if not isinstance(spec, Mapping):
         raise InvalidObjectError(obj, "spec", "missing or not a mapping")
+    basic = False
     if source is GroupSource.UPSTREAM:
         body, unhonoured = _upstream(kind, spec, obj)
+        basic = kind == "CompositePodGroup" and _composite_basic(body, obj)
     elif kind != "PodGroup":
         raise InvalidObjectError(obj, "kind", "only PodGroup is read from this API group")
     else:
@@ -112,7 +176,7 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
         group = parse_pod_group(ours) if kind == "PodGroup" else parse_composite_pod_group(ours)
     except InvalidObjectError as error:
         raise InvalidObjectError(obj, _their_field(source, error.field), error.message) from None
-    return ForeignGroup(source, api_version, group, unhonoured)
+    return ForeignGroup(source, api_version, group, unhonoured, basic)
 
 
 def _upstream(
@@ -129,6 +193,20 @@ def _upstream(
         body["disruptionMode"] = chosen[0].capitalize()
     unhonoured = tuple(f"spec.{key}" for key in ("resourceClaims",) if spec.get(key))
     return body, unhonoured
+
+
+def _composite_basic(body: dict[str, Any], obj: str) -> bool:
+    """Whether an upstream CompositePodGroup's policy is ``basic``; if so, its body says
+    ``minGroupCount: 1`` for our parser (`ForeignGroup.basic`)."""
+    policy = body.get("schedulingPolicy")
+    if not isinstance(policy, Mapping) or policy.get("basic") is None:
+        return False
+    if policy.get("gang") is not None:
+        raise InvalidObjectError(obj, "spec.schedulingPolicy", "exactly one of gang or basic")
+    if not isinstance(policy["basic"], Mapping):
+        raise InvalidObjectError(obj, "spec.schedulingPolicy.basic", "must be an object ({})")
+    body["schedulingPolicy"] = {"gang": {"minGroupCount": 1}}
+    return True
 
 
 def _min_member(

@@ -28,6 +28,8 @@ def foreign_spec(
         spec = GroupSpec.from_pod_group(group, classes)
     else:
         spec = GroupSpec.from_composite(group, classes)
+        if found.basic:  # children independent: none waits for, or is undone with, another
+            spec = replace(spec, gang=False)
     namespace = group.metadata.namespace
     parent = group.spec.parent_composite_pod_group_name
     return replace(

@@ -152,6 +152,47 @@ async def test_an_upstream_composite_places_its_rack_gangs_in_one_zone(
     assert composite["status"] == "True"
 
 
+@pytest.mark.parametrize(
+    ("policy", "want_bound", "want_status"),
+    [
+        pytest.param({"basic": {}}, 2, "True", id="basic: the child that fits goes, one waits"),
+        pytest.param(
+            {"gang": {"minGroupCount": 2}}, 0, "False", id="gang of 2: neither goes alone"
+        ),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_basic_upstream_composite_schedules_its_children_independently(
+    api: FakeApi,
+    scheduler: Scheduler,
+    policy: dict[str, Any],
+    want_bound: int,
+    want_status: str,
+) -> None:
+    # Two children of 2 pods × 8 GPUs; the cluster's 3 nodes hold one of them, not both.
+    zone = "topology.kubernetes.io/zone"
+    composite = upstream_composite("job", 2, key=zone)
+    composite["spec"]["schedulingPolicy"] = policy
+    scheduler.foreign_group_changed(composite)
+    for part in ("p0", "p1"):
+        scheduler.foreign_group_changed(upstream_pod_group(f"job-{part}", 2, parent="job"))
+        for i in range(2):
+            scheduler.pod_changed(upstream_member(f"job-{part}-{i}", 8, f"job-{part}"))
+    await run_cycle(scheduler)
+    placed = bound_to(api)
+    assert len(placed) == want_bound, placed
+    assert len({name.rsplit("-", 1)[0] for name in placed}) == min(want_bound, 1)
+    await run_cycle(scheduler)
+    condition = api.last_status("default/job")["conditions"][0]
+    assert (condition["type"], condition["status"]) == (
+        "CompositePodGroupInitiallyScheduled",
+        want_status,
+    )
+    left = "job-p1" if "job-p0-0" in placed else "job-p0"
+    waiting = api.last_status(f"default/{left}")["conditions"][0]
+    assert (waiting["status"], waiting["reason"]) == ("False", "Unschedulable")
+
+
 @pytest.mark.asyncio
 async def test_the_scheduled_condition_is_terminal_as_upstreams(
     api: FakeApi, scheduler: Scheduler
@@ -532,3 +573,97 @@ async def test_a_pod_whose_owner_cannot_be_sized_is_a_gang_of_one_and_is_told_so
     assert "ReplicaSet default/web-1" in told[0]["message"]
     await run_cycle(scheduler)
     assert len([e for e in api.events if e["reason"] == "OwnerKindUnknown"]) == 2
+
+
+def owned_by(body: Any, api: str, kind: str, owner: str) -> Any:
+    reference = {"apiVersion": api, "kind": kind, "name": owner, "controller": True}
+    body["metadata"]["ownerReferences"] = [reference]
+    return body
+
+
+@pytest.mark.asyncio
+async def test_a_leader_worker_sets_workers_reach_it_through_their_leaders_statefulset() -> None:
+    # As LWS's controller makes them: LWS lws → StatefulSet lws → leader Pod lws-0 →
+    # StatefulSet lws-0 → worker Pods lws-0-1 … lws-0-3; all labelled with the group index.
+    api = FakeApi()
+    scheduler = owner_service(api)
+    lws_api, apps = "leaderworkerset.x-k8s.io/v1", "apps/v1"
+    lws = {
+        "metadata": {
+            "name": "lws",
+            "namespace": "default",
+            "annotations": {"scheduling.gpusched.io/topology-key": RACK},
+        },
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 4}},
+    }
+    index = {"leaderworkerset.sigs.k8s.io/group-index": "0"}
+    scheduler.owner_changed(lws_api, "LeaderWorkerSet", lws)
+    leader_set = owned_by(
+        {"metadata": {"name": "lws", "namespace": "default"}}, lws_api, "LeaderWorkerSet", "lws"
+    )
+    worker_set = owned_by(
+        {"metadata": {"name": "lws-0", "namespace": "default"}}, "v1", "Pod", "lws-0"
+    )
+    scheduler.owner_changed(apps, "StatefulSet", leader_set)
+    scheduler.owner_changed(apps, "StatefulSet", worker_set)
+    for i in range(1, 4):
+        worker = owned_by(pod(f"lws-0-{i}", 4), apps, "StatefulSet", "lws-0")
+        worker["metadata"]["labels"] = dict(index)
+        scheduler.pod_changed(worker)
+    await run_cycle(scheduler)
+    assert api.binds == []  # their leader not seen yet: never placed alone
+    leader = owned_by(pod("lws-0", 4), apps, "StatefulSet", "lws")
+    leader["metadata"]["labels"] = dict(index)
+    scheduler.pod_changed(leader)
+    await run_cycle(scheduler)
+    assert len(api.binds) == 4, bound_to(api)
+    assert set(bound_to(api).values()) == {"b", "c"}
+
+
+def label_service(api: FakeApi, namespaces: list[str]) -> Scheduler:
+    config = load_config(
+        {"ownerGroups": {"namespaces": namespaces}, "operator": {"batchWindowSeconds": 0}}
+    )
+    scheduler = build_scheduler(config, ClusterState(), api, clock=Clock())
+    for name, rack in (("a", "rack-1"), ("b", "rack-2"), ("c", "rack-2")):
+        scheduler.state.upsert_node(node(name, rack=rack))
+    return scheduler
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "label", "want_bound"),
+    [
+        pytest.param([], "enabled", 0, id="labelled enabled, not in the config: one gang of 4"),
+        pytest.param(["default"], "disabled", 3, id="labelled disabled, in the config: one by one"),
+        pytest.param([], None, 3, id="no label, not in the config: one by one"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_namespace_label_turns_owner_groups_on_or_off_beside_the_config(
+    namespaces: list[str], label: str | None, want_bound: int
+) -> None:
+    # A Job of parallelism 4 with 3 pods so far: as its gang, none goes.
+    api = FakeApi()
+    scheduler = label_service(api, namespaces)
+    labels = {} if label is None else {"scheduling.gpusched.io/owner-groups": label}
+    scheduler.namespace_changed("default", labels)
+    scheduler.owner_changed("batch/v1", "Job", job("train", 4))
+    for i in range(3):
+        scheduler.pod_changed(owned_pod(f"j-{i}", 1, "Job", "train"))
+    await run_cycle(scheduler)
+    assert len(api.binds) == want_bound
+
+
+@pytest.mark.asyncio
+async def test_a_namespace_labelled_after_its_pods_came_groups_them_from_then_on() -> None:
+    api = FakeApi()
+    scheduler = label_service(api, [])
+    scheduler.owner_changed("batch/v1", "Job", job("train", 4))  # kept though no one groups yet
+    for i in range(3):
+        scheduler.pod_changed(owned_pod(f"j-{i}", 8, "Job", "train"))
+    scheduler.namespace_changed("default", {"scheduling.gpusched.io/owner-groups": "enabled"})
+    await run_cycle(scheduler)
+    assert api.binds == []  # 3 of the Job's 4: waits whole
+    scheduler.namespace_changed("default", {})
+    await run_cycle(scheduler)
+    assert len(api.binds) == 3
