@@ -323,3 +323,112 @@ def test_the_same_upstream_objects_land_whole_in_rack_2_with_either_scheduler(
     else:
         with kube_scheduler(apiserver):
             story()
+
+
+def _statefulset(name: str, namespace: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """A StatefulSet as LWS's controller writes one (no StatefulSet controller runs here:
+    its pods are written by the test, as that controller would)."""
+    labels = {"leaderworkerset.sigs.k8s.io/name": "lws"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "ownerReferences": [_reference(owner)],
+        },
+        "spec": {
+            "serviceName": "lws",
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "serve", "image": "registry.example/serve:1"}]},
+            },
+        },
+    }
+
+
+def _reference(owner: dict[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _lws_pod(name: str, namespace: str, owner: dict[str, Any]) -> dict[str, Any]:
+    body = gpu_pod(name, 4, namespace=namespace)
+    body["metadata"]["labels"] = {
+        "leaderworkerset.sigs.k8s.io/name": "lws",
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+    }
+    body["metadata"]["ownerReferences"] = [_reference(owner)]
+    return body
+
+
+def test_a_leader_worker_sets_pods_are_one_gang_in_a_namespace_opted_in_by_its_label(
+    cluster: ApiClient, workload_crds: RealCluster, kubeconfig: Path
+) -> None:
+    # The owner chain LWS's controller makes: LeaderWorkerSet lws → StatefulSet lws → leader
+    # Pod lws-0 → StatefulSet lws-0 → worker Pods lws-0-1 … lws-0-3. Owner groups are off in
+    # the configuration; the Namespace's label turns them on. The 4 pods × 4 GPUs fit whole
+    # only in rack-2; as gangs of one they would split.
+    api = cluster
+    namespace = "serve"
+    workload_crds.ensure_namespace(namespace)
+    api.patch(
+        "namespaces",
+        namespace,
+        {"metadata": {"labels": {"scheduling.gpusched.io/owner-groups": "enabled"}}},
+    )
+    lws_api = "leaderworkerset.x-k8s.io"
+    sets = ResourceSpec("apps", "v1", "statefulsets", "StatefulSet", True)
+    try:
+        with running_operator(kubeconfig):
+            lws = api.http.post(
+                f"/apis/{lws_api}/v1/namespaces/{namespace}/leaderworkersets",
+                json={
+                    "apiVersion": f"{lws_api}/v1",
+                    "kind": "LeaderWorkerSet",
+                    "metadata": {
+                        "name": "lws",
+                        "namespace": namespace,
+                        "annotations": {"scheduling.gpusched.io/topology-key": RACK},
+                    },
+                    "spec": {
+                        "replicas": 1,
+                        "leaderWorkerTemplate": {
+                            "size": 4,
+                            "workerTemplate": {
+                                "spec": {"containers": [{"name": "w", "image": "r.example/w:1"}]}
+                            },
+                        },
+                    },
+                },
+            )
+            assert lws.status_code < 300, lws.text
+            leaders = api.http.post(
+                sets.path(namespace), json=_statefulset("lws", namespace, lws.json())
+            ).json()
+            leader = api.create(_lws_pod("lws-0", namespace, leaders))
+            workers = api.http.post(
+                sets.path(namespace), json=_statefulset("lws-0", namespace, leader)
+            ).json()
+            names = ["lws-0", *(f"lws-0-{i}" for i in range(1, 4))]
+            for name in names[1:]:
+                api.create(_lws_pod(name, namespace, workers))
+            keys = [f"{namespace}/{name}" for name in names]
+            wait_for(
+                lambda: all(placement_of(pods(api).get(k, {})) for k in keys),
+                timeout=30,
+                message=lambda: f"all of {names} bound: {dump(pods(api, namespace))}",
+            )
+            assert domains(api, keys, RACK) == {"rack-2"}
+    finally:
+        api.http.request("DELETE", sets.path(namespace))

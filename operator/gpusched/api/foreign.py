@@ -36,8 +36,9 @@ from gpusched.api.crds import (
     parse_composite_pod_group,
     parse_pod_group,
 )
-from gpusched.api.errors import InvalidObjectError
+from gpusched.api.errors import InvalidObjectError, format_field_path
 from gpusched.api.grouprefs import GroupSource
+from gpusched.api.quantity import parse_quantity
 
 TOPOLOGY_ANNOTATION = "scheduling.gpusched.io/topology-key"
 """On a Volcano or coscheduling PodGroup: the node label whose one value all its pods share
@@ -67,6 +68,9 @@ class ForeignGroup:
     group: PodGroup | CompositePodGroup
     unhonoured: tuple[str, ...] = ()
     """Fields present on the object that gpusched reads past (see the module docstring)."""
+    min_resources: tuple[tuple[str, int], ...] = ()
+    """Volcano's or coscheduling's ``minResources`` (resource, canonical amount): the group
+    waits until the cluster's free resources could hold them, as their schedulers do."""
     basic: bool = False
     """An upstream CompositePodGroup with the ``basic`` policy: its child groups are
     scheduled independently (each by its own policy), none waits for its siblings; the
@@ -157,6 +161,7 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
     if not isinstance(spec, Mapping):
         raise InvalidObjectError(obj, "spec", "missing or not a mapping")
     basic = False
+    min_resources: tuple[tuple[str, int], ...] = ()
     if source is GroupSource.UPSTREAM:
         body, unhonoured = _upstream(kind, spec, obj)
         basic = kind == "CompositePodGroup" and _composite_basic(body, obj)
@@ -164,6 +169,7 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
         raise InvalidObjectError(obj, "kind", "only PodGroup is read from this API group")
     else:
         body, unhonoured = _min_member(source, spec, obj)
+        min_resources = _min_resources(spec, obj)
     annotations = _annotations(raw)
     if (topology := annotations.get(TOPOLOGY_ANNOTATION)) is not None:
         body.setdefault("schedulingConstraints", {"topology": [{"key": topology}]})
@@ -176,7 +182,7 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
         group = parse_pod_group(ours) if kind == "PodGroup" else parse_composite_pod_group(ours)
     except InvalidObjectError as error:
         raise InvalidObjectError(obj, _their_field(source, error.field), error.message) from None
-    return ForeignGroup(source, api_version, group, unhonoured, basic)
+    return ForeignGroup(source, api_version, group, unhonoured, min_resources, basic)
 
 
 def _upstream(
@@ -221,8 +227,29 @@ def _min_member(
         body["priorityClassName"] = spec["priorityClassName"]
     if source is GroupSource.COSCHEDULING and spec.get("scheduleTimeoutSeconds") is not None:
         body["scheduleTimeoutSeconds"] = spec["scheduleTimeoutSeconds"]
-    read_past = ("queue", "minTaskMember", "minResources", "networkTopology")
+    read_past = ("queue", "minTaskMember", "networkTopology")
     return body, tuple(f"spec.{key}" for key in read_past if spec.get(key))
+
+
+def _min_resources(spec: Mapping[str, Any], obj: str) -> tuple[tuple[str, int], ...]:
+    """``minResources`` as (resource, canonical amount), by name; raises naming the entry."""
+    raw = spec.get("minResources")
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise InvalidObjectError(obj, "spec.minResources", "must be a map of resource quantities")
+    found = []
+    for name, value in sorted(raw.items()):
+        field = format_field_path(["spec", "minResources", str(name)])
+        try:
+            amount = parse_quantity(str(name), value)
+        except (TypeError, ValueError) as error:
+            raise InvalidObjectError(obj, field, str(error)) from None
+        if amount < 0:
+            raise InvalidObjectError(obj, field, f"must not be negative, got {value!r}")
+        if amount:
+            found.append((str(name), amount))
+    return tuple(found)
 
 
 _THEIR_FIELDS = {

@@ -58,6 +58,10 @@ class GroupSpec:
     segment_size: int | None = None
     """Pods per segment (`gpusched.engine.segments`): each segment lands inside one domain of
     ``topology_key``; None: the whole group does."""
+    min_resources: tuple[tuple[str, int], ...] = ()
+    """Volcano's and coscheduling's ``minResources`` (resource, canonical amount): the group
+    is tried only once the cluster's free resources could hold them
+    (`gpusched.engine.admission`)."""
 
     @property
     def namespace(self) -> str:

@@ -34,6 +34,7 @@ def foreign_spec(
     parent = group.spec.parent_composite_pod_group_name
     return replace(
         spec,
+        min_resources=found.min_resources,
         key=foreign_key(found.source, namespace, group.metadata.name),
         parent=foreign_key(found.source, namespace, parent) if parent else None,
     )

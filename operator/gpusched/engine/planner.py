@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from gpusched.engine import wording
+from gpusched.engine.admission import shortfalls
 from gpusched.engine.blockers import node_check
 from gpusched.engine.decisions import Candidates, Record, Tried
 from gpusched.engine.domains import Domain, copies, empty_label, subdomains
@@ -330,8 +331,9 @@ class Planner:
         if wait is None:
             return False
         message = wording.waiting(wait)
-        self.record.decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, message, wait=wait)
-        self.record.inherit(group, Phase.PENDING, Reason.WAITING_FOR_PODS)
+        reason = Reason.UNSCHEDULABLE if wait.short else Reason.WAITING_FOR_PODS
+        self.record.decide(group, Phase.PENDING, reason, message, wait=wait)
+        self.record.inherit(group, Phase.PENDING, reason)
         return True
 
     def waiting(self, group: GroupSpec) -> Waiting | None:
@@ -349,6 +351,10 @@ class Planner:
             return Waiting(Counted.PODS, present, group.minimum, gated=gated)
         if not present:
             return Waiting(Counted.PODS, 0, None, gated=gated)
+        if group.min_resources and not self.bound.get(group.key):
+            short = shortfalls(self.snapshot, group.min_resources)
+            if short:
+                return Waiting(Counted.PODS, present, group.minimum, short=short)
         return None
 
     def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:

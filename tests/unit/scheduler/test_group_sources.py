@@ -268,6 +268,47 @@ async def test_a_volcano_min_member_above_its_pods_holds_nothing_and_says_so(
     assert "5" in condition["message"]
 
 
+@pytest.mark.parametrize(
+    ("group", "member", "want_message"),
+    [
+        pytest.param(
+            volcano_pod_group("train", 1, key=None, minResources={"nvidia.com/gpu": "30"}),
+            volcano_member,
+            "minResources: 24 of the 30 nvidia.com/gpu wanted are free in the cluster",
+            id="Volcano: 30 GPUs wanted, 24 free",
+        ),
+        pytest.param(
+            coscheduling_pod_group(
+                "train", 1, key=None, minResources={"cpu": "200", "memory": "64Gi"}
+            ),
+            coscheduling_member,
+            "minResources: 192 of the 200 cpu wanted are free in the cluster",
+            id="coscheduling: 200 cores wanted, 192 free",
+        ),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_group_whose_min_resources_the_cluster_cannot_hold_waits_until_it_can(
+    api: FakeApi, group: dict[str, Any], member: Any, want_message: str
+) -> None:
+    clock = Clock()
+    scheduler = service(api, clock)
+    # minMember 1, each pod 1 GPU: any pod alone would fit; minResources holds them back, as
+    # Volcano's enqueue and coscheduling's PreFilter do, while a pod of no group goes on.
+    scheduler.foreign_group_changed(group)
+    for i in range(2):
+        scheduler.pod_changed(member(f"train-{i}", 1, "train"))
+    scheduler.pod_changed(pod("loose", 1))
+    await run_cycle(scheduler)
+    assert sorted(bound_to(api)) == ["loose"]
+    waiting = [e["message"] for e in events_about(api, "train-0")]
+    assert any(want_message in m for m in waiting), waiting
+    scheduler.node_changed(node("d", rack="rack-3"))  # 8 GPUs, 64 cores more
+    clock.now += 10  # past the group's backoff
+    await run_cycle(scheduler)
+    assert sorted(bound_to(api)) == ["loose", "train-0", "train-1"]
+
+
 @pytest.mark.asyncio
 async def test_an_invalid_volcano_min_member_is_named_and_others_are_scheduled(
     api: FakeApi, scheduler: Scheduler
