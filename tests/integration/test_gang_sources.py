@@ -194,6 +194,40 @@ def test_a_volcano_min_member_above_its_pods_holds_nothing_names_the_shortfall_a
         assert not any(placement_of(pods(api)[f"default/{n}"]) for n in GANG)
 
 
+def test_a_volcano_group_waits_for_its_min_resources_then_goes_once_the_cluster_has_them(
+    cluster: ApiClient, kubeconfig: Path
+) -> None:
+    # minMember 2 of 1-GPU pods: they would fit at once, but minResources asks 28 GPUs of a
+    # cluster with 24. Volcano keeps such a group Pending (NotEnoughResources) in its enqueue
+    # action; so does gpusched, until a node joins.
+    api = cluster
+    with running_operator(kubeconfig):
+        api.create(volcano_pod_group("train", 2, key=None, minResources={"nvidia.com/gpu": "28"}))
+        for name in GANG[:2]:
+            api.create(volcano_member(name, 1, "train"))
+        status = wait_for(
+            lambda: (
+                "minResources"
+                in (s := _their_status(api, VOLCANO, "train"))
+                .get("conditions", [{}])[0]
+                .get("message", "")
+                and s
+            ),
+            message=lambda: f"Volcano status: {_their_status(api, VOLCANO, 'train')}",
+        )
+        assert status["phase"] == "Pending"
+        assert status["conditions"][0]["reason"] == "NotEnoughResources"
+        assert "24 of the 28 nvidia.com/gpu" in status["conditions"][0]["message"]
+        assert not any(placement_of(pods(api)[f"default/{n}"]) for n in GANG[:2])
+        api.create(gpu_node("n3-1", "zone-a", "rack-3"))
+        keys = [f"default/{n}" for n in GANG[:2]]
+        wait_for(
+            lambda: all(placement_of(pods(api)[k]) for k in keys),
+            timeout=30,
+            message=lambda: f"both bound: {dump(pods(api, 'default'))}",
+        )
+
+
 def test_a_coscheduling_gang_under_a_forced_scheduler_name_is_placed_through_the_alias(
     cluster: ApiClient, kubeconfig: Path
 ) -> None:

@@ -9,15 +9,17 @@ own parser, so one set of rules (and one engine) serves all of them:
 - ``scheduling.k8s.io`` CompositePodGroup (``v1alpha3`` in 1.37): our CompositePodGroup,
   same fields; the ``basic`` policy (children scheduled independently) is read as upstream
   defines it (`ForeignGroup.basic`);
-- ``scheduling.volcano.sh/v1beta1`` PodGroup: a gang of ``minMember``, ``priorityClassName``;
+- ``scheduling.volcano.sh/v1beta1`` PodGroup: a gang of ``minMember``, ``priorityClassName``,
+  per-task ``minTaskMember`` (`ForeignGroup.task_minimums`) and ``minResources``
+  (`ForeignGroup.min_resources`);
 - ``scheduling.x-k8s.io/v1alpha1`` PodGroup: a gang of ``minMember``,
-  ``scheduleTimeoutSeconds``.
+  ``scheduleTimeoutSeconds``, ``minResources``.
 
 What their schemas cannot say is set with annotations on the object (`TOPOLOGY_ANNOTATION`,
 `TIMEOUT_ANNOTATION`); everything else (NUMA policy, scoring, the backtracking budget) is
 the operator's configuration, as for our own objects. Fields read but not acted on
-(`ForeignGroup.unhonoured`): Volcano's ``queue``, ``minTaskMember``, ``minResources`` and
-``networkTopology``, coscheduling's ``minResources``, upstream's ``resourceClaims``.
+(`ForeignGroup.unhonoured`): Volcano's ``queue`` (gpusched has no queues) and
+``networkTopology``, upstream's ``resourceClaims`` (the PodGroup's shared claims).
 
 Errors name the object as ``<Kind>.<api group> ns/name`` and the field as its author wrote it
 (``spec.minMember``), not as our translation spells it.
@@ -43,6 +45,9 @@ from gpusched.api.quantity import parse_quantity
 TOPOLOGY_ANNOTATION = "scheduling.gpusched.io/topology-key"
 """On a Volcano or coscheduling PodGroup: the node label whose one value all its pods share
 (our ``schedulingConstraints.topology[0].key``); their schemas have no such field."""
+VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
+"""On a pod of a Volcano PodGroup: the task it belongs to (``minTaskMember``'s keys), as
+Volcano's Job controller and Kubeflow's training operators write it."""
 TIMEOUT_ANNOTATION = "scheduling.gpusched.io/schedule-timeout-seconds"
 """On an upstream or Volcano PodGroup: our ``scheduleTimeoutSeconds``."""
 
@@ -71,6 +76,9 @@ class ForeignGroup:
     min_resources: tuple[tuple[str, int], ...] = ()
     """Volcano's or coscheduling's ``minResources`` (resource, canonical amount): the group
     waits until the cluster's free resources could hold them, as their schedulers do."""
+    task_minimums: tuple[tuple[str, int], ...] = ()
+    """Volcano's ``minTaskMember`` (task, its minimum), by task: besides ``minMember``, each
+    task needs that many of its pods (`VOLCANO_TASK_ANNOTATION`), all or nothing."""
     basic: bool = False
     """An upstream CompositePodGroup with the ``basic`` policy: its child groups are
     scheduled independently (each by its own policy), none waits for its siblings; the
@@ -162,6 +170,7 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
         raise InvalidObjectError(obj, "spec", "missing or not a mapping")
     basic = False
     min_resources: tuple[tuple[str, int], ...] = ()
+    task_minimums: tuple[tuple[str, int], ...] = ()
     if source is GroupSource.UPSTREAM:
         body, unhonoured = _upstream(kind, spec, obj)
         basic = kind == "CompositePodGroup" and _composite_basic(body, obj)
@@ -170,6 +179,8 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
     else:
         body, unhonoured = _min_member(source, spec, obj)
         min_resources = _min_resources(spec, obj)
+        if source is GroupSource.VOLCANO:
+            task_minimums = _task_minimums(spec, obj)
     annotations = _annotations(raw)
     if (topology := annotations.get(TOPOLOGY_ANNOTATION)) is not None:
         body.setdefault("schedulingConstraints", {"topology": [{"key": topology}]})
@@ -182,7 +193,7 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
         group = parse_pod_group(ours) if kind == "PodGroup" else parse_composite_pod_group(ours)
     except InvalidObjectError as error:
         raise InvalidObjectError(obj, _their_field(source, error.field), error.message) from None
-    return ForeignGroup(source, api_version, group, unhonoured, min_resources, basic)
+    return ForeignGroup(source, api_version, group, unhonoured, min_resources, task_minimums, basic)
 
 
 def _upstream(
@@ -227,7 +238,7 @@ def _min_member(
         body["priorityClassName"] = spec["priorityClassName"]
     if source is GroupSource.COSCHEDULING and spec.get("scheduleTimeoutSeconds") is not None:
         body["scheduleTimeoutSeconds"] = spec["scheduleTimeoutSeconds"]
-    read_past = ("queue", "minTaskMember", "networkTopology")
+    read_past = ("queue", "networkTopology")
     return body, tuple(f"spec.{key}" for key in read_past if spec.get(key))
 
 
@@ -249,6 +260,23 @@ def _min_resources(spec: Mapping[str, Any], obj: str) -> tuple[tuple[str, int], 
             raise InvalidObjectError(obj, field, f"must not be negative, got {value!r}")
         if amount:
             found.append((str(name), amount))
+    return tuple(found)
+
+
+def _task_minimums(spec: Mapping[str, Any], obj: str) -> tuple[tuple[str, int], ...]:
+    """Volcano's ``minTaskMember``, by task; raises naming the entry."""
+    raw = spec.get("minTaskMember")
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise InvalidObjectError(obj, "spec.minTaskMember", "must be a map of task → count")
+    found = []
+    for task, count in sorted(raw.items()):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            field = format_field_path(["spec", "minTaskMember", str(task)])
+            raise InvalidObjectError(obj, field, f"must be an integer >= 0, got {count!r}")
+        if count:
+            found.append((str(task), count))
     return tuple(found)
 
 

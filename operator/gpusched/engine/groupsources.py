@@ -35,6 +35,7 @@ def foreign_spec(
     return replace(
         spec,
         min_resources=found.min_resources,
+        task_minimums=found.task_minimums,
         key=foreign_key(found.source, namespace, group.metadata.name),
         parent=foreign_key(found.source, namespace, parent) if parent else None,
     )

@@ -160,6 +160,8 @@ class Waiting:
     """Child groups: ``present`` counts those that have their pods (else those that exist)."""
     gated: int = 0
     """Pods held back by scheduling gates (not counted in ``present``)."""
+    tasks: tuple[tuple[str, int, int], ...] = ()
+    """Volcano tasks short of their ``minTaskMember``: (task, pods that exist, minimum)."""
     short: tuple[Shortfall, ...] = ()
     """``minResources`` the cluster's free resources cannot hold yet (the group waits for
     room, not for pods)."""

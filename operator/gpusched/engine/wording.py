@@ -183,6 +183,11 @@ def waiting(wait: Waiting) -> str:
             "free in the cluster"
             for shortfall in wait.short
         )
+    if wait.tasks:
+        return "; ".join(
+            f"task {task}: {count} of {minimum} valid pods exist (minTaskMember)"
+            for task, count, minimum in wait.tasks
+        )
     if wait.counted is Counted.CHILD_GROUPS:
         verb = "have their pods" if wait.ready else "exist"
         return f"{wait.present} of {wait.minimum} child groups {verb} (minGroupCount)"

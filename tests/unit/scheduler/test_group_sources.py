@@ -309,6 +309,65 @@ async def test_a_group_whose_min_resources_the_cluster_cannot_hold_waits_until_i
     assert sorted(bound_to(api)) == ["loose", "train-0", "train-1"]
 
 
+def task_member(name: str, task: str, gpus: int, **kw: Any) -> Any:
+    return volcano_member(name, gpus, "train", annotations={"volcano.sh/task-spec": task}, **kw)
+
+
+@pytest.mark.parametrize(
+    ("ps_pods", "ps_cpu", "want_bound", "want_message"),
+    [
+        pytest.param(
+            0, "4", 0, "task ps: 0 of 1 valid pods exist (minTaskMember)",
+            id="no ps pod yet: the 3 workers (minMember 3) wait for it",
+        ),
+        pytest.param(
+            1, "100", 0, "",
+            id="the ps pod fits no node: the 3 workers that fit are not bound without it",
+        ),
+        pytest.param(1, "4", 4, "", id="ps and workers fit: all 4 bound together"),
+    ],
+)  # fmt: skip
+@pytest.mark.asyncio
+async def test_a_volcano_task_minimum_holds_the_gang_until_each_task_has_its_pods_placed(
+    api: FakeApi,
+    scheduler: Scheduler,
+    ps_pods: int,
+    ps_cpu: str,
+    want_bound: int,
+    want_message: str,
+) -> None:
+    # minMember 3 alone would let 3 workers go; minTaskMember {ps: 1, worker: 2} asks for the
+    # ps pod too, as Volcano's gang plugin does.
+    group = volcano_pod_group("train", 3, key=None, minTaskMember={"ps": 1, "worker": 2})
+    scheduler.foreign_group_changed(group)
+    for i in range(3):
+        scheduler.pod_changed(task_member(f"worker-{i}", "worker", 4))
+    for i in range(ps_pods):
+        scheduler.pod_changed(task_member(f"ps-{i}", "ps", 0, cpu=ps_cpu))
+    await run_cycle(scheduler)
+    assert len(api.binds) == want_bound, bound_to(api)
+    if want_message:
+        said = [e["message"] for e in events_about(api, "worker-0")]
+        assert any(want_message in m for m in said), said
+
+
+@pytest.mark.asyncio
+async def test_a_task_minimum_is_placed_before_extra_pods_of_another_task(
+    api: FakeApi, scheduler: Scheduler
+) -> None:
+    # 24 GPUs; 3 workers and a ps of 8 GPUs each: greedy by size could spend all 24 on the
+    # workers and leave the ps out. Each task's minimum goes first: ps + 2 workers.
+    group = volcano_pod_group("train", 3, key=None, minTaskMember={"ps": 1, "worker": 2})
+    scheduler.foreign_group_changed(group)
+    for i in range(3):
+        scheduler.pod_changed(task_member(f"train-{i}", "worker", 8))
+    scheduler.pod_changed(task_member("train-ps", "ps", 8))  # last by name
+    await run_cycle(scheduler)
+    placed = sorted(bound_to(api))
+    assert len(placed) == 3, placed
+    assert "train-ps" in placed
+
+
 @pytest.mark.asyncio
 async def test_an_invalid_volcano_min_member_is_named_and_others_are_scheduled(
     api: FakeApi, scheduler: Scheduler
