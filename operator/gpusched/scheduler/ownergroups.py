@@ -24,7 +24,12 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.api.grouprefs import GroupSource, group_name
 from gpusched.api.owners import SIZES, OwnerKey, controller_of, owner_key, top_owner
 from gpusched.engine.groups import GroupKind, GroupSpec
-from gpusched.engine.groupsources import foreign_key, owner_group_name, owner_spec
+from gpusched.engine.groupsources import (
+    foreign_key,
+    owner_gang_size,
+    owner_group_name,
+    owner_spec,
+)
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.records import PodRecord
 
@@ -140,7 +145,8 @@ class OwnerGroups:
                 pod.namespace,
                 top.name,
             )
-        spec = owner_spec(pod.namespace, engine_name, top, request.created)
+        size = owner_gang_size(top, pod.labels)
+        spec = owner_spec(pod.namespace, engine_name, top, request.created, size)
         return self._join(record, engine_name, spec)
 
     def _join(self, record: PodRecord, engine_name: str, spec: GroupSpec | None) -> PodRecord:

@@ -767,3 +767,62 @@ async def test_a_namespace_labelled_after_its_pods_came_groups_them_from_then_on
     scheduler.namespace_changed("default", {})
     await run_cycle(scheduler)
     assert len(api.binds) == 3
+
+
+@pytest.mark.parametrize(
+    ("spec", "annotations", "want_leader_alone"),
+    [
+        pytest.param({"startupPolicy": "LeaderReady"}, {}, 1, id="LeaderReady: leader first"),
+        pytest.param(
+            {},
+            {"leaderworkerset.sigs.k8s.io/exclusive-topology": RACK},
+            1,
+            id="exclusive placement: leader first",
+        ),
+        pytest.param({}, {}, 0, id="LeaderCreated: the leader waits for its workers"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_leader_worker_set_whose_workers_wait_for_their_leader_places_the_leader_first(
+    spec: dict[str, Any], annotations: dict[str, str], want_leader_alone: int
+) -> None:
+    # LWS's controller makes the workers' StatefulSet only once the leader is scheduled
+    # (exclusive placement) or Ready (LeaderReady): a gang of 4 would wait for ever.
+    api = FakeApi()
+    scheduler = owner_service(api)
+    lws_api, apps = "leaderworkerset.x-k8s.io/v1", "apps/v1"
+    lws = {
+        "metadata": {"name": "lws", "namespace": "default", "annotations": annotations},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 4}, **spec},
+    }
+    scheduler.owner_changed(lws_api, "LeaderWorkerSet", lws)
+    leader_set = owned_by(
+        {"metadata": {"name": "lws", "namespace": "default"}}, lws_api, "LeaderWorkerSet", "lws"
+    )
+    scheduler.owner_changed(apps, "StatefulSet", leader_set)
+    labels = {"leaderworkerset.sigs.k8s.io/group-index": "0"}
+    leader = owned_by(pod("lws-0", 4), apps, "StatefulSet", "lws")
+    leader["metadata"]["labels"] = {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    scheduler.pod_changed(leader)
+    await run_cycle(scheduler)
+    assert len(api.binds) == want_leader_alone
+    if not want_leader_alone:
+        return
+    worker_set = owned_by(
+        {"metadata": {"name": "lws-0", "namespace": "default"}}, "v1", "Pod", "lws-0"
+    )
+    scheduler.owner_changed(apps, "StatefulSet", worker_set)
+    for i in range(1, 3):  # 2 of the 3 workers: their gang waits for the third
+        worker = owned_by(pod(f"lws-0-{i}", 4), apps, "StatefulSet", "lws-0")
+        worker["metadata"]["labels"] = {
+            **labels,
+            "leaderworkerset.sigs.k8s.io/worker-index": str(i),
+        }
+        scheduler.pod_changed(worker)
+    await run_cycle(scheduler)
+    assert len(api.binds) == 1
+    worker = owned_by(pod("lws-0-3", 4), apps, "StatefulSet", "lws-0")
+    worker["metadata"]["labels"] = {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "3"}
+    scheduler.pod_changed(worker)
+    await run_cycle(scheduler)
+    assert len(api.binds) == 4
