@@ -34,6 +34,7 @@ from testing.gangs import (
     coscheduling_member,
     coscheduling_pod_group,
     kueue_member,
+    upstream_composite,
     upstream_member,
     upstream_pod_group,
     volcano_member,
@@ -154,6 +155,53 @@ def test_pods_naming_an_upstream_group_not_yet_created_wait_then_land_whole(
         assert runtime.scheduler.state.pending()
         api.create(upstream_pod_group("train", 4))
         assert _bound_in_one_rack(api, GANG) == "rack-2"
+
+
+def test_a_basic_upstream_composite_places_the_child_that_fits_and_leaves_the_other_waiting(
+    cluster: ApiClient, kubeconfig: Path
+) -> None:
+    # A CompositePodGroup (v1alpha3) with the `basic` policy over two gangs of 2 pods × 8
+    # GPUs; the 3 nodes hold one of them. Basic: the children go independently, so the one
+    # that fits is bound and the other waits (a gang composite would bind neither).
+    api = cluster
+    composite = upstream_composite("job", 2, key="topology.kubernetes.io/zone")
+    composite["spec"]["schedulingPolicy"] = {"basic": {}}
+    composite["spec"]["workloadRef"] = {"workloadName": "job", "templateName": "job"}  # required
+    with running_operator(kubeconfig):
+        api.create(composite)
+        for part in ("p0", "p1"):
+            child = upstream_pod_group(f"job-{part}", 2, key=None, parent="job")
+            child["spec"]["workloadRef"] = {"workloadName": "job", "templateName": part}
+            api.create(child)
+            for i in range(2):
+                api.create(upstream_member(f"job-{part}-{i}", 8, f"job-{part}"))
+        names = [f"job-{part}-{i}" for part in ("p0", "p1") for i in range(2)]
+
+        def bound() -> list[str]:
+            everything = pods(api, "default")
+            return sorted(n for n in names if placement_of(everything[f"default/{n}"]))
+
+        placed = wait_for(
+            lambda: len(b := bound()) == 2 and b,
+            message=lambda: f"one child bound: {dump(pods(api, 'default'))}",
+        )
+        assert {name.rsplit("-", 1)[0] for name in placed} in ({"job-p0"}, {"job-p1"})
+        condition = wait_for(
+            lambda: (c := _composite_condition(api, "job")).get("status") == "True" and c,
+            message=lambda: (
+                f"CompositePodGroupInitiallyScheduled: {_composite_condition(api, 'job')}"
+            ),
+        )
+        assert condition["reason"] == "Scheduled"
+        assert bound() == placed  # the other child still waits
+
+
+def _composite_condition(api: ApiClient, name: str) -> dict[str, Any]:
+    body = api.get("compositepodgroups", name, "default", group=UPSTREAM)
+    for item in (body.get("status") or {}).get("conditions") or []:
+        if item["type"] == "CompositePodGroupInitiallyScheduled":
+            return dict(item)
+    return {}
 
 
 def test_a_volcano_gang_lands_whole_and_its_podgroup_reads_as_volcanos(
