@@ -190,8 +190,8 @@ class Scheduler:
 
     def namespace_changed(self, name: str, labels: Mapping[str, str] | None) -> None:
         """A Namespace's labels (None: it is gone): owner groups on or off there."""
-        self.state.namespace_labelled(name, labels)
-        self.wake()
+        if self.state.namespace_labelled(name, labels):
+            self.wake()
 
     def group_deleted(self, key: str) -> None:
         self.reporter.group_gone(key)

@@ -198,7 +198,11 @@ class ClusterState(GroupBook):
         if before is not None and before.uid and before.uid != record.uid:
             self._bury(before.uid)  # a name holds one pod at a time: the old one is gone
         self._store(key, record)
-        if self.owner_groups.active and record.pod.metadata.owner_references:
+        chain = record.pod.metadata.owner_references
+        if self.owner_groups.active and (
+            before is None or before.pod.metadata.owner_references != chain
+        ):
+            # a pod that owns others (a LeaderWorkerSet's leader) appeared or changed owners
             self._regroup(self.owner_groups.pod_seen(record.pod.namespace, record.pod.name))
         annotations = record.pod.metadata.annotations
         mark = annotations.get(PREEMPTION_ANNOTATION) if holds(record) else None
@@ -301,16 +305,18 @@ class ClusterState(GroupBook):
         record = self.pods.get(key)
         return None if record is None else record.pod.metadata.model_dump(by_alias=True)
 
-    def namespace_labelled(self, name: str, labels: Mapping[str, str] | None) -> None:
+    def namespace_labelled(self, name: str, labels: Mapping[str, str] | None) -> bool:
         """A Namespace's labels seen (None: gone): where owner groups turned on or off, its
-        pods are grouped again."""
-        if self.owner_groups.label(name, labels):
+        pods are grouped again; returns whether they did."""
+        changed = self.owner_groups.label(name, labels)
+        if changed:
             prefix = f"{name}/"
             self._regroup(
                 key
                 for key, record in self.pods.items()
                 if key.startswith(prefix) and self.is_ours(record.pod.spec.scheduler_name)
             )
+        return changed
 
     def _regroup(self, keys: Iterable[str]) -> None:
         changed = False
