@@ -100,6 +100,31 @@ async def test_an_upstream_gang_with_a_rack_constraint_lands_whole_in_the_one_ra
 
 
 @pytest.mark.asyncio
+async def test_a_1_36_v1alpha2_pod_group_is_read_alike_and_told_in_its_own_condition(
+    api: FakeApi, scheduler: Scheduler
+) -> None:
+    # 1.36 serves PodGroup as v1alpha2: the same policy and topology fields, a template
+    # reference instead of workloadRef, and the condition called PodGroupScheduled.
+    group = upstream_pod_group("train", 4)
+    group["apiVersion"] = "scheduling.k8s.io/v1alpha2"
+    group["spec"]["podGroupTemplateRef"] = {
+        "workload": {"workloadName": "train", "podGroupTemplateName": "workers"}
+    }
+    scheduler.foreign_group_changed(group)
+    for i in range(4):
+        scheduler.pod_changed(upstream_member(f"train-{i}", 4, "train"))
+    await run_cycle(scheduler)
+    assert set(bound_to(api).values()) == {"b", "c"}
+    await run_cycle(scheduler)
+    condition = api.last_status("default/train")["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodGroupScheduled",
+        "True",
+        "Scheduled",
+    )
+
+
+@pytest.mark.asyncio
 async def test_pods_naming_an_upstream_group_not_yet_created_wait_and_are_never_placed_alone(
     api: FakeApi, scheduler: Scheduler
 ) -> None:
