@@ -311,10 +311,13 @@ OPERATOR_GRANTS = {
             ("scheduling.x-k8s.io", "podgroups"),
         )
     },
-    # Owners of pods, for ownerGroups (handlers/owners.py).
+    # Owners of pods, for ownerGroups (handlers/owners.py): a LeaderWorkerSet's StatefulSets,
+    # and Namespaces for their owner-groups label.
     **{
         (api_group, resource): {"list", "watch"}
         for api_group, resource in (
+            ("apps", "statefulsets"),
+            ("", "namespaces"),
             ("jobset.x-k8s.io", "jobsets"),
             ("leaderworkerset.x-k8s.io", "leaderworkersets"),
             ("kubeflow.org", "pytorchjobs"),

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gpusched.api.foreign import CANDIDATES, Served
 from gpusched.handlers import startup
 from gpusched.k8s.claims import KubeClaimApi
 from gpusched.k8s.client import KubeClusterApi
@@ -86,9 +87,10 @@ CALLS: dict[str, list[_Call]] = {
     "list_groups": [lambda api: api.list_groups()],
 }
 """Each public request method of `KubeClusterApi`, called for every kind it serves."""
-NOT_REQUESTS = {"close", "pages_of", "served"}
+NOT_REQUESTS = {"close", "pages_of", "served", "discovery", "foreign_served"}
 """Not in `CALLS`: ``pages_of`` is the watches' list, of each watched kind (`_watched`);
-``served`` reads discovery, which every authenticated user may."""
+``served``, ``discovery`` and ``foreign_served`` read discovery, which every authenticated
+user may."""
 CLAIM = {"metadata": {"namespace": "ml", "name": "train-worker-0-gpu-x"}}
 CLAIM_CALLS: dict[str, list[Callable[[KubeClaimApi], Awaitable[Any]]]] = {
     "list_resource_slices": [lambda api: api.list_resource_slices()],
@@ -114,6 +116,9 @@ _PATH = re.compile(
 class _Recorder(KubeClusterApi):
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        # every foreign group kind served (in its newest version): each is listed
+        chosen = tuple((f"{group}/{versions[0]}", kind) for group, versions, kind in CANDIDATES)
+        self.foreign = Served(chosen, ())
 
     async def _request(
         self,

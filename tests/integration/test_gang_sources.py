@@ -34,6 +34,7 @@ from testing.gangs import (
     coscheduling_member,
     coscheduling_pod_group,
     kueue_member,
+    upstream_composite,
     upstream_member,
     upstream_pod_group,
     volcano_member,
@@ -156,6 +157,53 @@ def test_pods_naming_an_upstream_group_not_yet_created_wait_then_land_whole(
         assert _bound_in_one_rack(api, GANG) == "rack-2"
 
 
+def test_a_basic_upstream_composite_places_the_child_that_fits_and_leaves_the_other_waiting(
+    cluster: ApiClient, kubeconfig: Path
+) -> None:
+    # A CompositePodGroup (v1alpha3) with the `basic` policy over two gangs of 2 pods × 8
+    # GPUs; the 3 nodes hold one of them. Basic: the children go independently, so the one
+    # that fits is bound and the other waits (a gang composite would bind neither).
+    api = cluster
+    composite = upstream_composite("job", 2, key="topology.kubernetes.io/zone")
+    composite["spec"]["schedulingPolicy"] = {"basic": {}}
+    composite["spec"]["workloadRef"] = {"workloadName": "job", "templateName": "job"}  # required
+    with running_operator(kubeconfig):
+        api.create(composite)
+        for part in ("p0", "p1"):
+            child = upstream_pod_group(f"job-{part}", 2, key=None, parent="job")
+            child["spec"]["workloadRef"] = {"workloadName": "job", "templateName": part}
+            api.create(child)
+            for i in range(2):
+                api.create(upstream_member(f"job-{part}-{i}", 8, f"job-{part}"))
+        names = [f"job-{part}-{i}" for part in ("p0", "p1") for i in range(2)]
+
+        def bound() -> list[str]:
+            everything = pods(api, "default")
+            return sorted(n for n in names if placement_of(everything[f"default/{n}"]))
+
+        placed = wait_for(
+            lambda: len(b := bound()) == 2 and b,
+            message=lambda: f"one child bound: {dump(pods(api, 'default'))}",
+        )
+        assert {name.rsplit("-", 1)[0] for name in placed} in ({"job-p0"}, {"job-p1"})
+        condition = wait_for(
+            lambda: (c := _composite_condition(api, "job")).get("status") == "True" and c,
+            message=lambda: (
+                f"CompositePodGroupInitiallyScheduled: {_composite_condition(api, 'job')}"
+            ),
+        )
+        assert condition["reason"] == "Scheduled"
+        assert bound() == placed  # the other child still waits
+
+
+def _composite_condition(api: ApiClient, name: str) -> dict[str, Any]:
+    body = api.get("compositepodgroups", name, "default", group=UPSTREAM)
+    for item in (body.get("status") or {}).get("conditions") or []:
+        if item["type"] == "CompositePodGroupInitiallyScheduled":
+            return dict(item)
+    return {}
+
+
 def test_a_volcano_gang_lands_whole_and_its_podgroup_reads_as_volcanos(
     cluster: ApiClient, kubeconfig: Path
 ) -> None:
@@ -192,6 +240,40 @@ def test_a_volcano_min_member_above_its_pods_holds_nothing_names_the_shortfall_a
         assert status["phase"] == "Pending"
         assert status["conditions"][0]["reason"] == "NotEnoughResources"
         assert not any(placement_of(pods(api)[f"default/{n}"]) for n in GANG)
+
+
+def test_a_volcano_group_waits_for_its_min_resources_then_goes_once_the_cluster_has_them(
+    cluster: ApiClient, kubeconfig: Path
+) -> None:
+    # minMember 2 of 1-GPU pods: they would fit at once, but minResources asks 28 GPUs of a
+    # cluster with 24. Volcano keeps such a group Pending (NotEnoughResources) in its enqueue
+    # action; so does gpusched, until a node joins.
+    api = cluster
+    with running_operator(kubeconfig):
+        api.create(volcano_pod_group("train", 2, key=None, minResources={"nvidia.com/gpu": "28"}))
+        for name in GANG[:2]:
+            api.create(volcano_member(name, 1, "train"))
+        status = wait_for(
+            lambda: (
+                "minResources"
+                in (s := _their_status(api, VOLCANO, "train"))
+                .get("conditions", [{}])[0]
+                .get("message", "")
+                and s
+            ),
+            message=lambda: f"Volcano status: {_their_status(api, VOLCANO, 'train')}",
+        )
+        assert status["phase"] == "Pending"
+        assert status["conditions"][0]["reason"] == "NotEnoughResources"
+        assert "24 of the 28 nvidia.com/gpu" in status["conditions"][0]["message"]
+        assert not any(placement_of(pods(api)[f"default/{n}"]) for n in GANG[:2])
+        api.create(gpu_node("n3-1", "zone-a", "rack-3"))
+        keys = [f"default/{n}" for n in GANG[:2]]
+        wait_for(
+            lambda: all(placement_of(pods(api)[k]) for k in keys),
+            timeout=30,
+            message=lambda: f"both bound: {dump(pods(api, 'default'))}",
+        )
 
 
 def test_a_coscheduling_gang_under_a_forced_scheduler_name_is_placed_through_the_alias(
@@ -323,3 +405,112 @@ def test_the_same_upstream_objects_land_whole_in_rack_2_with_either_scheduler(
     else:
         with kube_scheduler(apiserver):
             story()
+
+
+def _statefulset(name: str, namespace: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """A StatefulSet as LWS's controller writes one (no StatefulSet controller runs here:
+    its pods are written by the test, as that controller would)."""
+    labels = {"leaderworkerset.sigs.k8s.io/name": "lws"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "ownerReferences": [_reference(owner)],
+        },
+        "spec": {
+            "serviceName": "lws",
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "serve", "image": "registry.example/serve:1"}]},
+            },
+        },
+    }
+
+
+def _reference(owner: dict[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _lws_pod(name: str, namespace: str, owner: dict[str, Any]) -> dict[str, Any]:
+    body = gpu_pod(name, 4, namespace=namespace)
+    body["metadata"]["labels"] = {
+        "leaderworkerset.sigs.k8s.io/name": "lws",
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+    }
+    body["metadata"]["ownerReferences"] = [_reference(owner)]
+    return body
+
+
+def test_a_leader_worker_sets_pods_are_one_gang_in_a_namespace_opted_in_by_its_label(
+    cluster: ApiClient, workload_crds: RealCluster, kubeconfig: Path
+) -> None:
+    # The owner chain LWS's controller makes: LeaderWorkerSet lws → StatefulSet lws → leader
+    # Pod lws-0 → StatefulSet lws-0 → worker Pods lws-0-1 … lws-0-3. Owner groups are off in
+    # the configuration; the Namespace's label turns them on. The 4 pods × 4 GPUs fit whole
+    # only in rack-2; as gangs of one they would split.
+    api = cluster
+    namespace = "serve"
+    workload_crds.ensure_namespace(namespace)
+    api.patch(
+        "namespaces",
+        namespace,
+        {"metadata": {"labels": {"scheduling.gpusched.io/owner-groups": "enabled"}}},
+    )
+    lws_api = "leaderworkerset.x-k8s.io"
+    sets = ResourceSpec("apps", "v1", "statefulsets", "StatefulSet", True)
+    try:
+        with running_operator(kubeconfig):
+            lws = api.http.post(
+                f"/apis/{lws_api}/v1/namespaces/{namespace}/leaderworkersets",
+                json={
+                    "apiVersion": f"{lws_api}/v1",
+                    "kind": "LeaderWorkerSet",
+                    "metadata": {
+                        "name": "lws",
+                        "namespace": namespace,
+                        "annotations": {"scheduling.gpusched.io/topology-key": RACK},
+                    },
+                    "spec": {
+                        "replicas": 1,
+                        "leaderWorkerTemplate": {
+                            "size": 4,
+                            "workerTemplate": {
+                                "spec": {"containers": [{"name": "w", "image": "r.example/w:1"}]}
+                            },
+                        },
+                    },
+                },
+            )
+            assert lws.status_code < 300, lws.text
+            leaders = api.http.post(
+                sets.path(namespace), json=_statefulset("lws", namespace, lws.json())
+            ).json()
+            leader = api.create(_lws_pod("lws-0", namespace, leaders))
+            workers = api.http.post(
+                sets.path(namespace), json=_statefulset("lws-0", namespace, leader)
+            ).json()
+            names = ["lws-0", *(f"lws-0-{i}" for i in range(1, 4))]
+            for name in names[1:]:
+                api.create(_lws_pod(name, namespace, workers))
+            keys = [f"{namespace}/{name}" for name in names]
+            wait_for(
+                lambda: all(placement_of(pods(api).get(k, {})) for k in keys),
+                timeout=30,
+                message=lambda: f"all of {names} bound: {dump(pods(api, namespace))}",
+            )
+            assert domains(api, keys, RACK) == {"rack-2"}
+    finally:
+        api.http.request("DELETE", sets.path(namespace))

@@ -8,7 +8,11 @@ sized from the owner's spec:
 - Job (``batch/v1``): ``parallelism`` (default 1), at most ``completions``;
 - JobSet (``jobset.x-k8s.io``): Σ over ``replicatedJobs`` of ``replicas`` × the Job's size;
 - LeaderWorkerSet (``leaderworkerset.x-k8s.io``): ``leaderWorkerTemplate.size``, one group per
-  replica (the pod label ``leaderworkerset.sigs.k8s.io/group-index`` tells them apart);
+  replica (the pod label ``leaderworkerset.sigs.k8s.io/group-index`` tells them apart). Its
+  controller makes the workers only once the leader is scheduled (exclusive placement, the
+  annotation `LWS_EXCLUSIVE_ANNOTATION`) or Ready (``startupPolicy: LeaderReady``): such a
+  LeaderWorkerSet is `TopOwner.staged`, the leader a gang of one and its workers a gang of
+  ``size - 1`` (one gang of ``size`` would wait for workers that come only after it);
 - PyTorchJob, MPIJob (``kubeflow.org``): Σ of their replica specs' ``replicas`` (default 1);
 - RayCluster (``ray.io``): 1 head + Σ of ``workerGroupSpecs[].replicas``.
 
@@ -29,6 +33,9 @@ from gpusched.api.foreign import TOPOLOGY_ANNOTATION
 
 MIN_MEMBERS_ANNOTATION = "scheduling.gpusched.io/min-members"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+"""``0`` on a LeaderWorkerSet's leader pod, ``1``… on its workers."""
+LWS_EXCLUSIVE_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 MAX_OWNER_DEPTH = 16
 """Owner chains are a few links long (Pod → Job → JobSet); longer is a loop or a mistake."""
 
@@ -47,6 +54,9 @@ class TopOwner:
     known: bool
     """False for a kind without a sizing rule: a gang of one."""
     topology_key: str | None = None
+    staged: bool = False
+    """Its controller makes the rest of a gang only once the first pod is placed (a
+    LeaderWorkerSet whose workers wait for their leader): see the module's note."""
 
 
 def owner_key(api_version: str, kind: str, namespace: str, name: str) -> OwnerKey:
@@ -104,8 +114,11 @@ def _sized(kind: str, name: str, body: Mapping[str, Any] | None) -> TopOwner:
         size = int(wanted)
     topology = annotations.get(TOPOLOGY_ANNOTATION)
     known = rule is not None and body is not None
+    staged = kind == "LeaderWorkerSet" and (
+        spec.get("startupPolicy") == "LeaderReady" or LWS_EXCLUSIVE_ANNOTATION in annotations
+    )
     return TopOwner(
-        kind, name, max(size, 1), known, topology if isinstance(topology, str) else None
+        kind, name, max(size, 1), known, topology if isinstance(topology, str) else None, staged
     )
 
 

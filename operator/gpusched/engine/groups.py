@@ -58,6 +58,13 @@ class GroupSpec:
     segment_size: int | None = None
     """Pods per segment (`gpusched.engine.segments`): each segment lands inside one domain of
     ``topology_key``; None: the whole group does."""
+    min_resources: tuple[tuple[str, int], ...] = ()
+    """Volcano's and coscheduling's ``minResources`` (resource, canonical amount): the group
+    is tried only once the cluster's free resources could hold them
+    (`gpusched.engine.admission`)."""
+    task_minimums: tuple[tuple[str, int], ...] = ()
+    """Volcano's ``minTaskMember`` (task, minimum): besides ``minimum``, each task needs that
+    many of its pods (`PodRequest.task`) placed together, all or nothing."""
 
     @property
     def namespace(self) -> str:

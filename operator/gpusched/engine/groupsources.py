@@ -14,7 +14,7 @@ from dataclasses import replace
 from gpusched.api.crds import PodGroup
 from gpusched.api.foreign import ForeignGroup
 from gpusched.api.grouprefs import KUEUE_TOTAL_ANNOTATION, GroupRef, GroupSource, group_name
-from gpusched.api.owners import LWS_GROUP_INDEX_LABEL, TopOwner
+from gpusched.api.owners import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL, TopOwner
 from gpusched.api.priority import PriorityClass
 from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec
 
@@ -28,10 +28,14 @@ def foreign_spec(
         spec = GroupSpec.from_pod_group(group, classes)
     else:
         spec = GroupSpec.from_composite(group, classes)
+        if found.basic:  # children independent: none waits for, or is undone with, another
+            spec = replace(spec, gang=False)
     namespace = group.metadata.namespace
     parent = group.spec.parent_composite_pod_group_name
     return replace(
         spec,
+        min_resources=found.min_resources,
+        task_minimums=found.task_minimums,
         key=foreign_key(found.source, namespace, group.metadata.name),
         parent=foreign_key(found.source, namespace, parent) if parent else None,
     )
@@ -87,21 +91,38 @@ def implicit_specs(members: Members) -> list[GroupSpec]:
 
 def owner_group_name(top: TopOwner, labels: Mapping[str, str]) -> str:
     """The engine name of the implicit group of pods whose top owner is ``top``: one per
-    owner, one per replica of a LeaderWorkerSet."""
+    owner, one per replica of a LeaderWorkerSet (its leader apart when it is staged)."""
     name = f"{top.kind}.{top.name}"
     index = labels.get(LWS_GROUP_INDEX_LABEL)
     if top.kind == "LeaderWorkerSet" and index is not None:
         name = f"{name}.{index}"
+    if _staged_leader(top, labels):
+        name = f"{name}.leader"
     return group_name(GroupSource.OWNER, name)
 
 
-def owner_spec(namespace: str, engine_name: str, top: TopOwner, created: float) -> GroupSpec:
-    """A gang of the owner's size, in one domain of its topology annotation if it has one."""
+def owner_gang_size(top: TopOwner, labels: Mapping[str, str]) -> int:
+    """The gang's size: the owner's, or for a staged LeaderWorkerSet 1 for its leader and
+    the rest for its workers (`TopOwner.staged`)."""
+    if not top.staged:
+        return top.size
+    return 1 if _staged_leader(top, labels) else max(top.size - 1, 1)
+
+
+def _staged_leader(top: TopOwner, labels: Mapping[str, str]) -> bool:
+    return top.staged and labels.get(LWS_WORKER_INDEX_LABEL) == "0"
+
+
+def owner_spec(
+    namespace: str, engine_name: str, top: TopOwner, created: float, size: int | None = None
+) -> GroupSpec:
+    """A gang of ``size`` (default the owner's), in one domain of its topology annotation
+    if it has one."""
     return GroupSpec(
         key=str(GroupKey(namespace, engine_name)),
         kind=GroupKind.POD_GROUP,
         gang=True,
-        minimum=top.size,
+        minimum=top.size if size is None else size,
         topology_key=top.topology_key,
         created=created,
     )

@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from gpusched.engine import wording
+from gpusched.engine.admission import shortfalls
 from gpusched.engine.blockers import node_check
 from gpusched.engine.decisions import Candidates, Record, Tried
 from gpusched.engine.domains import Domain, copies, empty_label, subdomains
@@ -330,8 +331,9 @@ class Planner:
         if wait is None:
             return False
         message = wording.waiting(wait)
-        self.record.decide(group, Phase.PENDING, Reason.WAITING_FOR_PODS, message, wait=wait)
-        self.record.inherit(group, Phase.PENDING, Reason.WAITING_FOR_PODS)
+        reason = Reason.UNSCHEDULABLE if wait.short else Reason.WAITING_FOR_PODS
+        self.record.decide(group, Phase.PENDING, reason, message, wait=wait)
+        self.record.inherit(group, Phase.PENDING, reason)
         return True
 
     def waiting(self, group: GroupSpec) -> Waiting | None:
@@ -349,7 +351,51 @@ class Planner:
             return Waiting(Counted.PODS, present, group.minimum, gated=gated)
         if not present:
             return Waiting(Counted.PODS, 0, None, gated=gated)
+        short_tasks = self._tasks_short(group, placed=None)
+        if short_tasks:
+            return Waiting(Counted.PODS, present, group.minimum, gated=gated, tasks=short_tasks)
+        if group.min_resources and not self.bound.get(group.key):
+            short = shortfalls(self.snapshot, group.min_resources)
+            if short:
+                return Waiting(Counted.PODS, present, group.minimum, short=short)
         return None
+
+    def _tasks_short(
+        self, group: GroupSpec, placed: list[PodRequest] | None
+    ) -> tuple[tuple[str, int, int], ...]:
+        """The tasks of ``group.task_minimums`` short of their minimum, as (task, count,
+        minimum): counting its pods that exist (``placed`` None), or those bound and
+        ``placed`` in a trial."""
+        if not group.task_minimums:
+            return ()
+        bound = [h.pod for h in self.bound.get(group.key, [])]
+        pods = bound + (self.pods.get(group.key, []) if placed is None else placed)
+        counts: dict[str | None, int] = defaultdict(int)
+        for pod in pods:
+            counts[pod.task] += 1
+        return tuple(
+            (task, counts[task], minimum)
+            for task, minimum in group.task_minimums
+            if counts[task] < minimum
+        )
+
+    def _task_first(self, group: GroupSpec, pods: list[PodRequest]) -> list[PodRequest]:
+        """``pods`` with, first, those each task needs to reach its minimum (in their order):
+        a greedy fill must not spend a domain on extra pods of one task first."""
+        if not group.task_minimums:
+            return pods
+        wanted = dict(group.task_minimums)
+        for holding in self.bound.get(group.key, []):
+            if holding.pod.task in wanted:
+                wanted[holding.pod.task] -= 1
+        first, rest = [], []
+        for pod in pods:
+            if pod.task is not None and wanted.get(pod.task, 0) > 0:
+                wanted[pod.task] -= 1
+                first.append(pod)
+            else:
+                rest.append(pod)
+        return first + rest
 
     def place_in(self, group: GroupSpec, domain: Domain) -> tuple[bool, Tried]:
         """One trial of ``group`` in ``domain``: (placed, line for the report)."""
@@ -401,18 +447,25 @@ class Planner:
         snapshot = self.snapshot
         checkpoint = snapshot.checkpoint()
         pods = sorted(self.pods.get(group.key, []), key=lambda p: (-p.gpu_demand_milli, p.key))
+        pods = self._task_first(group, pods)
         needed = self.needed(group)
-        placed, failed = 0, []
+        placed, failed, trial = 0, [], []
         for pod in pods:
             choice = pick_node(snapshot, pod, self.scoring, domain.mask)
             if choice is None:
                 failed.append(pod)
                 continue
             snapshot.assume(pod, choice.node, choice.gpus)
+            trial.append(pod)
             placed += 1
         # A group already running (pods bound) is placed even when none of its pending pods
         # fit: those stay pending beside the others, whichever cycle first sees them.
-        if placed >= needed and (placed or not pods or bool(self.bound.get(group.key))):
+        tasks_met = not self._tasks_short(group, placed=trial)
+        if (
+            placed >= needed
+            and tasks_met
+            and (placed or not pods or bool(self.bound.get(group.key)))
+        ):
             message = wording.placed(placed, len(pods), Counted.PODS, domain.name)
             left_out = self._left_out(failed, domain)
             self.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.errors import InvalidObjectError
+from gpusched.api.foreign import VOLCANO_TASK_ANNOTATION
 from gpusched.api.k8s import GPU_MILLI_ANNOTATION, Pod
 from gpusched.api.selectors import NodeSelectorTerm, Toleration
 from gpusched.engine.claims import PodDevices
@@ -40,6 +41,9 @@ class PodRequest:
     a group preempts by its group's policy)."""
     group: str | None = None
     app: str | None = None
+    task: str | None = None
+    """The Volcano task the pod belongs to (its ``volcano.sh/task-spec`` annotation), for a
+    group's per-task minimums (`GroupSpec.task_minimums`)."""
     created: float = 0.0
     """Creation time (seconds since the epoch); orders pods of equal priority, oldest first."""
     gates: tuple[str, ...] = ()
@@ -138,6 +142,7 @@ class PodRequest:
             preemption_policy=pod.spec.preemption_policy or PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
             group=ref.group_name if ref is not None else None,
             app=pod.app,
+            task=pod.metadata.annotations.get(VOLCANO_TASK_ANNOTATION),
             created=created.timestamp() if created is not None else 0.0,
             gates=pod.scheduling_gates,
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 # The reasons are the API's vocabulary; re-exported for the rooms that read results.
 from gpusched.api.crds import Reason as Reason
+from gpusched.engine.admission import Shortfall
 from gpusched.engine.claims import ClaimAllocation
 
 ENGINE_REASONS = (
@@ -159,6 +160,11 @@ class Waiting:
     """Child groups: ``present`` counts those that have their pods (else those that exist)."""
     gated: int = 0
     """Pods held back by scheduling gates (not counted in ``present``)."""
+    tasks: tuple[tuple[str, int, int], ...] = ()
+    """Volcano tasks short of their ``minTaskMember``: (task, pods that exist, minimum)."""
+    short: tuple[Shortfall, ...] = ()
+    """``minResources`` the cluster's free resources cannot hold yet (the group waits for
+    room, not for pods)."""
 
 
 class Phase(StrEnum):

@@ -176,6 +176,18 @@ def within(attempt: Attempt, parent: str | None, in_full: bool) -> str:
 
 def waiting(wait: Waiting) -> str:
     """What a group short of pods or child groups waits for."""
+    if wait.short:
+        return "minResources: " + "; ".join(
+            f"{_amount(shortfall.resource, shortfall.free)} of the "
+            f"{_amount(shortfall.resource, shortfall.wanted)} {shortfall.resource} wanted are "
+            "free in the cluster"
+            for shortfall in wait.short
+        )
+    if wait.tasks:
+        return "; ".join(
+            f"task {task}: {count} of {minimum} valid pods exist (minTaskMember)"
+            for task, count, minimum in wait.tasks
+        )
     if wait.counted is Counted.CHILD_GROUPS:
         verb = "have their pods" if wait.ready else "exist"
         return f"{wait.present} of {wait.minimum} child groups {verb} (minGroupCount)"
@@ -184,6 +196,18 @@ def waiting(wait: Waiting) -> str:
     if wait.minimum is not None:
         return f"{wait.present} of {wait.minimum} valid pods exist (minCount {wait.minimum}){also}"
     return f"no valid pods exist{also}"
+
+
+def _amount(resource: str, value: int) -> str:
+    """A canonical amount as a person writes it: cores for cpu, Gi or Mi for memory-like
+    resources (whole ones), a count for the rest."""
+    if resource == "cpu":
+        return f"{value / 1000:g}"
+    if resource == "memory" or resource.startswith(("hugepages-", "ephemeral-storage")):
+        for unit, size in (("Gi", 2**30), ("Mi", 2**20)):
+            if value >= size and value % size == 0:
+                return f"{value // size}{unit}"
+    return str(value)
 
 
 def no_placement(parent: str | None, attempts: Sequence[Attempt], more: int) -> str:

@@ -1,7 +1,8 @@
 """Watch events of the objects that own pods into the scheduling service, for owner groups
-(``ownerGroups``, `gpusched.scheduler.ownergroups`): Jobs, and the kinds whose size gpusched
-reads. Kinds the API server does not serve at start are named once in the log and not
-watched. With ``ownerGroups`` off, the events are dropped at once."""
+(`gpusched.scheduler.ownergroups`): Jobs, StatefulSets (a LeaderWorkerSet's pods are owned by
+one), the kinds whose size gpusched reads, and Namespaces (their label
+``scheduling.gpusched.io/owner-groups`` turns owner groups on or off there). Kinds the API
+server does not serve at start are named once in the log and not watched."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gpusched.scheduler.service import Scheduler
 
 OWNER_KINDS = (
     Kind("batch", "v1", "jobs", "Job"),
+    Kind("apps", "v1", "statefulsets", "StatefulSet"),
     Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     Kind("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"),
     Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
@@ -18,6 +20,7 @@ OWNER_KINDS = (
     Kind("ray.io", "v1", "rayclusters", "RayCluster"),
 )
 """Each owner kind watched."""
+NAMESPACES = Kind("", "v1", "namespaces", "Namespace")
 
 
 def _adapter(api_version: str, kind: str) -> Adapter:
@@ -33,7 +36,14 @@ def _adapter(api_version: str, kind: str) -> Adapter:
     return owner_event
 
 
-WATCHED: tuple[tuple[Kind, Adapter], ...] = tuple(
-    (kind, _adapter(f"{kind.group}/{kind.version}", kind.kind)) for kind in OWNER_KINDS
+async def namespace_event(scheduler: Scheduler, event: Event) -> None:
+    metadata = event["object"]["metadata"]
+    labels = None if event["type"] == "DELETED" else (metadata.get("labels") or {})
+    scheduler.namespace_changed(metadata["name"], labels)
+
+
+WATCHED: tuple[tuple[Kind, Adapter], ...] = (
+    *((kind, _adapter(f"{kind.group}/{kind.version}", kind.kind)) for kind in OWNER_KINDS),
+    (NAMESPACES, namespace_event),
 )
-"""Each owner kind watched, with its adapter."""
+"""Each owner kind watched, with its adapter, and Namespaces."""

@@ -91,12 +91,16 @@ async def start(opts: Options) -> Runtime:
         elector_task = asyncio.create_task(elector.run_in_thread(), name="gpusched-leader-election")
     adapters = dict(watched())
     watch_api = KubeClusterApi(api_client(configuration, len(adapters)))  # a connection a watch
+    versioned = dict(foreign.WATCHED)  # one version of each is watched: the newest served
+    plain = [kind for kind in adapters if kind not in versioned]
+    kinds = [*await served(watch_api, plain), *await foreign.served_kinds(watch_api)]
+    api.foreign = watch_api.foreign  # a new leader lists the versions that are watched
     watches = [
         asyncio.create_task(
             Watch(watch_api, kind, functools.partial(adapters[kind], scheduler), readiness).run(),
             name=f"gpusched-watch-{kind.name}",
         )
-        for kind in await served(watch_api, list(adapters))
+        for kind in kinds
     ]
     return Runtime(
         configuration=configuration,

@@ -55,6 +55,7 @@ from gpusched.engine.groupsources import (
     foreign_spec,
     implicit_specs,
     invalid_spec,
+    owner_gang_size,
     owner_group_name,
     owner_spec,
 )
@@ -171,7 +172,8 @@ class ClusterObjects:
             name = owner_group_name(top, pod.labels)
             request = replace(read.request, group=name)
             self.pods[index] = replace(read, request=request)
-            spec = owner_spec(pod.namespace, name, top, request.created)
+            size = owner_gang_size(top, pod.labels)
+            spec = owner_spec(pod.namespace, name, top, request.created, size)
             before = self.owner_groups.get(spec.key)
             if before is None or before.created > spec.created:
                 self.owner_groups[spec.key] = spec

@@ -23,6 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpusched.api.config import BIND_TIMEOUT_SECONDS
 from gpusched.api.crds import GROUP, VERSION
+from gpusched.api.foreign import Served, group_versions, served_versions
 from gpusched.api.k8s import PodStatus, scheduled_conditions
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
 
@@ -34,14 +35,6 @@ PLURALS = {
     "Workload": "workloads",
 }
 LEASES = "/apis/coordination.k8s.io/v1"
-FOREIGN_GROUPS = (
-    ("scheduling.k8s.io/v1beta1", "PodGroup"),
-    ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"),
-    ("scheduling.volcano.sh/v1beta1", "PodGroup"),
-    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
-)
-"""Other projects' group kinds a new leader lists with ours (`gpusched.handlers.foreign`
-watches the same)."""
 NO_STATUS_SUBRESOURCE = "scheduling.volcano.sh/"
 """API groups whose group objects' status is written on the object (no status subresource)."""
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -132,6 +125,8 @@ class KubeClusterApi:
     def __init__(self, api_client: client.ApiClient, fence: Fence = _always) -> None:
         self.api_client = api_client
         self.fence = fence
+        self.foreign: Served | None = None
+        """The foreign group versions served (`foreign_served`), once read."""
 
     async def close(self) -> None:
         await self.api_client.close()
@@ -366,13 +361,27 @@ class KubeClusterApi:
     async def served(self, group_version: str) -> set[str]:
         """The plurals the server serves in ``group_version`` (``/api/v1``, ``/apis/g/v``):
         discovery, which every authenticated user may read; empty when it serves none."""
+        document = await self.discovery(group_version)
+        resources = document.get("resources") if document is not None else None
+        return {str(r.get("name")) for r in resources or [] if isinstance(r, dict)}
+
+    async def discovery(self, group_version: str) -> dict[str, Any] | None:
+        """The APIResourceList of ``group_version`` (``/apis/g/v``); None when not served."""
         try:
-            document = await self._request("GET", group_version)
+            return await self._request("GET", group_version)
         except ApiError as error:
             if error.status == 404:
-                return set()
+                return None
             raise
-        return {str(r.get("name")) for r in document.get("resources") or [] if isinstance(r, dict)}
+
+    async def foreign_served(self) -> Served:
+        """Which version of each foreign group kind the server serves (`served_versions`):
+        read once, then kept, so a new leader lists what the watches watch."""
+        if self.foreign is None:
+            paths = group_versions()
+            documents = {path: await self.discovery(f"/apis/{path}") for path in paths}
+            self.foreign = served_versions(documents)
+        return self.foreign
 
     async def pages_of(self, path: str) -> AsyncIterator[Listing]:
         """Every object of the collection ``path`` (``/api/v1/pods``, a custom resource's),
@@ -393,13 +402,14 @@ class KubeClusterApi:
             for body in await self._list_all(f"/apis/{GROUP}/{VERSION}/{PLURALS[kind]}", _unmanage):
                 body.setdefault("kind", kind)
                 groups.append(body)
-        for api_version, kind in FOREIGN_GROUPS:  # other projects' groups, where served
+        served = await self.foreign_served()
+        for api_version, kind in served.chosen:  # other projects' groups, where served
             try:
                 found = await self._list_all(f"/apis/{api_version}/{PLURALS[kind]}", _unmanage)
             except ApiError as error:
                 if error.status != 404:
                     raise
-                continue
+                continue  # gone since discovery (a CRD deleted)
             for body in found:
                 body.setdefault("apiVersion", api_version)
                 body.setdefault("kind", kind)

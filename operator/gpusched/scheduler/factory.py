@@ -53,6 +53,7 @@ def build_scheduler(
     settings = config.operator
     state.scheduler_aliases = frozenset(config.scheduler_name_aliases)
     state.owner_groups.namespaces = config.owner_groups.namespaces
+    state.owner_groups.pod_metadata = state.pod_metadata  # a leader Pod owns its workers
     background = Background(clock)
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)

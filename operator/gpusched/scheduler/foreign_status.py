@@ -31,6 +31,9 @@ from gpusched.scheduler.state import ClusterState
 
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 COMPOSITE_INITIALLY_SCHEDULED = "CompositePodGroupInitiallyScheduled"
+ALPHA2_SCHEDULED = "PodGroupScheduled"
+"""The condition's name on a ``scheduling.k8s.io/v1alpha2`` PodGroup (1.36), same reasons."""
+ALPHA2 = "scheduling.k8s.io/v1alpha2"
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
@@ -59,12 +62,15 @@ def their_status(
     status: GroupStatus,
     previous: Mapping[str, Any],
     preempted_by: str | None = None,
+    *,
+    api_version: str = "",
 ) -> dict[str, Any]:
-    """``status`` in the fields of ``source``'s object; ``previous`` is what it shows now.
-    ``preempted_by``: the preemptor whose plan evicts pods of the group (upstream objects
-    then carry ``DisruptionTarget``, reason ``PreemptionByScheduler``, as upstream's)."""
+    """``status`` in the fields of ``source``'s object (of ``api_version``); ``previous`` is
+    what it shows now. ``preempted_by``: the preemptor whose plan evicts pods of the group
+    (upstream objects then carry ``DisruptionTarget``, reason ``PreemptionByScheduler``, as
+    upstream's)."""
     if source is GroupSource.UPSTREAM:
-        conditions = [_upstream_condition(kind, status, previous)]
+        conditions = [_upstream_condition(kind, status, previous, api_version)]
         if preempted_by is not None:
             message = f"gpusched: preempted to make room for {preempted_by}"
             conditions.append(
@@ -101,9 +107,11 @@ def _ours(status: GroupStatus) -> tuple[str, str]:
 
 
 def _upstream_condition(
-    kind: GroupKind, status: GroupStatus, previous: Mapping[str, Any]
+    kind: GroupKind, status: GroupStatus, previous: Mapping[str, Any], api_version: str = ""
 ) -> dict[str, Any]:
     type_ = INITIALLY_SCHEDULED if kind is GroupKind.POD_GROUP else COMPOSITE_INITIALLY_SCHEDULED
+    if api_version == ALPHA2:
+        type_ = ALPHA2_SCHEDULED
     before = _condition_of(previous, type_)
     if before is not None and before.get("status") == "True":
         return dict(before)  # terminal, as upstream's: it never goes back to False

@@ -1,17 +1,22 @@
 """The operator's owner groups: pods of ours that name no group, in a namespace where
-``ownerGroups`` is on, join their top owner's gang (`gpusched.api.owners`).
+owner groups are on, join their top owner's gang (`gpusched.api.owners`). They are on in the
+namespaces of ``ownerGroups.namespaces`` (``*``: all) and in every Namespace labelled
+``scheduling.gpusched.io/owner-groups=enabled``; the label ``disabled`` turns them off in a
+namespace the configuration names (or ``*`` covers).
 
-Owners come from the watches of `gpusched.handlers.owners` (Jobs and the kinds
-`gpusched.api.owners.SIZES` sizes). A pod whose owner chain reaches an owner of a watched kind
-that has not been seen yet waits for it ("not found"), never placed alone: at start the pods'
-list may come before the Jobs'. When an owner appears, changes or goes, the pods whose chain
-passes through it are grouped again (`regroup`).
+Owners come from the watches of `gpusched.handlers.owners` (Jobs, the StatefulSets between a
+LeaderWorkerSet and its pods, and the kinds `gpusched.api.owners.SIZES` sizes). They are kept
+in every namespace, their pod templates dropped (`slim_owner`), so a namespace labelled later
+finds them. A pod whose owner chain reaches an owner of a watched kind that has not been seen
+yet waits for it ("not found"), never placed alone: at start the pods' list may come before
+the Jobs'. When an owner or a namespace's label appears, changes or goes, the pods it concerns
+are grouped again (`regroup`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,20 +24,33 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.api.grouprefs import GroupSource, group_name
 from gpusched.api.owners import SIZES, OwnerKey, controller_of, owner_key, top_owner
 from gpusched.engine.groups import GroupKind, GroupSpec
-from gpusched.engine.groupsources import foreign_key, owner_group_name, owner_spec
+from gpusched.engine.groupsources import (
+    foreign_key,
+    owner_gang_size,
+    owner_group_name,
+    owner_spec,
+)
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.records import PodRecord
 
 logger = logging.getLogger(__name__)
 
-WATCHED_KINDS = frozenset({*SIZES, "Job"})
-"""Owner kinds the operator watches: an unseen owner of these is waited for."""
+WATCHED_KINDS = frozenset({*SIZES, "Job", "StatefulSet", "Pod"})
+"""Owner kinds the operator watches: an unseen owner of these is waited for. A Pod owns the
+StatefulSet of a LeaderWorkerSet's workers (its leader's)."""
+POD_OWNER = owner_key("v1", "Pod", "", "")[0]
+NAMESPACE_LABEL = "scheduling.gpusched.io/owner-groups"
+"""On a Namespace: ``enabled`` turns owner groups on there, ``disabled`` off (either way
+whatever ``ownerGroups.namespaces`` says)."""
+_POD_SPEC_KEYS = frozenset({"containers", "initContainers", "volumes"})
 
 
 @dataclass(slots=True)
 class OwnerGroups:
     namespaces: tuple[str, ...] = ()
     """``ownerGroups.namespaces``: where it is on (``*``: everywhere)."""
+    labelled: dict[str, bool] = field(default_factory=dict)
+    """Namespace → on (True) or off (False), from its `NAMESPACE_LABEL`."""
     owners: dict[OwnerKey, Mapping[str, Any]] = field(default_factory=dict)
     specs: dict[str, GroupSpec] = field(default_factory=dict)
     """Owner group key → its spec (one per top owner that has pods)."""
@@ -47,8 +65,38 @@ class OwnerGroups:
     """Pod key → why it is a gang of one (its owner's kind has no sizing rule), until the
     reporter has posted it as an Event on the pod (`drain_untold`)."""
 
+    pod_metadata: Callable[[str], Mapping[str, Any] | None] = field(default=lambda key: None)
+    """Pod key → its metadata (the cluster state's pods): a Pod may be an owner in a chain."""
+
     def enabled(self, namespace: str) -> bool:
+        label = self.labelled.get(namespace)
+        if label is not None:
+            return label
         return "*" in self.namespaces or namespace in self.namespaces
+
+    @property
+    def active(self) -> bool:
+        """Whether any namespace may have owner groups (pods are worth grouping)."""
+        return bool(self.namespaces) or any(self.labelled.values())
+
+    def label(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
+        """A Namespace's labels seen (None: it is gone); whether that turned owner groups on
+        or off there."""
+        before = self.enabled(namespace)
+        value = (labels or {}).get(NAMESPACE_LABEL)
+        if value in ("enabled", "disabled"):
+            self.labelled[namespace] = value == "enabled"
+        else:
+            if value is not None:
+                logger.warning(
+                    "Namespace %s: metadata.labels[%s]: %r is neither enabled nor disabled: "
+                    "ignored",
+                    namespace,
+                    NAMESPACE_LABEL,
+                    value,
+                )
+            self.labelled.pop(namespace, None)
+        return self.enabled(namespace) != before
 
     def group(self, record: PodRecord) -> PodRecord:
         """``record`` with its owner group, when it should have one."""
@@ -69,7 +117,7 @@ class OwnerGroups:
         metadata = pod.metadata.model_dump(by_alias=True)
         self._note_chain(key, pod.namespace, metadata)
         try:
-            top = top_owner(f"Pod {key}", pod.namespace, metadata, self.owners)
+            top = top_owner(f"Pod {key}", pod.namespace, metadata, self._view())
         except InvalidObjectError as error:
             name = f"Pod.{pod.name}"
             spec = GroupSpec(
@@ -97,7 +145,8 @@ class OwnerGroups:
                 pod.namespace,
                 top.name,
             )
-        spec = owner_spec(pod.namespace, engine_name, top, request.created)
+        size = owner_gang_size(top, pod.labels)
+        spec = owner_spec(pod.namespace, engine_name, top, request.created, size)
         return self._join(record, engine_name, spec)
 
     def _join(self, record: PodRecord, engine_name: str, spec: GroupSpec | None) -> PodRecord:
@@ -125,11 +174,19 @@ class OwnerGroups:
             if pod_key in pods:
                 return  # a loop: top_owner names it
             pods.add(pod_key)
-            body = self.owners.get(key)
+            body = self._view().get(key)
             meta = body.get("metadata") if body is not None else None
             if not isinstance(meta, Mapping):
                 return
             current = meta
+
+    def _view(self) -> _Owners:
+        return _Owners(self.owners, self.pod_metadata)
+
+    def pod_seen(self, namespace: str, name: str) -> set[str]:
+        """A pod appeared, changed or went: the pods whose chain passes through it (a
+        LeaderWorkerSet's workers through their leader) are grouped again."""
+        return set(self._through.get((POD_OWNER, namespace, name), ()))
 
     def drain_untold(self) -> dict[str, str]:
         told, self.untold = self.untold, {}
@@ -157,11 +214,10 @@ class OwnerGroups:
             str(metadata.get("namespace") or "default"),
             str(metadata.get("name")),
         )
-        if not self.namespaces or not self.enabled(key[1]):
-            return set()
+        body = slim_owner(body)
         before = self.owners.get(key)
         self.owners[key] = body
-        if before is not None and _same_shape(before, body):
+        if not self.enabled(key[1]) or (before is not None and _same_shape(before, body)):
             return set()
         return set(self._through.get(key, ()))
 
@@ -180,3 +236,45 @@ def _same_shape(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
         return body.get("spec"), meta.get("annotations"), meta.get("ownerReferences")
 
     return shape(before) == shape(after)
+
+
+def slim_owner(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An owner as kept: its pod templates' containers and volumes dropped (no sizing rule
+    reads them, and they are most of a Job's bytes)."""
+
+    def slim(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: slim(v) for k, v in value.items() if k not in _POD_SPEC_KEYS}
+        if isinstance(value, list):
+            return [slim(v) for v in value]
+        return value
+
+    kept = slim(body)
+    assert isinstance(kept, Mapping)
+    return kept
+
+
+class _Owners(Mapping[OwnerKey, Mapping[str, Any]]):
+    """The owners seen, and the pods (read from the cluster state when a chain reaches one)."""
+
+    def __init__(
+        self,
+        owners: Mapping[OwnerKey, Mapping[str, Any]],
+        pods: Callable[[str], Mapping[str, Any] | None],
+    ) -> None:
+        self.owners = owners
+        self.pods = pods
+
+    def __getitem__(self, key: OwnerKey) -> Mapping[str, Any]:
+        if key[0] != POD_OWNER:
+            return self.owners[key]
+        metadata = self.pods(f"{key[1]}/{key[2]}")
+        if metadata is None:
+            raise KeyError(key)
+        return {"metadata": metadata}
+
+    def __iter__(self) -> Iterator[OwnerKey]:
+        return iter(self.owners)
+
+    def __len__(self) -> int:
+        return len(self.owners)

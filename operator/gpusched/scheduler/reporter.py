@@ -222,7 +222,14 @@ class Reporter:
             return status.model_dump(mode="json", by_alias=True, exclude_none=True)
         previous = self.outbox.last(group_ref(group)) or group.raw_status
         preempted_by = preemptor_of(self.state, group.spec.key)
-        body = their_status(group.source, group.spec.kind, status, previous, preempted_by)
+        body = their_status(
+            group.source,
+            group.spec.kind,
+            status,
+            previous,
+            preempted_by,
+            api_version=group.foreign.api_version,
+        )
         return stamp(body, wall.isoformat().replace("+00:00", "Z"))
 
     def _other_scheduler(self, record: PodRecord) -> None:

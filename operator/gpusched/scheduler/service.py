@@ -184,13 +184,18 @@ class Scheduler:
 
     def owner_changed(self, api_version: str, kind: str, body: Mapping[str, Any]) -> None:
         """A Job, JobSet, RayCluster, … (owner groups, `gpusched.scheduler.ownergroups`)."""
-        if self.state.owner_groups.namespaces:
-            self.state.owner_changed(api_version, kind, body)
+        self.state.owner_changed(api_version, kind, body)  # kept for a namespace labelled later
+        if self.state.owner_groups.active:
             self.wake()
 
     def owner_deleted(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        if self.state.owner_groups.namespaces:
-            self.state.owner_deleted(api_version, kind, namespace, name)
+        self.state.owner_deleted(api_version, kind, namespace, name)
+        if self.state.owner_groups.active:
+            self.wake()
+
+    def namespace_changed(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A Namespace's labels (None: it is gone): owner groups on or off there."""
+        if self.state.namespace_labelled(name, labels):
             self.wake()
 
     def group_deleted(self, key: str) -> None:

@@ -172,7 +172,7 @@ class ClusterState(GroupBook):
             self.delete_pod(key)
             return
         record = replace(record, source=seen)
-        if self.owner_groups.namespaces and self.is_ours(record.pod.spec.scheduler_name):
+        if self.owner_groups.active and self.is_ours(record.pod.spec.scheduler_name):
             record = self.owner_groups.group(record)
         if (
             before is not None
@@ -187,6 +187,12 @@ class ClusterState(GroupBook):
         if before is not None and before.uid and before.uid != record.uid:
             self._bury(before.uid)  # a name holds one pod at a time: the old one is gone
         self._store(key, record)
+        chain = record.pod.metadata.owner_references
+        if self.owner_groups.active and (
+            before is None or before.pod.metadata.owner_references != chain
+        ):
+            # a pod that owns others (a LeaderWorkerSet's leader) appeared or changed owners
+            self._regroup(self.owner_groups.pod_seen(record.pod.namespace, record.pod.name))
         annotations = record.pod.metadata.annotations
         self.ledger.mark(key, annotations.get(PREEMPTION_ANNOTATION) if holds(record) else None)
         reservation = self.ledger.reservations.get(key)
@@ -208,6 +214,8 @@ class ClusterState(GroupBook):
                 return
         before = self._store(key, None)
         self.owner_groups.forget(key)
+        if before is not None and self.owner_groups.active:
+            self._regroup(self.owner_groups.pod_seen(before.pod.namespace, before.pod.name))
         self.ledger.release(key, Release.POD_DELETED)
         self.ledger.mark(key, None)
         if before is not None:
@@ -277,6 +285,24 @@ class ClusterState(GroupBook):
 
     def owner_deleted(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         self._regroup(self.owner_groups.delete(api_version, kind, namespace, name))
+
+    def pod_metadata(self, key: str) -> Mapping[str, Any] | None:
+        """The metadata of the pod ``key`` as its author wrote it (an owner in a chain)."""
+        record = self.pods.get(key)
+        return None if record is None else record.pod.metadata.model_dump(by_alias=True)
+
+    def namespace_labelled(self, name: str, labels: Mapping[str, str] | None) -> bool:
+        """A Namespace's labels seen (None: gone): where owner groups turned on or off, its
+        pods are grouped again; returns whether they did."""
+        changed = self.owner_groups.label(name, labels)
+        if changed:
+            prefix = f"{name}/"
+            self._regroup(
+                key
+                for key, record in self.pods.items()
+                if key.startswith(prefix) and self.is_ours(record.pod.spec.scheduler_name)
+            )
+        return changed
 
     def _regroup(self, keys: Iterable[str]) -> None:
         changed = False

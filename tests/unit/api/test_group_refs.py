@@ -142,6 +142,16 @@ def test_an_upstream_pod_group_reads_as_ours_with_its_disruption_mode() -> None:
             volcano_pod_group("v", 2, key="not a key!"),
             "metadata.annotations[scheduling.gpusched.io/topology-key]",
         ),
+        (
+            "a minResources quantity that is none",
+            volcano_pod_group("v", 2, minResources={"nvidia.com/gpu": "eight"}),
+            "spec.minResources[nvidia.com/gpu]",
+        ),
+        (
+            "minResources that is no map",
+            volcano_pod_group("v", 2, minResources=["cpu"]),
+            "spec.minResources",
+        ),
     ],
 )
 def test_a_bad_volcano_pod_group_is_named_with_its_own_field(

@@ -100,6 +100,31 @@ async def test_an_upstream_gang_with_a_rack_constraint_lands_whole_in_the_one_ra
 
 
 @pytest.mark.asyncio
+async def test_a_1_36_v1alpha2_pod_group_is_read_alike_and_told_in_its_own_condition(
+    api: FakeApi, scheduler: Scheduler
+) -> None:
+    # 1.36 serves PodGroup as v1alpha2: the same policy and topology fields, a template
+    # reference instead of workloadRef, and the condition called PodGroupScheduled.
+    group = upstream_pod_group("train", 4)
+    group["apiVersion"] = "scheduling.k8s.io/v1alpha2"
+    group["spec"]["podGroupTemplateRef"] = {
+        "workload": {"workloadName": "train", "podGroupTemplateName": "workers"}
+    }
+    scheduler.foreign_group_changed(group)
+    for i in range(4):
+        scheduler.pod_changed(upstream_member(f"train-{i}", 4, "train"))
+    await run_cycle(scheduler)
+    assert set(bound_to(api).values()) == {"b", "c"}
+    await run_cycle(scheduler)
+    condition = api.last_status("default/train")["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodGroupScheduled",
+        "True",
+        "Scheduled",
+    )
+
+
+@pytest.mark.asyncio
 async def test_pods_naming_an_upstream_group_not_yet_created_wait_and_are_never_placed_alone(
     api: FakeApi, scheduler: Scheduler
 ) -> None:
@@ -150,6 +175,47 @@ async def test_an_upstream_composite_places_its_rack_gangs_in_one_zone(
     composite = api.last_status("default/job")["conditions"][0]
     assert composite["type"] == "CompositePodGroupInitiallyScheduled"
     assert composite["status"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("policy", "want_bound", "want_status"),
+    [
+        pytest.param({"basic": {}}, 2, "True", id="basic: the child that fits goes, one waits"),
+        pytest.param(
+            {"gang": {"minGroupCount": 2}}, 0, "False", id="gang of 2: neither goes alone"
+        ),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_basic_upstream_composite_schedules_its_children_independently(
+    api: FakeApi,
+    scheduler: Scheduler,
+    policy: dict[str, Any],
+    want_bound: int,
+    want_status: str,
+) -> None:
+    # Two children of 2 pods × 8 GPUs; the cluster's 3 nodes hold one of them, not both.
+    zone = "topology.kubernetes.io/zone"
+    composite = upstream_composite("job", 2, key=zone)
+    composite["spec"]["schedulingPolicy"] = policy
+    scheduler.foreign_group_changed(composite)
+    for part in ("p0", "p1"):
+        scheduler.foreign_group_changed(upstream_pod_group(f"job-{part}", 2, parent="job"))
+        for i in range(2):
+            scheduler.pod_changed(upstream_member(f"job-{part}-{i}", 8, f"job-{part}"))
+    await run_cycle(scheduler)
+    placed = bound_to(api)
+    assert len(placed) == want_bound, placed
+    assert len({name.rsplit("-", 1)[0] for name in placed}) == min(want_bound, 1)
+    await run_cycle(scheduler)
+    condition = api.last_status("default/job")["conditions"][0]
+    assert (condition["type"], condition["status"]) == (
+        "CompositePodGroupInitiallyScheduled",
+        want_status,
+    )
+    left = "job-p1" if "job-p0-0" in placed else "job-p0"
+    waiting = api.last_status(f"default/{left}")["conditions"][0]
+    assert (waiting["status"], waiting["reason"]) == ("False", "Unschedulable")
 
 
 @pytest.mark.asyncio
@@ -225,6 +291,106 @@ async def test_a_volcano_min_member_above_its_pods_holds_nothing_and_says_so(
     assert (condition["type"], condition["reason"]) == ("Unschedulable", "NotEnoughResources")
     assert "4" in condition["message"]
     assert "5" in condition["message"]
+
+
+@pytest.mark.parametrize(
+    ("group", "member", "want_message"),
+    [
+        pytest.param(
+            volcano_pod_group("train", 1, key=None, minResources={"nvidia.com/gpu": "30"}),
+            volcano_member,
+            "minResources: 24 of the 30 nvidia.com/gpu wanted are free in the cluster",
+            id="Volcano: 30 GPUs wanted, 24 free",
+        ),
+        pytest.param(
+            coscheduling_pod_group(
+                "train", 1, key=None, minResources={"cpu": "200", "memory": "64Gi"}
+            ),
+            coscheduling_member,
+            "minResources: 192 of the 200 cpu wanted are free in the cluster",
+            id="coscheduling: 200 cores wanted, 192 free",
+        ),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_group_whose_min_resources_the_cluster_cannot_hold_waits_until_it_can(
+    api: FakeApi, group: dict[str, Any], member: Any, want_message: str
+) -> None:
+    clock = Clock()
+    scheduler = service(api, clock)
+    # minMember 1, each pod 1 GPU: any pod alone would fit; minResources holds them back, as
+    # Volcano's enqueue and coscheduling's PreFilter do, while a pod of no group goes on.
+    scheduler.foreign_group_changed(group)
+    for i in range(2):
+        scheduler.pod_changed(member(f"train-{i}", 1, "train"))
+    scheduler.pod_changed(pod("loose", 1))
+    await run_cycle(scheduler)
+    assert sorted(bound_to(api)) == ["loose"]
+    waiting = [e["message"] for e in events_about(api, "train-0")]
+    assert any(want_message in m for m in waiting), waiting
+    scheduler.node_changed(node("d", rack="rack-3"))  # 8 GPUs, 64 cores more
+    clock.now += 10  # past the group's backoff
+    await run_cycle(scheduler)
+    assert sorted(bound_to(api)) == ["loose", "train-0", "train-1"]
+
+
+def task_member(name: str, task: str, gpus: int, **kw: Any) -> Any:
+    return volcano_member(name, gpus, "train", annotations={"volcano.sh/task-spec": task}, **kw)
+
+
+@pytest.mark.parametrize(
+    ("ps_pods", "ps_cpu", "want_bound", "want_message"),
+    [
+        pytest.param(
+            0, "4", 0, "task ps: 0 of 1 valid pods exist (minTaskMember)",
+            id="no ps pod yet: the 3 workers (minMember 3) wait for it",
+        ),
+        pytest.param(
+            1, "100", 0, "",
+            id="the ps pod fits no node: the 3 workers that fit are not bound without it",
+        ),
+        pytest.param(1, "4", 4, "", id="ps and workers fit: all 4 bound together"),
+    ],
+)  # fmt: skip
+@pytest.mark.asyncio
+async def test_a_volcano_task_minimum_holds_the_gang_until_each_task_has_its_pods_placed(
+    api: FakeApi,
+    scheduler: Scheduler,
+    ps_pods: int,
+    ps_cpu: str,
+    want_bound: int,
+    want_message: str,
+) -> None:
+    # minMember 3 alone would let 3 workers go; minTaskMember {ps: 1, worker: 2} asks for the
+    # ps pod too, as Volcano's gang plugin does.
+    group = volcano_pod_group("train", 3, key=None, minTaskMember={"ps": 1, "worker": 2})
+    scheduler.foreign_group_changed(group)
+    for i in range(3):
+        scheduler.pod_changed(task_member(f"worker-{i}", "worker", 4))
+    for i in range(ps_pods):
+        scheduler.pod_changed(task_member(f"ps-{i}", "ps", 0, cpu=ps_cpu))
+    await run_cycle(scheduler)
+    assert len(api.binds) == want_bound, bound_to(api)
+    if want_message:
+        said = [e["message"] for e in events_about(api, "worker-0")]
+        assert any(want_message in m for m in said), said
+
+
+@pytest.mark.asyncio
+async def test_a_task_minimum_is_placed_before_extra_pods_of_another_task(
+    api: FakeApi, scheduler: Scheduler
+) -> None:
+    # 24 GPUs; 3 workers and a ps of 8 GPUs each: greedy by size could spend all 24 on the
+    # workers and leave the ps out. Each task's minimum goes first: ps + 2 workers.
+    group = volcano_pod_group("train", 3, key=None, minTaskMember={"ps": 1, "worker": 2})
+    scheduler.foreign_group_changed(group)
+    for i in range(3):
+        scheduler.pod_changed(task_member(f"train-{i}", "worker", 8))
+    scheduler.pod_changed(task_member("train-ps", "ps", 8))  # last by name
+    await run_cycle(scheduler)
+    placed = sorted(bound_to(api))
+    assert len(placed) == 3, placed
+    assert "train-ps" in placed
 
 
 @pytest.mark.asyncio
@@ -532,3 +698,156 @@ async def test_a_pod_whose_owner_cannot_be_sized_is_a_gang_of_one_and_is_told_so
     assert "ReplicaSet default/web-1" in told[0]["message"]
     await run_cycle(scheduler)
     assert len([e for e in api.events if e["reason"] == "OwnerKindUnknown"]) == 2
+
+
+def owned_by(body: Any, api: str, kind: str, owner: str) -> Any:
+    reference = {"apiVersion": api, "kind": kind, "name": owner, "controller": True}
+    body["metadata"]["ownerReferences"] = [reference]
+    return body
+
+
+@pytest.mark.asyncio
+async def test_a_leader_worker_sets_workers_reach_it_through_their_leaders_statefulset() -> None:
+    # As LWS's controller makes them: LWS lws → StatefulSet lws → leader Pod lws-0 →
+    # StatefulSet lws-0 → worker Pods lws-0-1 … lws-0-3; all labelled with the group index.
+    api = FakeApi()
+    scheduler = owner_service(api)
+    lws_api, apps = "leaderworkerset.x-k8s.io/v1", "apps/v1"
+    lws = {
+        "metadata": {
+            "name": "lws",
+            "namespace": "default",
+            "annotations": {"scheduling.gpusched.io/topology-key": RACK},
+        },
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 4}},
+    }
+    index = {"leaderworkerset.sigs.k8s.io/group-index": "0"}
+    scheduler.owner_changed(lws_api, "LeaderWorkerSet", lws)
+    leader_set = owned_by(
+        {"metadata": {"name": "lws", "namespace": "default"}}, lws_api, "LeaderWorkerSet", "lws"
+    )
+    worker_set = owned_by(
+        {"metadata": {"name": "lws-0", "namespace": "default"}}, "v1", "Pod", "lws-0"
+    )
+    scheduler.owner_changed(apps, "StatefulSet", leader_set)
+    scheduler.owner_changed(apps, "StatefulSet", worker_set)
+    for i in range(1, 4):
+        worker = owned_by(pod(f"lws-0-{i}", 4), apps, "StatefulSet", "lws-0")
+        worker["metadata"]["labels"] = dict(index)
+        scheduler.pod_changed(worker)
+    await run_cycle(scheduler)
+    assert api.binds == []  # their leader not seen yet: never placed alone
+    leader = owned_by(pod("lws-0", 4), apps, "StatefulSet", "lws")
+    leader["metadata"]["labels"] = dict(index)
+    scheduler.pod_changed(leader)
+    await run_cycle(scheduler)
+    assert len(api.binds) == 4, bound_to(api)
+    assert set(bound_to(api).values()) == {"b", "c"}
+
+
+def label_service(api: FakeApi, namespaces: list[str]) -> Scheduler:
+    config = load_config(
+        {"ownerGroups": {"namespaces": namespaces}, "operator": {"batchWindowSeconds": 0}}
+    )
+    scheduler = build_scheduler(config, ClusterState(), api, clock=Clock())
+    for name, rack in (("a", "rack-1"), ("b", "rack-2"), ("c", "rack-2")):
+        scheduler.state.upsert_node(node(name, rack=rack))
+    return scheduler
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "label", "want_bound"),
+    [
+        pytest.param([], "enabled", 0, id="labelled enabled, not in the config: one gang of 4"),
+        pytest.param(["default"], "disabled", 3, id="labelled disabled, in the config: one by one"),
+        pytest.param([], None, 3, id="no label, not in the config: one by one"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_namespace_label_turns_owner_groups_on_or_off_beside_the_config(
+    namespaces: list[str], label: str | None, want_bound: int
+) -> None:
+    # A Job of parallelism 4 with 3 pods so far: as its gang, none goes.
+    api = FakeApi()
+    scheduler = label_service(api, namespaces)
+    labels = {} if label is None else {"scheduling.gpusched.io/owner-groups": label}
+    scheduler.namespace_changed("default", labels)
+    scheduler.owner_changed("batch/v1", "Job", job("train", 4))
+    for i in range(3):
+        scheduler.pod_changed(owned_pod(f"j-{i}", 1, "Job", "train"))
+    await run_cycle(scheduler)
+    assert len(api.binds) == want_bound
+
+
+@pytest.mark.asyncio
+async def test_a_namespace_labelled_after_its_pods_came_groups_them_from_then_on() -> None:
+    api = FakeApi()
+    scheduler = label_service(api, [])
+    scheduler.owner_changed("batch/v1", "Job", job("train", 4))  # kept though no one groups yet
+    for i in range(3):
+        scheduler.pod_changed(owned_pod(f"j-{i}", 8, "Job", "train"))
+    scheduler.namespace_changed("default", {"scheduling.gpusched.io/owner-groups": "enabled"})
+    await run_cycle(scheduler)
+    assert api.binds == []  # 3 of the Job's 4: waits whole
+    scheduler.namespace_changed("default", {})
+    await run_cycle(scheduler)
+    assert len(api.binds) == 3
+
+
+@pytest.mark.parametrize(
+    ("spec", "annotations", "want_leader_alone"),
+    [
+        pytest.param({"startupPolicy": "LeaderReady"}, {}, 1, id="LeaderReady: leader first"),
+        pytest.param(
+            {},
+            {"leaderworkerset.sigs.k8s.io/exclusive-topology": RACK},
+            1,
+            id="exclusive placement: leader first",
+        ),
+        pytest.param({}, {}, 0, id="LeaderCreated: the leader waits for its workers"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_leader_worker_set_whose_workers_wait_for_their_leader_places_the_leader_first(
+    spec: dict[str, Any], annotations: dict[str, str], want_leader_alone: int
+) -> None:
+    # LWS's controller makes the workers' StatefulSet only once the leader is scheduled
+    # (exclusive placement) or Ready (LeaderReady): a gang of 4 would wait for ever.
+    api = FakeApi()
+    scheduler = owner_service(api)
+    lws_api, apps = "leaderworkerset.x-k8s.io/v1", "apps/v1"
+    lws = {
+        "metadata": {"name": "lws", "namespace": "default", "annotations": annotations},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 4}, **spec},
+    }
+    scheduler.owner_changed(lws_api, "LeaderWorkerSet", lws)
+    leader_set = owned_by(
+        {"metadata": {"name": "lws", "namespace": "default"}}, lws_api, "LeaderWorkerSet", "lws"
+    )
+    scheduler.owner_changed(apps, "StatefulSet", leader_set)
+    labels = {"leaderworkerset.sigs.k8s.io/group-index": "0"}
+    leader = owned_by(pod("lws-0", 4), apps, "StatefulSet", "lws")
+    leader["metadata"]["labels"] = {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    scheduler.pod_changed(leader)
+    await run_cycle(scheduler)
+    assert len(api.binds) == want_leader_alone
+    if not want_leader_alone:
+        return
+    worker_set = owned_by(
+        {"metadata": {"name": "lws-0", "namespace": "default"}}, "v1", "Pod", "lws-0"
+    )
+    scheduler.owner_changed(apps, "StatefulSet", worker_set)
+    for i in range(1, 3):  # 2 of the 3 workers: their gang waits for the third
+        worker = owned_by(pod(f"lws-0-{i}", 4), apps, "StatefulSet", "lws-0")
+        worker["metadata"]["labels"] = {
+            **labels,
+            "leaderworkerset.sigs.k8s.io/worker-index": str(i),
+        }
+        scheduler.pod_changed(worker)
+    await run_cycle(scheduler)
+    assert len(api.binds) == 1
+    worker = owned_by(pod("lws-0-3", 4), apps, "StatefulSet", "lws-0")
+    worker["metadata"]["labels"] = {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "3"}
+    scheduler.pod_changed(worker)
+    await run_cycle(scheduler)
+    assert len(api.binds) == 4
