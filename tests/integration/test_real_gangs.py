@@ -246,17 +246,23 @@ def test_a_kuberay_gang_under_its_forced_scheduler_name_is_placed_all_or_nothing
         assert {p["metadata"]["labels"][KubeRay.POD_GROUP_LABEL] for p in members} == {"raygang"}
 
         # 3 workers of 8 GPUs, 2 nodes of 8: the head alone would fit, and 2 workers would.
+        # KubeRay writes the gang's whole ask as the PodGroup's minResources (24 GPUs), and
+        # gpusched, as coscheduling does, tries the gang only once the cluster has that free.
         # Until KubeRay has written its PodGroup the pods wait on "not found"; the gang's own
         # reason follows once the group is read.
         head = next(p for p in members if p["metadata"]["labels"]["ray.io/node-type"] == "head")
         wait_for(
             lambda: (
                 all(waiting_reason(api, p["metadata"]["name"]) for p in members)
-                and "of 4 pods" in waiting_reason(api, head["metadata"]["name"])
+                and "minResources: 16 of the 24 nvidia.com/gpu"
+                in waiting_reason(api, head["metadata"]["name"])
             ),
             PATIENCE,
             interval=0.2,
-            message=lambda: f"the gang's reason on every pod: {dump(api.list('pods', NAMESPACE))}",
+            message=lambda: (
+                "the gang's reason on every pod: "
+                + repr([waiting_reason(api, p["metadata"]["name"]) for p in members])
+            ),
         )
         assert bound(api, ray) == [], "a part of the Ray gang was bound"
 
