@@ -60,7 +60,7 @@ class SnapshotCache:
         if snapshot is None or not self._same(nodes, found, telemetry, config):
             infos = [self._info(node, d) for node, d in zip(nodes, found, strict=True)]
             self._infos = {node.name: self._infos[node.name] for node in nodes}
-            snapshot = Snapshot(config, _build_statics(nodes, infos, telemetry, config))
+            snapshot = Snapshot(_build_statics(nodes, infos, telemetry, config))
             self._inputs = (nodes, found, telemetry, config)
             self._snapshot = snapshot
             self._held = {}
@@ -161,7 +161,7 @@ def build_snapshot(
         _node_info(node, a, found.get(node.name))
         for node, a in zip(ordered, allocatables, strict=True)
     ]
-    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config, allocatables))
+    snapshot = Snapshot(_build_statics(ordered, infos, telemetry, config, allocatables))
     snapshot.load(bound)
     snapshot.settle()
     return snapshot
@@ -315,6 +315,7 @@ def _statics(
         gpu_mem_total=np.full(total, math.nan),
         gpu_notes={},
         node_notes={},
+        levels=tuple(config.topology_levels),
     )
     for n, info in enumerate(infos):
         apply_telemetry(config, statics, n, info, telemetry)

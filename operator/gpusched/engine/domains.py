@@ -14,6 +14,7 @@ from gpusched.api.config import NumaPolicy
 from gpusched.engine.devices import CLIQUE_LABEL
 from gpusched.engine.fit import static_mask
 from gpusched.engine.nodes import BoolArray, IntArray
+from gpusched.engine.policy import numa_copies
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import EmptyLabel
 from gpusched.engine.snapshot import Snapshot
@@ -102,10 +103,11 @@ def _mixed_cliques(snapshot: Snapshot, key: str) -> BoolArray:
     return found
 
 
-def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
-    """Per node, how many copies of ``pod`` would fit now (ignoring GPU topology inside the
-    node). Optimistic for multi-GPU pods under best-effort NUMA only in that it ignores link
-    quality; exact in counts. Used to order and to reject domains early."""
+def copies(snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy) -> IntArray:
+    """Per node, how many copies of ``pod`` would fit now under the NUMA rule ``numa``
+    (ignoring GPU topology inside the node). Optimistic for multi-GPU pods under best-effort
+    NUMA only in that it ignores link quality; exact in counts. Used to order and to reject
+    domains early."""
     count = np.where(static_mask(snapshot, pod), np.iinfo(np.int64).max // 4, 0)
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
@@ -114,12 +116,7 @@ def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
         free = snapshot.allocatable[:, column] - snapshot.used[:, column]
         count = np.minimum(count, np.maximum(free, 0) // amount)
     if pod.gpus:
-        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
-        if single:  # each copy inside one NUMA node: sum the copies each NUMA node holds
-            fitting = (snapshot.numa_free // pod.gpus).sum(axis=1)
-        else:
-            fitting = snapshot.free_whole // pod.gpus
-        count = np.minimum(count, fitting)
+        count = np.minimum(count, numa_copies(snapshot, numa, pod.gpus))
     elif pod.gpu_milli:
         count = np.minimum(count, _share_copies(snapshot, pod.gpu_milli))
     return count

@@ -79,10 +79,11 @@ class Planner:
         self.tree = GroupTree(groups)
         self.pods = pods_by_group
         self.bound = self._bound_by_group()
-        self.budget = snapshot.config.backtracking_budget
+        self.numa = scoring.numa
+        self.budget = scoring.policy.backtracking_budget
         # Nothing it holds refers back to it: a planner (with the trial's snapshot) is freed
         # as soon as its `schedule` returns, not by a later garbage collection.
-        self.record = Record(self.tree.descendants, snapshot.config.max_domains_reported)
+        self.record = Record(self.tree.descendants, scoring.policy.max_domains_reported)
 
     @property
     def decisions(self) -> dict[str, GroupDecision]:
@@ -163,7 +164,9 @@ class Planner:
         if self._bound_nodes(group) or not pods or key is None or size is None:
             return Candidates([parent], lines)
         wanted = segments_needed(self.needed(group), size)
-        found = enclosing(self.snapshot, key, size, pods, parent, self._subdomains, wanted)
+        found = enclosing(
+            self.snapshot, key, size, pods, parent, self._subdomains, wanted, self.numa
+        )
         return Candidates(found, lines)
 
     def _child_without_label(self, group: GroupSpec, parent: Domain) -> str | None:
@@ -175,10 +178,10 @@ class Planner:
         return None
 
     def _no_label(self, key: str, group: str | None) -> str:
-        known = set(self.snapshot.config.topology_levels)
+        known = set(self.snapshot.levels)
         for info in self.snapshot.nodes[:LABELS_SAMPLED]:
             known.update(info.labels)
-        levels = tuple(self.snapshot.config.topology_levels)
+        levels = self.snapshot.levels
         if key in levels:  # a configured level that no node carries yet: not a typo
             return wording.no_label(key, group, None, levels)
         close = difflib.get_close_matches(key, sorted(known - {key}), n=1, cutoff=0.8)
@@ -257,7 +260,7 @@ class Planner:
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         pods = self.pods.get(group.key, [])
         needed = self.needed(group)
-        room = Room(self.snapshot, pods)
+        room = Room(self.snapshot, pods, self.numa)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Tried] = []
         biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key)) if pods else None
@@ -273,17 +276,17 @@ class Planner:
 
     def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> Tried:
         def nodes() -> NodeCheck:
-            capacity = copies(self.snapshot, pod)
-            return node_check(self.snapshot, pod, domain.nodes(), capacity=capacity)
+            capacity = copies(self.snapshot, pod, self.numa)
+            return node_check(self.snapshot, pod, domain.nodes(), self.numa, capacity=capacity)
 
         return Tried(Attempt(domain.name, estimate, needed, estimate=True), nodes)
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
         # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
-        room = Room(self.snapshot, self.pending_pods(group))
+        room = Room(self.snapshot, self.pending_pods(group), self.numa)
         children = self.children(group)
-        bounds = ChildBounds(self.snapshot, children, self.pods, self.needed)
+        bounds = ChildBounds(self.snapshot, children, self.pods, self.needed, self.numa)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Tried] = []
         for domain in domains:
@@ -310,7 +313,7 @@ class Planner:
         """Places ``group`` somewhere inside ``parent``; records its decision. On failure the
         snapshot is as before."""
         self.record.explored = 0  # both per root group: one gang's search never starves another's
-        self.budget = self.snapshot.config.backtracking_budget
+        self.budget = self.scoring.policy.backtracking_budget
         if self.waits(group):
             return False
         found = self.candidates(group, parent)
@@ -383,7 +386,11 @@ class Planner:
                 segments=tuple(trial.segments),
             )
             return True, Tried(Attempt(domain.name, fits=True))
-        nodes = node_check(snapshot, trial.failed[0], domain.nodes()) if trial.failed else None
+        nodes = (
+            node_check(snapshot, trial.failed[0], domain.nodes(), self.numa)
+            if trial.failed
+            else None
+        )
         snapshot.rollback(checkpoint)
         attempt = Attempt(
             domain.name,
@@ -418,7 +425,7 @@ class Planner:
             self.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
             return True, Tried(Attempt(domain.name, fits=True))
         # Why the first pod that failed did not fit, on the cluster as the trial left it.
-        nodes = node_check(snapshot, failed[0], domain.nodes()) if failed else None
+        nodes = node_check(snapshot, failed[0], domain.nodes(), self.numa) if failed else None
         snapshot.rollback(checkpoint)
         missing = self.missing(group)
         attempt = Attempt(domain.name, placed, missing, nodes=nodes, no_pods=not failed)
@@ -432,7 +439,7 @@ class Planner:
         said: dict[tuple[object, ...], str] = {}
         for pod in failed:
             if pod.shape_key not in said:
-                nodes = node_check(self.snapshot, pod, domain.nodes())
+                nodes = node_check(self.snapshot, pod, domain.nodes(), self.numa)
                 said[pod.shape_key] = wording.left_out(total, where, nodes)
         return {pod.key: said[pod.shape_key] for pod in failed}
 

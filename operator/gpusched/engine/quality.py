@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpusched.api.config import NumaPolicy
 from gpusched.api.selectors import Toleration
 from gpusched.engine.domains import copies, per_node_sum
 from gpusched.engine.fragmentation import fragmentation, free_matrix
@@ -85,17 +86,19 @@ class ClusterQuality:
 
 def measure(
     snapshot: Snapshot,
+    numa: NumaPolicy,
     levels: Sequence[str] | None = None,
     workload: tuple[TaskType, ...] | None = None,
 ) -> ClusterQuality:
-    """The quality of ``snapshot`` per domain of ``levels`` (default: the config's
-    ``topologyLevels``; keys no node carries are left out). ``workload`` is the mix for the
-    stranded GPUs; by default the mix of the pods the snapshot holds."""
+    """The quality of ``snapshot`` per domain of ``levels`` (default: the snapshot's
+    ``topologyLevels``; keys no node carries are left out), its gangs counted under the NUMA
+    rule ``numa``. ``workload`` is the mix for the stranded GPUs; by default the mix of the
+    pods the snapshot holds."""
     if workload is None:
         workload = target_workload(h.pod for h in snapshot.holdings.values())
-    per_node = _per_node(snapshot, workload)
+    per_node = _per_node(snapshot, workload, numa)
     domains = [_summarise(CLUSTER_LEVEL, CLUSTER_LEVEL, per_node, slice(None))]
-    for key in snapshot.config.topology_levels if levels is None else levels:
+    for key in snapshot.levels if levels is None else levels:
         codes, paths = snapshot.domain_codes(key)
         if not paths:
             continue
@@ -112,7 +115,7 @@ class _PerNode:
     stranded_milli: FloatArray
 
 
-def _per_node(snapshot: Snapshot, workload: tuple[TaskType, ...]) -> _PerNode:
+def _per_node(snapshot: Snapshot, workload: tuple[TaskType, ...], numa: NumaPolicy) -> _PerNode:
     everyone = np.arange(len(snapshot.nodes), dtype=np.int64)
     counts = np.diff(snapshot.gpu_offset)
     unusable = (~snapshot.gpu_usable).astype(np.int64)
@@ -120,15 +123,16 @@ def _per_node(snapshot: Snapshot, workload: tuple[TaskType, ...]) -> _PerNode:
         gpus=counts,
         free=snapshot.free_whole.copy(),
         excluded=per_node_sum(snapshot, unusable),
-        gangs={size: gang_capacity(snapshot, size) for size in GANG_SIZES},
+        gangs={size: gang_capacity(snapshot, size, numa) for size in GANG_SIZES},
         stranded_milli=_stranded(snapshot, everyone, workload),
     )
 
 
-def gang_capacity(snapshot: Snapshot, gpus: int) -> IntArray:
-    """Per node, how many pods of ``gpus`` whole GPUs (and nothing else) it takes now."""
+def gang_capacity(snapshot: Snapshot, gpus: int, numa: NumaPolicy) -> IntArray:
+    """Per node, how many pods of ``gpus`` whole GPUs (and nothing else) it takes now under
+    the NUMA rule ``numa``."""
     pod = PodRequest(key=f"quality/{gpus}-gpu", gpus=gpus, tolerations=_TOLERATE_ALL)
-    count = copies(snapshot, pod)
+    count = copies(snapshot, pod, numa)
     if gpus > 1:
         broken = np.fromiter(
             (n.topology_error is not None for n in snapshot.nodes), np.bool_, len(snapshot.nodes)

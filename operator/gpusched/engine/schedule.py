@@ -1,11 +1,12 @@
-"""The engine's entry point: ``schedule(snapshot, pods, groups) -> ScheduleResult``.
+"""The engine's entry point: ``schedule(snapshot, pods, groups, policy) -> ScheduleResult``.
 
 Work is taken in one order — priority (highest first), then gangs already bound below their
 minCount (they complete before anything new starts), then age (oldest first), then name —
 where a unit is a root group (with everything under it) or a pod without a group. Each unit
 is placed completely or not at all on the snapshot and everything is rolled back at the end
 (checkpoint and rollback on its journal), so the caller's snapshot is never changed and a unit
-that cannot fit holds nothing while later units are placed.
+that cannot fit holds nothing while later units are placed. Every setting the run reads is
+its `Policy`; the snapshot holds none.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gpusched.engine.gpushape import NodeShape, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
     Attempt,
@@ -59,22 +61,24 @@ class _Unit:
 def schedule(
     snapshot: Snapshot,
     pods: Sequence[PodRequest],
-    groups: Sequence[GroupSpec] = (),
+    groups: Sequence[GroupSpec],
+    policy: Policy,
     observe: TurnObserver | None = None,
     *,
     undo: bool = True,
 ) -> ScheduleResult:
-    """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
-    every change: the caller's snapshot is as before (its journal rolled back to where it was,
-    under its lock), and copying it per call is not needed. The cyclic garbage collector is
-    paused meanwhile (`collector_paused`: what a decision allocates is freed when it returns).
-    ``undo`` False: what was placed stays held on ``snapshot`` (journaled), for a scratch copy
-    the caller reads the placement on and then drops, where the rollback of hundreds of pods
-    would be wasted work."""
-    with snapshot.lock, collector_paused():
+    """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot`` under
+    ``policy``, then undoes every change: the caller's snapshot is as before (its journal
+    rolled back to where it was, under its lock), and copying it per call is not needed. With
+    ``policy.pause_collector`` the cyclic garbage collector is paused meanwhile
+    (`collector_paused`: what a decision allocates is freed when it returns). ``undo`` False:
+    what was placed stays held on ``snapshot`` (journaled), for a scratch copy the caller
+    reads the placement on and then drops, where the rollback of hundreds of pods would be
+    wasted work."""
+    with snapshot.lock, collector_paused(policy.pause_collector):
         checkpoint = snapshot.checkpoint()
         try:
-            return _schedule(snapshot, pods, groups, observe)
+            return _schedule(snapshot, pods, groups, policy, observe)
         finally:
             if undo:
                 snapshot.rollback(checkpoint)
@@ -84,9 +88,10 @@ def _schedule(
     work: Snapshot,
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec],
+    policy: Policy,
     observe: TurnObserver | None,
 ) -> ScheduleResult:
-    scoring = Scoring.for_cycle(work.config.scoring, work, pods)
+    scoring = Scoring.for_cycle(policy, work, pods)
     result = ScheduleResult()
     pods, gated = _gated(work, pods, result)
     pods, refused = _refused(pods, result)
@@ -327,7 +332,7 @@ def _place_loose(
 ) -> None:
     choice = pick_node(snapshot, pod, scoring)
     if choice is None:
-        nodes = node_check(snapshot, pod, range(len(snapshot.nodes)))
+        nodes = node_check(snapshot, pod, range(len(snapshot.nodes)), scoring.numa)
         message = wording.none_available(len(snapshot.nodes), nodes)
         result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
         return

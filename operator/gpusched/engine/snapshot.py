@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpusched.api.config import SchedulerConfig
 from gpusched.engine.nodes import IntArray, NodeFacts, Statics
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.workload import TaskCounts
@@ -50,8 +49,8 @@ class BoundPod:
 class Snapshot(NodeFacts):
     """Nodes, their usage and their GPUs."""
 
-    def __init__(self, config: SchedulerConfig, statics: Statics) -> None:
-        super().__init__(config, statics)
+    def __init__(self, statics: Statics) -> None:
+        super().__init__(statics)
         n = len(statics.nodes)
         g = int(statics.gpu_offset[-1])
         self.used: IntArray = np.zeros_like(statics.allocatable)
@@ -85,7 +84,6 @@ class Snapshot(NodeFacts):
         counts are counted again when asked), so it pays what a newly built snapshot pays:
         what tests and benchmarks compare the caches against."""
         clone = Snapshot.__new__(Snapshot)
-        clone.config = self.config
         clone._s = self._s
         if cold:
             clone._s = replace(

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpusched.api.config import SchedulerConfig
+from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.health import GpuSample
 from gpusched.engine.quality import (
@@ -92,20 +92,20 @@ WANT: Mapping[tuple[str, str], tuple[int, int, int, int, dict[int, int], float]]
 
 
 def test_every_domain_of_the_known_cluster_has_the_hand_counted_figures() -> None:
-    quality = measure(known_cluster(), workload=MIX)
+    quality = measure(known_cluster(), NumaPolicy.BEST_EFFORT, workload=MIX)
     got = {(d.level, d.domain): row(d) for d in quality.domains}
     assert got == WANT
 
 
 def test_the_excluded_gpu_is_counted_under_its_reason() -> None:
-    quality = measure(known_cluster(), workload=MIX)
+    quality = measure(known_cluster(), NumaPolicy.BEST_EFFORT, workload=MIX)
     assert {r: n for r, n in quality.exclusions.items() if n} == {"temperature": 1}
 
 
 def test_without_a_workload_mix_the_held_pods_are_the_mix() -> None:
     # The pods held: one 2-GPU pod and one 500-milli share, half each. Both fit everywhere;
     # on d, the 2-GPU pod cannot use the half-free GPU 0: 0.5 × 500 milli = 0.25 GPUs.
-    quality = measure(known_cluster())
+    quality = measure(known_cluster(), NumaPolicy.BEST_EFFORT)
     assert sorted((t.gpus, t.gpu_milli, t.weight) for t in quality.workload) == [
         (1, 500, 0.5),
         (2, 1000, 0.5),
@@ -126,8 +126,9 @@ def test_without_a_workload_mix_the_held_pods_are_the_mix() -> None:
 def test_multi_gpu_pods_per_node_follow_the_numa_policy(
     policy: str, want: dict[int, list[int]]
 ) -> None:
-    snapshot = known_cluster(config=SchedulerConfig.model_validate({"numaPolicy": policy}))
-    assert {k: gang_capacity(snapshot, k).tolist() for k in want} == want
+    snapshot = known_cluster()
+    numa = NumaPolicy(policy)
+    assert {k: gang_capacity(snapshot, k, numa).tolist() for k in want} == want
 
 
 @pytest.mark.parametrize(

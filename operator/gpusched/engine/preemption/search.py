@@ -38,6 +38,7 @@ from gpusched.engine import wording
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import Domain, root_domain, subdomains
 from gpusched.engine.groups import GroupSpec, GroupTree
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption.bounds import Candidate, DomainBounds, bound_key, gpus_text
 from gpusched.engine.preemption.reprieve import cost, reprieve
 from gpusched.engine.preemption.result import (
@@ -65,10 +66,12 @@ def plan_preemption(
     unit: str,
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec],
+    policy: Policy,
     budgets: Sequence[DisruptionBudget] = (),
     foreign: frozenset[str] = frozenset(),
 ) -> PreemptionPlan:
-    """A plan for the root group ``unit`` (its key) whose pending ``pods`` do not fit.
+    """A plan for the root group ``unit`` (its key) whose pending ``pods`` do not fit, under
+    ``policy`` (its ``preemption`` settings, and everything its trials' `schedule` reads).
 
     ``groups``: every group known, the unit's tree and the victims' groups (for their priority
     and disruption mode); ``budgets``: the PodDisruptionBudgets; ``foreign``: keys of held pods
@@ -79,16 +82,16 @@ def plan_preemption(
     scratch copies and set-asides between trials are as short-lived as a trial's own objects,
     and young collections between trials moved them into the old generation and brought on
     full collections (25-165 ms each in a 5,000-node process) inside the plan."""
-    with collector_paused():
+    with collector_paused(policy.pause_collector):
         with snapshot.lock:
-            if snapshot.config.scoring.fragmentation_weight:
+            if policy.scoring.fragmentation_weight:
                 # Each trial's `schedule` reads the held pods' task counts: counted once on
                 # the caller's snapshot, where `schedule` keeps them too (a cache, exact
                 # through every assume and forget), so every copy carries them and the next
                 # plan does not count thousands of held pods again.
                 snapshot.task_counts()
             work = snapshot.copy()
-        return _Search(work, unit, pods, groups, budgets, foreign).run()
+        return _Search(work, unit, pods, groups, policy, budgets, foreign).run()
 
 
 @dataclass(slots=True)
@@ -109,6 +112,7 @@ class _Search:
         unit: str,
         pods: Sequence[PodRequest],
         groups: Sequence[GroupSpec],
+        policy: Policy,
         budgets: Sequence[DisruptionBudget],
         foreign: frozenset[str],
     ) -> None:
@@ -124,7 +128,8 @@ class _Search:
         self.groups = groups
         self.budgets = budgets
         self.foreign = foreign
-        self.settings = work.config.preemption
+        self.policy = policy
+        self.settings = policy.preemption
         self.trials = 0
 
     # ----- phase 1 ---------------------------------------------------------------------------
@@ -352,7 +357,7 @@ class _Search:
         # tenth of the trial): reprieve reads the room beside it there, and the copy is
         # dropped afterwards. A failed trial is undone, as the next level adds to the copy.
         checkpoint = scratch.checkpoint()
-        result = schedule(scratch, self.pods, self.tree, undo=False)
+        result = schedule(scratch, self.pods, self.tree, self.policy, undo=False)
         decision = next((d for d in result.groups if d.name == self.root.key), None)
         if decision is None or decision.phase is not Phase.SCHEDULED:
             scratch.rollback(checkpoint)
