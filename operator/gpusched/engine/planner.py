@@ -28,9 +28,8 @@ from collections.abc import Mapping, Sequence
 from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
 from gpusched.engine.decisions import Candidates, Record, Tried
-from gpusched.engine.domains import Domain, copies, empty_label, subdomains
+from gpusched.engine.domains import Domain, copies, empty_label, pinned_domains, subdomains
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
-from gpusched.engine.nodes import BoolArray
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
@@ -39,6 +38,7 @@ from gpusched.engine.result import (
     GroupDecision,
     NodeCheck,
     Phase,
+    PinnedApart,
     Reason,
     Waiting,
 )
@@ -135,9 +135,10 @@ class Planner:
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
             if group.segment_size and group.kind is GroupKind.POD_GROUP:
                 return self._segment_candidates(group, parent, empty)
-            pinned = self._pin(group, parent, domains)
-            if isinstance(pinned, str):
-                return Candidates([], [Tried(Attempt(None, note=pinned))])
+            pinned = pinned_domains(self.snapshot, group, parent, domains, self._bound_nodes(group))
+            if isinstance(pinned, PinnedApart):
+                note = wording.pinned_apart(pinned)
+                return Candidates([], [Tried(Attempt(None, note=note))])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             found = self._order_pod_group_domains(group, domains)
@@ -201,31 +202,6 @@ class Planner:
                     domain.mask.flags.writeable = False
             memo[(parent.labels, key)] = domains
         return list(domains)
-
-    def _pin(self, group: GroupSpec, parent: Domain, domains: list[Domain]) -> list[Domain] | str:
-        """The domains a group may still use, given its (and its descendants') bound pods; a
-        string says why none. A group with bound pods is pinned to their domain (its full
-        path): a re-created pod lands beside the others or stays pending. Bound pods in two
-        domains already break the constraint, so nothing more is placed: adding a pod to one
-        side would report the group placed in a placement that is not one."""
-        bound = self._bound_nodes(group)
-        if not bound:
-            return domains
-        touched = [d for d in domains if any(d.mask[node] for node in bound)]
-        if len(touched) > 1:
-            spans = "; ".join(f"{d.name} ({self._node_names(d.mask, bound)})" for d in touched)
-            return (
-                f"bound pods already span {len(touched)} {group.topology_key} domains, "
-                f"which its constraint forbids: {spans}"
-            )
-        if not touched:
-            names = self._node_names(None, bound)
-            return f"pinned by bound pods on {names}, outside {parent.name}"
-        return touched
-
-    def _node_names(self, mask: BoolArray | None, nodes: list[int]) -> str:
-        inside = {n for n in nodes if mask is None or mask[n]}
-        return ", ".join(sorted(self.snapshot.nodes[n].name for n in inside))
 
     def below_minimum(self) -> set[str]:
         """The gangs with pods bound, but fewer than their minCount."""

@@ -13,6 +13,7 @@ from gpusched.engine.result import (
     Counted,
     EmptyLabel,
     NodeCheck,
+    PinnedApart,
     SegmentCount,
     SegmentPlaced,
     Waiting,
@@ -122,6 +123,17 @@ def empty_label(empty: EmptyLabel) -> str:
             f"{empty.mixed} {whose} GPUs name different cliques ({names}{more}: {cliques})"
         )
     return f"in no {empty.key} domain: " + "; ".join(parts)
+
+
+def pinned_apart(pinned: PinnedApart) -> str:
+    """Why bound pods leave a group no domain (`gpusched.engine.domains.pinned_domains`)."""
+    if pinned.spans:
+        spans = "; ".join(f"{name} ({', '.join(nodes)})" for name, nodes in pinned.spans)
+        return (
+            f"bound pods already span {len(pinned.spans)} {pinned.key} domains, "
+            f"which its constraint forbids: {spans}"
+        )
+    return f"pinned by bound pods on {', '.join(pinned.outside)}, outside {pinned.parent}"
 
 
 def segment_count(count: SegmentCount) -> str:

@@ -36,7 +36,7 @@ from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.topology import LinkTier
 from gpusched.engine import wording
 from gpusched.engine.collector import collector_paused
-from gpusched.engine.domains import Domain, root_domain, subdomains
+from gpusched.engine.domains import Domain, pinned_domains, root_domain, subdomains
 from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.policy import Policy
 from gpusched.engine.preemption.bounds import Candidate, DomainBounds, bound_key, gpus_text
@@ -56,7 +56,7 @@ from gpusched.engine.preemption.victims import (
     eviction_units,
 )
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.result import Binding, Phase
+from gpusched.engine.result import Binding, Phase, PinnedApart
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
 
@@ -179,17 +179,16 @@ class _Search:
         return self._choose(priority, found, options)
 
     def _domains(self) -> list[Domain] | str:
+        """The root's domains, narrowed by the planner's own pinned-domains rule."""
         root = root_domain(self.work)
         key = self.root.topology_key
         domains = [root] if key is None else subdomains(self.work, root, key)
-        bound = self._bound_nodes()
-        if bound:
-            domains = [d for d in domains if any(bool(d.mask[n]) for n in bound)]
-            if len(domains) > 1:
-                return f"its bound pods already span {len(domains)} {key} domains"
-        if not domains:
-            return f"no node has label {key}" if not bound else "its bound pods are on no domain"
-        return domains
+        pinned = pinned_domains(self.work, self.root, root, domains, self._bound_nodes())
+        if isinstance(pinned, PinnedApart):
+            return wording.pinned_apart(pinned)
+        if not pinned:
+            return f"no node has label {key}"
+        return pinned
 
     def _bound_nodes(self) -> list[int]:
         keys = {g.key for g in self.tree}
