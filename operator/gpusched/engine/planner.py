@@ -45,7 +45,7 @@ from gpusched.engine.result import (
 from gpusched.engine.room import ChildBounds, Room
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.segments import enclosing, place_segments, segments_needed
-from gpusched.engine.siblings import Siblings
+from gpusched.engine.siblings import place_children
 from gpusched.engine.snapshot import Holding, Snapshot
 
 LABELS_SAMPLED = 200
@@ -335,7 +335,7 @@ class Planner:
         self.record.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
-        return Siblings(self).place(group, domain)
+        return place_children(self, group, domain)
 
     def _segmented_in(
         self, group: GroupSpec, key: str, size: int, domain: Domain
