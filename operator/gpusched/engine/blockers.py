@@ -83,7 +83,7 @@ def _device_problems(
 
 def _fit_name(snapshot: Snapshot, node: int, capacity: IntArray | None) -> str:
     name = snapshot.nodes[node].name
-    return f"{name} ×{capacity[node]}" if capacity is not None else name
+    return wording.with_capacity(name, int(capacity[node])) if capacity is not None else name
 
 
 def _failed_name(
@@ -91,7 +91,7 @@ def _failed_name(
 ) -> str:
     detail = next((d for c, d in _failures(snapshot, pod, node, numa) if c == check), "")
     name = snapshot.nodes[node].name
-    return f"{name} ({detail})" if detail else name
+    return wording.with_detail(name, detail)
 
 
 # ----- the checks, node by node and all at once -----------------------------------------------
@@ -103,7 +103,7 @@ def node_reason(snapshot: Snapshot, pod: PodRequest, node: int, numa: NumaPolicy
     if found is None:
         return None
     category, detail = found
-    return f"{category} ({detail})" if detail else category
+    return wording.with_detail(category, detail)
 
 
 def _failure(
@@ -129,8 +129,7 @@ def _failures(
             continue
         free = int(snapshot.allocatable[node, column] - snapshot.used[node, column])
         if free < amount:
-            detail = f"{_fmt(name, free)} free, needs {_fmt(name, amount)}"
-            found.append((wording.insufficient(name), detail))
+            found.append((wording.insufficient(name), wording.short_of(name, free, amount)))
     gpu = _gpu_failure(snapshot, pod, node, numa)
     if gpu is not None:
         found.append(gpu)
@@ -147,14 +146,13 @@ def _gpu_failure(
         single = one_numa_node(numa, pod.gpus)
         have = int(offered_gpus(snapshot, numa, pod.gpus, slice(node, node + 1))[0])
         if have < pod.gpus:
-            where = " in one NUMA node" if single else ""
-            detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
+            detail = wording.gpus_short(have, single, pod.gpus)
             return _gpu_label(pod), detail + _excluded_suffix(snapshot, node)
         if pod.devices is not None and not partition_free(snapshot, pod, np.array([node]))[0]:
             return wording.no_free_partition(pod.gpus), ""
     elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
         most = int(snapshot.max_share[node])
-        detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
+        detail = wording.share_short(most, pod.gpu_milli)
         return wording.NO_GPU_SHARE, detail + _excluded_suffix(snapshot, node)
     return None
 
@@ -169,19 +167,11 @@ def _gpu_label(pod: PodRequest) -> str:
 
 def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
     notes = [
-        f"GPU {gid - int(snapshot.gpu_offset[node])} {snapshot.gpu_notes[gid]}"
+        (gid - int(snapshot.gpu_offset[node]), snapshot.gpu_notes[gid])
         for gid in snapshot.node_gpus(node)
         if gid in snapshot.gpu_notes and not snapshot.gpu_usable[gid]
     ]
-    return f"; excluded: {', '.join(notes)}" if notes else ""
-
-
-def _fmt(resource: str, amount: int) -> str:
-    if resource == "cpu":
-        return f"{amount}m"
-    if resource == "memory" or resource.startswith("hugepages-"):
-        return f"{amount / 2**30:.1f}Gi"
-    return str(amount)
+    return wording.excluded_gpus(notes)
 
 
 def _failing_checks(

@@ -14,6 +14,7 @@ from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
+from gpusched.engine import wording
 from gpusched.engine.devices import CHANNEL_RESOURCE, NodeDevices, default_channel
 from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.health import GpuSample, apply_telemetry
@@ -228,7 +229,7 @@ def topology_problem(node: Node, devices: NodeDevices | None = None) -> str | No
     found = _node_info(node, resources, devices).topology_error
     if found is None and devices is not None and devices.problem and not devices.updating:
         # A pool half-way through an update is not a mismatch: the driver is republishing.
-        return f"Node {node.name}: {devices.problem}"
+        return wording.node_problem(node.name, devices.problem)
     return found
 
 
@@ -259,10 +260,8 @@ def _node_info(
         else:
             described, parsed_shape, parsed_memory = parsed
             if described != count:
-                error = (
-                    f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
-                    f"{described} GPUs but the node advertises {count} {GPU_RESOURCE}"
-                )
+                field = f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
+                error = wording.gpu_count_mismatch(node.name, field, described, count, GPU_RESOURCE)
                 # One of the two is wrong and we cannot tell which: the node is offered only
                 # as many GPUs as both agree it has, so a stale count never overfills it.
                 count = min(count, described)

@@ -32,20 +32,19 @@ def static_mask(snapshot: Snapshot, pod: PodRequest) -> BoolArray:
 def static_reason(node: NodeInfo, pod: PodRequest) -> str | None:
     """The first check that does not depend on usage ``node`` fails for ``pod``, in words."""
     if not node.ready:
-        return "node is NotReady"
+        return wording.NOT_READY
     if node.unschedulable:
-        return "node is cordoned"
+        return wording.CORDONED
     taint = first_untolerated_taint(node.taints, pod.tolerations)
     if taint is not None:
-        value = f"={taint.value}" if taint.value else ""
-        return f"untolerated taint {taint.key}{value}:{taint.effect}"
+        return wording.untolerated_taint(taint.key, taint.value, taint.effect)
     for key, value in pod.node_selector:
         if node.labels.get(key) != value:
-            return f"nodeSelector {key}={value} does not match"
+            return wording.selector_mismatch(key, value)
     if pod.required_terms is not None and not required_terms_match(
         pod.required_terms, node.labels, node.name
     ):
-        return "required node affinity does not match"
+        return wording.AFFINITY_MISMATCH
     return device_reason(node, pod)
 
 

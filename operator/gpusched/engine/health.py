@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpusched.api.config import SchedulerConfig, StaleTelemetry
+from gpusched.engine import wording
 from gpusched.engine.nodes import NodeInfo, Statics
 
 
@@ -73,20 +74,16 @@ def gpu_verdict(
     limits = config.telemetry
     stale_usable = limits.stale is StaleTelemetry.USABLE
     if sample is None:
-        return stale_usable, "no telemetry"
+        return stale_usable, wording.NO_TELEMETRY
     if sample.age_seconds > limits.max_age_seconds:
-        age = f"{sample.age_seconds:.0f} s > {limits.max_age_seconds:.0f} s"
-        return stale_usable, f"telemetry stale ({age})"
+        return stale_usable, wording.telemetry_stale(sample.age_seconds, limits.max_age_seconds)
     if sample.temperature_c is not None and sample.temperature_c > limits.temperature_limit_c:
-        return False, f"{sample.temperature_c:.0f} °C > {limits.temperature_limit_c:.0f} °C"
+        return False, wording.too_hot(sample.temperature_c, limits.temperature_limit_c)
     if limits.exclude_xid_errors and sample.xid_errors:
-        return False, f"XID error {sample.xid_errors:.0f}"
+        return False, wording.xid_error(sample.xid_errors)
     ratio = _free_ratio(sample, total_mib)
     if ratio is not None and ratio < limits.min_free_memory_ratio:
-        return False, (
-            f"free memory {ratio:.0%} < {limits.min_free_memory_ratio:.0%} "
-            f"({sample.fb_free_mib:.0f} MiB free)"
-        )
+        return False, wording.low_memory(ratio, limits.min_free_memory_ratio, sample.fb_free_mib)
     return None
 
 

@@ -175,7 +175,7 @@ class Planner:
         for child in self.descendants(group)[1:]:
             key = child.topology_key
             if key is not None and not self._subdomains(parent, key):
-                return self._no_label(key, f"{child.kind.value} {child.key}")
+                return self._no_label(key, wording.group_name(child.kind.value, child.key))
         return None
 
     def _no_label(self, key: str, group: str | None) -> str:
@@ -349,8 +349,9 @@ class Planner:
             snapshot, self.scoring, key, size, pods, bound, domain, self._subdomains
         )
         if trial.placed >= self.needed(group) and (trial.placed or not pods or bool(bound)):
-            message = wording.placed(trial.placed, len(pods), Counted.PODS, domain.name)
-            message += " " + wording.segments_placed(trial.segments)
+            message = wording.placed_in_segments(
+                trial.placed, len(pods), domain.name, trial.segments
+            )
             left_out = self._left_out(trial.failed, domain)
             self.record.decide(
                 group,

@@ -136,7 +136,7 @@ def _gated(
         if not first[pod.key]:
             ready.append(pod)
             continue
-        message = f"waiting for scheduling gates to be removed: {', '.join(pod.gates)}"
+        message = wording.gated(pod.gates)
         result.unschedulable.append(PodFailure(pod.key, Reason.SCHEDULING_GATED, message))
         if pod.group_key is not None:
             gated[pod.group_key] += 1
@@ -236,20 +236,18 @@ def _group_problem(group: GroupSpec, by_key: dict[str, GroupSpec]) -> str | None
     if group.invalid is not None:
         return group.invalid
     seen = {group.key}
-    name = f"{group.kind.value} {group.key}"
+    kind = group.kind.value
     parent_key = group.parent
     while parent_key is not None:
         parent = by_key.get(parent_key)
         if parent is None:
-            return (
-                f"{group.kind.value} {group.key}: parent CompositePodGroup {parent_key} not found"
-            )
+            return wording.parent_not_found(kind, group.key, parent_key)
         if parent.kind is not GroupKind.COMPOSITE:
-            return f"{name}: parent {parent_key} is not a CompositePodGroup"
+            return wording.parent_not_composite(kind, group.key, parent_key)
         if parent.key in seen:
-            return f"{name}: parentCompositePodGroupName forms a cycle"
+            return wording.parent_cycle(kind, group.key)
         if parent.invalid is not None:
-            return f"{name}: parent {parent_key} is invalid"
+            return wording.parent_invalid(kind, group.key, parent_key)
         seen.add(parent.key)
         parent_key = parent.parent
     return None
@@ -264,14 +262,14 @@ def _impossible(snapshot: Snapshot, pod: PodRequest) -> str | None:
         column = snapshot.columns.get(name)
         largest = int(snapshot.largest[column]) if column is not None else 0
         if largest < amount:
-            return f"requests {amount} {name}; the largest node has {largest}"
+            return wording.larger_than_any_node(amount, name, largest)
     most = snapshot.most_gpus
     if pod.gpus > most:
         if pod.devices is not None and pod.devices.extended is None:
             return wording.too_many_devices(pod.gpus, most)
-        return f"requests {pod.gpus} {GPU_RESOURCE}; the largest node has {most}"
+        return wording.larger_than_any_node(pod.gpus, GPU_RESOURCE, most)
     if pod.gpu_milli and most == 0:
-        return f"requests a {pod.gpu_milli} milli-GPU share; no node has GPUs"
+        return wording.share_without_gpus(pod.gpu_milli)
     return None
 
 
@@ -291,10 +289,10 @@ def _by_group(
             continue
         group = known.get(key)
         if group is None:
-            message = f"PodGroup {key} not found"
+            message = wording.group_not_found(key)
             result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
         elif group.kind is not GroupKind.POD_GROUP:
-            message = f"{key} is a CompositePodGroup; pods belong to PodGroups"
+            message = wording.pod_in_composite(key)
             result.unschedulable.append(PodFailure(pod.key, Reason.INVALID, message))
         else:
             by_group[key].append(pod)
@@ -387,7 +385,7 @@ def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
     if snapshot.gpu_notes:
         base = int(snapshot.gpu_offset[holding.node])
         notes = tuple(
-            f"GPU {g}: {snapshot.gpu_notes[base + g]}"
+            wording.gpu_note(g, snapshot.gpu_notes[base + g])
             for g in holding.gpus
             if base + g in snapshot.gpu_notes
         )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gpusched.engine import wording
 from gpusched.engine.nodes import IntArray, NodeFacts, Statics
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.workload import TaskCounts
@@ -423,10 +424,7 @@ def bound_gpus(
     free = [g for g in reversed(range(count)) if gpu_free[base + g] >= need]
     chosen = sorted(free[:wanted])
     if chosen:
-        note = (
-            f"{bound.pod.key} holds {wanted} GPU(s) without a valid gpusched.io/gpus "
-            f"annotation; assumed GPU(s) {','.join(map(str, chosen))}"
-        )
+        note = wording.assumed_gpus(bound.pod.key, wanted, chosen)
         notes = snapshot.node_notes.setdefault(node, [])
         if note not in notes:  # a cached snapshot may see the same pod again
             notes.append(note)

@@ -39,7 +39,7 @@ from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import Domain, pinned_domains, root_domain, subdomains
 from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.policy import Policy
-from gpusched.engine.preemption.bounds import Candidate, DomainBounds, bound_key, gpus_text
+from gpusched.engine.preemption.bounds import Candidate, DomainBounds, bound_key
 from gpusched.engine.preemption.reprieve import cost, reprieve
 from gpusched.engine.preemption.result import (
     Bound,
@@ -49,6 +49,7 @@ from gpusched.engine.preemption.result import (
     PreemptionPlan,
     Verdict,
     Victim,
+    gpus_text,
 )
 from gpusched.engine.preemption.victims import (
     DisruptionBudget,
@@ -148,10 +149,8 @@ class _Search:
         )
         evictable = [u for u in units if u.protected is None and u.priority < priority]
         if not evictable:
-            why = f"no held pod has a priority below {priority}"
             protected = sum(1 for u in units if u.protected is not None and u.priority < priority)
-            if protected:
-                why += f" but {protected} protected ones (unresolved priority, other schedulers)"
+            why = wording.no_lower_priority(priority, protected)
             return self._plan(Outcome.NO_LOWER_PRIORITY, why, priority)
         return self._search(priority, evictable)
 
@@ -187,7 +186,7 @@ class _Search:
         if isinstance(pinned, PinnedApart):
             return wording.pinned_apart(pinned)
         if not pinned:
-            return f"no node has label {key}"
+            return wording.no_label_at_all(key)
         return pinned
 
     def _bound_nodes(self) -> list[int]:
@@ -226,12 +225,12 @@ class _Search:
         for level in levels:
             floor = Bound(level, candidate.bound.gpu_milli)
             if best is not None and self._no_better(candidate, floor, level, best):
-                detail = (
-                    f"not tried: at best {_describe_bound(floor)}, no cheaper than the plan found"
+                detail = wording.not_tried_no_cheaper(
+                    floor.top_priority, gpus_text(floor.gpu_milli)
                 )
                 return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
             if self.trials >= self.settings.budget:
-                detail = "not tried: the preemption budget was spent"
+                detail = wording.NOT_TRIED_BUDGET
                 return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
             # Each level adds to what is already set aside (nothing twice): its own pieces,
             # and lower ones where a sub-domain has only now become able to hold a child.
@@ -253,7 +252,7 @@ class _Search:
                 found.append(narrowed)
                 return None
             failure = plan
-        detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
+        detail = wording.never_fits(failure)
         return DomainOption(name, Verdict.NO_ROOM, detail, bound=candidate.bound)
 
     def _narrow(
@@ -384,10 +383,8 @@ class _Search:
         if not found:
             spent = any(o.verdict is Verdict.NOT_TRIED for o in options)
             outcome = Outcome.BUDGET_SPENT if spent else Outcome.NO_ROOM
-            why = "the preemption budget ran out" if spent else "no domain can make room"
-            return self._plan(
-                outcome, f"{why}: " + "; ".join(_line(o) for o in options), priority, options
-            )
+            lines = [(o.domain, o.detail) for o in options]
+            return self._plan(outcome, wording.no_plan(spent, lines), priority, options)
         ranked = sorted(found, key=lambda f: (f.cost.key(), f.domain))
         # Domains are weighed by their trial plans; only the winner is refit (one more trial
         # rather than one per domain), so the refit can only make the chosen plan cheaper.
@@ -398,12 +395,12 @@ class _Search:
         ]
         weighed += options
         if not best.victims:
-            message = f"fits in {best.domain} without evicting anything"
+            message = wording.fits_without_evicting(best.domain)
             return self._plan(Outcome.NOT_NEEDED, message, priority, weighed, best)
         pods = sum(len(u.pods) for u in best.victims)
         message = wording.eviction(pods, len(best.victims), best.domain, best.cost.describe())
         if len(weighed) > 1:
-            message += f"; {wording.counted(len(weighed) - 1, 'other domain')} weighed"
+            message += wording.others_weighed(len(weighed) - 1)
         return self._plan(Outcome.PLANNED, message, priority, weighed, best)
 
     def _plan(
@@ -447,14 +444,14 @@ def _early(tree: Sequence[GroupSpec], root: GroupSpec, budget: int) -> tuple[Out
     """Phase 1: why the unit does not preempt at all, if it does not."""
     invalid = [g.invalid for g in tree if g.invalid is not None]
     if invalid:
-        return Outcome.INVALID, f"invalid: {invalid[0]}"
+        return Outcome.INVALID, wording.preemptor_invalid(invalid[0])
     problems = [g.priority_problem for g in tree if g.priority_problem is not None]
     if problems:
-        return Outcome.PRIORITY_UNRESOLVED, f"priority unresolved: {problems[0]}"
+        return Outcome.PRIORITY_UNRESOLVED, wording.priority_unresolved(problems[0])
     if root.preemption_policy is PreemptionPolicy.NEVER:
-        return Outcome.POLICY_NEVER, "preemptionPolicy is Never"
+        return Outcome.POLICY_NEVER, wording.POLICY_NEVER
     if budget == 0:
-        return Outcome.DISABLED, "preemption.budget is 0"
+        return Outcome.DISABLED, wording.PREEMPTION_OFF
     return None
 
 
@@ -478,11 +475,3 @@ def _as_good(tiers: tuple[int, ...], reference: tuple[int, ...]) -> bool:
     return len(tiers) == len(reference) and all(
         t <= r for t, r in zip(tiers, reference, strict=True)
     )
-
-
-def _describe_bound(bound: Bound) -> str:
-    return f"highest victim priority {bound.top_priority}, {gpus_text(bound.gpu_milli)} GPUs"
-
-
-def _line(option: DomainOption) -> str:
-    return f"{option.domain}: {option.detail}"
