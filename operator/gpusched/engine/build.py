@@ -142,7 +142,10 @@ def build_snapshot(
     devices: Mapping[str, NodeDevices] | None = None,
 ) -> Snapshot:
     """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
-    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone).
+    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone). Of
+    ``config`` only the telemetry limits (each GPU's verdict) and ``topologyLevels`` (how
+    domains are named) are read, and kept with the static facts; what a decision prefers is
+    the `policy.Policy` given to `schedule`.
 
     ``telemetry=None`` means there is no telemetry source (``simulate`` without
     ``--metrics``): GPUs are judged by allocation alone and nothing is reported about them. A
