@@ -241,15 +241,22 @@ def _group_problem(group: GroupSpec, by_key: dict[str, GroupSpec]) -> str | None
     while parent_key is not None:
         parent = by_key.get(parent_key)
         if parent is None:
-            return wording.parent_not_found(kind, group.key, parent_key)
-        if parent.kind is not GroupKind.COMPOSITE:
-            return wording.parent_not_composite(kind, group.key, parent_key)
-        if parent.key in seen:
-            return wording.parent_cycle(kind, group.key)
-        if parent.invalid is not None:
-            return wording.parent_invalid(kind, group.key, parent_key)
+            return wording.parent_problem(kind, group.key, "missing", parent_key)
+        problem = _parent_problem(parent, seen)
+        if problem is not None:
+            return wording.parent_problem(kind, group.key, problem, parent_key)
         seen.add(parent.key)
         parent_key = parent.parent
+    return None
+
+
+def _parent_problem(parent: GroupSpec, seen: set[str]) -> wording.ParentProblem | None:
+    if parent.kind is not GroupKind.COMPOSITE:
+        return "not composite"
+    if parent.key in seen:
+        return "cycle"
+    if parent.invalid is not None:
+        return "invalid"
     return None
 
 

@@ -5,6 +5,7 @@ of pods left pending. Nothing parses them back: whoever needs a number reads the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from gpusched.engine.partitions import PartitionRefusal
 from gpusched.engine.result import (
@@ -416,20 +417,18 @@ def group_name(kind: str, key: str) -> str:
     return f"{kind} {key}"
 
 
-def parent_not_found(kind: str, key: str, parent: str) -> str:
-    return f"{group_name(kind, key)}: parent CompositePodGroup {parent} not found"
+ParentProblem = Literal["missing", "not composite", "cycle", "invalid"]
+_PARENT_PROBLEMS: dict[ParentProblem, str] = {
+    "missing": "parent CompositePodGroup {parent} not found",
+    "not composite": "parent {parent} is not a CompositePodGroup",
+    "cycle": "parentCompositePodGroupName forms a cycle",
+    "invalid": "parent {parent} is invalid",
+}
 
 
-def parent_not_composite(kind: str, key: str, parent: str) -> str:
-    return f"{group_name(kind, key)}: parent {parent} is not a CompositePodGroup"
-
-
-def parent_cycle(kind: str, key: str) -> str:
-    return f"{group_name(kind, key)}: parentCompositePodGroupName forms a cycle"
-
-
-def parent_invalid(kind: str, key: str, parent: str) -> str:
-    return f"{group_name(kind, key)}: parent {parent} is invalid"
+def parent_problem(kind: str, key: str, problem: ParentProblem, parent: str) -> str:
+    """Why a group's parent makes it invalid."""
+    return f"{group_name(kind, key)}: " + _PARENT_PROBLEMS[problem].format(parent=parent)
 
 
 def larger_than_any_node(amount: int, resource: str, largest: int) -> str:
