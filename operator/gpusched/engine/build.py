@@ -316,6 +316,7 @@ def _statics(
         gpu_mem_free=np.full(total, math.nan),
         gpu_mem_total=np.full(total, math.nan),
         gpu_notes={},
+        gpu_reasons={},
         node_notes={},
         levels=tuple(config.topology_levels),
     )

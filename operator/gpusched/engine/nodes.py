@@ -69,6 +69,8 @@ class Statics:
     gpu_mem_total: FloatArray
     gpu_notes: dict[int, str]
     """Global GPU id → why it is excluded, or why its telemetry is unknown (reported)."""
+    gpu_reasons: dict[int, str]
+    """Global GPU id → the class of its note (`gpusched.engine.health.EXCLUSION_REASONS`)."""
     node_notes: dict[int, list[str]]
     levels: tuple[str, ...]
     """The node label keys that nest, outermost first (``topologyLevels``): a domain of one
@@ -153,6 +155,10 @@ class NodeFacts:
     @property
     def gpu_notes(self) -> Mapping[int, str]:
         return self._s.gpu_notes
+
+    @property
+    def gpu_reasons(self) -> Mapping[int, str]:
+        return self._s.gpu_reasons
 
     @property
     def node_notes(self) -> dict[int, list[str]]:

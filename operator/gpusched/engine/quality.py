@@ -33,6 +33,7 @@ from gpusched.api.config import NumaPolicy
 from gpusched.api.selectors import Toleration
 from gpusched.engine.domains import copies, per_node_sum
 from gpusched.engine.fragmentation import fragmentation, free_matrix
+from gpusched.engine.health import EXCLUSION_REASONS
 from gpusched.engine.nodes import FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
@@ -199,32 +200,13 @@ def _by_domain(
 # ----- telemetry exclusions and link tiers ---------------------------------------------------
 
 
-EXCLUSION_REASONS = ("temperature", "xid", "memory", "stale", "missing", "node", "other")
-
-
-def exclusion_reason(note: str | None) -> str:
-    """The reason class of a GPU's telemetry note (`gpusched.engine.health.gpu_verdict`'s
-    wording); ``node`` for a GPU excluded only because another GPU of its node failed."""
-    if note is None:
-        return "node"
-    if note == "no telemetry":
-        return "missing"
-    if note.startswith("telemetry stale"):
-        return "stale"
-    if note.startswith("XID"):
-        return "xid"
-    if note.startswith("free memory"):
-        return "memory"
-    if "°C" in note:
-        return "temperature"
-    return "other"
-
-
 def exclusions(snapshot: Snapshot) -> dict[str, int]:
-    """Excluded GPUs by reason (every reason present, 0 when none)."""
+    """Excluded GPUs by the class of their verdict (every class present, 0 when none):
+    `gpusched.engine.health.judge_gpu`'s, ``node`` for a GPU excluded only because another
+    GPU of its node failed."""
     found: Counter[str] = Counter()
     for gid in np.flatnonzero(~snapshot.gpu_usable).tolist():
-        found[exclusion_reason(snapshot.gpu_notes.get(gid))] += 1
+        found[snapshot.gpu_reasons.get(gid, "node")] += 1
     return {reason: found[reason] for reason in EXCLUSION_REASONS}
 
 

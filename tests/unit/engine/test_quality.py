@@ -30,7 +30,7 @@ from gpusched.engine.health import GpuSample
 from gpusched.engine.quality import (
     CLUSTER_LEVEL,
     DomainQuality,
-    exclusion_reason,
+    exclusions,
     gang_capacity,
     link_tiers,
     measure,
@@ -131,19 +131,32 @@ def test_multi_gpu_pods_per_node_follow_the_numa_policy(
     assert {k: gang_capacity(snapshot, k, numa).tolist() for k in want} == want
 
 
-@pytest.mark.parametrize(
-    ("note", "want"),
-    [
-        ("no telemetry", "missing"),
-        ("telemetry stale (90 s > 60 s)", "stale"),
-        ("86 °C > 80 °C", "temperature"),
-        ("XID error 79", "xid"),
-        ("free memory 12% < 30% (9830 MiB free)", "memory"),
-        (None, "node"),
-    ],
-)
-def test_telemetry_notes_map_to_reasons(note: str | None, want: str) -> None:
-    assert exclusion_reason(note) == want
+def test_excluded_gpus_are_counted_by_the_class_of_their_verdict() -> None:
+    # node-a: one GPU per verdict (GPU 0 has no sample); node-b: one hot GPU takes the whole
+    # node out (excludeWholeNode), its seven others counted as "node". Counted from the
+    # verdicts' data, never from their sentences.
+    config = SchedulerConfig.model_validate(
+        {"telemetry": {"stale": "unusable", "maxAgeSeconds": 60, "excludeWholeNode": True}}
+    )
+    healthy = GpuSample(temperature_c=45.0)
+    samples = {(n, g): healthy for n in ("node-a", "node-b") for g in range(8)}
+    del samples[("node-a", 0)]
+    samples[("node-a", 1)] = GpuSample(temperature_c=45.0, age_seconds=90.0)
+    samples[("node-a", 2)] = GpuSample(temperature_c=86.0)
+    samples[("node-a", 3)] = GpuSample(temperature_c=45.0, xid_errors=79.0)
+    samples[("node-a", 4)] = GpuSample(temperature_c=45.0, fb_free_mib=9830.0)
+    samples[("node-b", 5)] = GpuSample(temperature_c=88.0)
+    snapshot = build_snapshot([node("node-a"), node("node-b")], (), samples, config)
+
+    assert exclusions(snapshot) == {
+        "temperature": 2,
+        "xid": 1,
+        "memory": 1,
+        "stale": 1,
+        "missing": 1,
+        "node": 3 + 7,
+        "other": 0,
+    }
 
 
 def test_link_tiers_count_given_against_best() -> None:
