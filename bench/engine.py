@@ -37,24 +37,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import numpy as np
 import numpy.typing as npt
 
 import gpusched
-import gpusched.engine.schedule as schedule_module
-from gpusched.api.config import ScoringConfig
 from gpusched.api.k8s import Node, parse_node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuInfo, GpuTopology
 from gpusched.engine.build import SnapshotCache, build_snapshot, clear_topology_memo
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import pick_node
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase
 from gpusched.engine.schedule import schedule
@@ -71,7 +68,7 @@ RACK = "topology.example.com/rack"
 A100 = "NVIDIA-A100-SXM4-80GB"
 DGX_NUMA = (0, 0, 1, 1, 2, 2, 3, 3)
 SEED = 20230710
-DEFAULT_SCORING = Scoring(ScoringConfig())
+DEFAULT_SCORING = Scoring(Policy())
 """What `pick_node` is scored by in benchmark 1: the default settings, no FGD workload."""
 
 TARGET_DECISIONS_PER_S = 5_000.0
@@ -376,7 +373,7 @@ def schedule_per_call(base: Snapshot, pods: Sequence[PodRequest]) -> LoopResult:
     start, cpu_start = clock(), time.process_time_ns()
     for pod in pods:
         t0 = clock()
-        result = schedule(snapshot, [pod])
+        result = schedule(snapshot, [pod], (), Policy())
         for binding in result.bindings:
             snapshot.assume(pod, snapshot.index[binding.node], binding.gpus)
         latencies.append(clock() - t0)
@@ -403,7 +400,7 @@ def bench_openb(settings: Settings, profile: bool) -> Report:
     engine, first = _merge(engine_passes), _merge(first_passes)
 
     t1 = time.perf_counter_ns()
-    batch = schedule(base, pods)
+    batch = schedule(base, pods, (), Policy())
     batch_s = (time.perf_counter_ns() - t1) / 1e9
     per_call = schedule_per_call(base, pods[: settings.per_call_pods])
 
@@ -530,14 +527,16 @@ def probe_pass(
     measured = ProbePass({g: [] for g in probes}, {g: [] for g in probes}, [])
     clock, cpu_clock = time.perf_counter_ns, time.process_time_ns
     for i, pod in enumerate(replay):
-        result = schedule(snapshot, [pod])
+        result = schedule(snapshot, [pod], (), Policy())
         for binding in result.bindings:
             snapshot.assume(pod, snapshot.index[binding.node], binding.gpus)
         if i % every:
             continue
         for gpus, probe in probes.items():
             t0, c0 = clock(), cpu_clock()
-            decided = schedule(snapshot.copy(cold=True) if cold else snapshot, [probe])
+            decided = schedule(
+                snapshot.copy(cold=True) if cold else snapshot, [probe], (), Policy()
+            )
             t1, c1 = clock(), cpu_clock()
             measured.wall_ms[gpus].append((t1 - t0) / 1e6)
             measured.cpu_ms[gpus].append((c1 - c0) / 1e6)
@@ -607,13 +606,13 @@ def bench_one_pod(settings: Settings, profile: bool) -> Report:
     if profile:
         snapshot = build_snapshot(nodes)
         for pod in replay[: len(replay) // 3]:  # a third of the way: the probes fit
-            for binding in schedule(snapshot, [pod]).bindings:
+            for binding in schedule(snapshot, [pod], (), Policy()).bindings:
                 snapshot.assume(pod, snapshot.index[binding.node], binding.gpus)
 
         def probes_only() -> None:
             for _ in range(200):
                 for probe in probes.values():
-                    schedule(snapshot, [probe])
+                    schedule(snapshot, [probe], (), Policy())
 
         report.extra["profile"] = profile_call(
             "benchmark 4, 200 x schedule() of each probe a third into the replay", probes_only
@@ -655,7 +654,7 @@ def bench_startup(settings: Settings) -> Report:
         clear_topology_memo()
         snapshot = build_snapshot(nodes, bound)
         probe = PodRequest(key="x/one", resources={"cpu": 1000, "pods": 1}, gpus=8)
-        firsts.append(_timed(lambda s=snapshot, p=probe: schedule(s, [p])))
+        firsts.append(_timed(lambda s=snapshot, p=probe: schedule(s, [p], (), Policy())))
     build, baseline = min(w for w, _ in builds), min(w for w, _ in baselines)
     build_cpu, baseline_cpu = min(c for _, c in builds), min(c for _, c in baselines)
     first, first_cpu = min(w for w, _ in firsts), min(c for _, c in firsts)
@@ -890,13 +889,13 @@ def _time_schedule(
     """Wall and CPU milliseconds of each run, and the last result; with ``cold`` each run
     is on a cold copy made inside the timing (what every call paid before schedule()
     worked in place and kept its caches); ``collections`` is told which runs are inside."""
-    result = schedule(snapshot, pods, groups)  # warm-up: label codes, static masks
+    result = schedule(snapshot, pods, groups, Policy())  # warm-up: label codes, static masks
     times, cpu = [], []
     for _ in range(runs):
         if collections is not None:
             collections.inside = True
         t0, c0 = time.perf_counter_ns(), time.process_time_ns()
-        result = schedule(snapshot.copy(cold=True) if cold else snapshot, pods, groups)
+        result = schedule(snapshot.copy(cold=True) if cold else snapshot, pods, groups, Policy())
         times.append((time.perf_counter_ns() - t0) / 1e6)
         cpu.append((time.process_time_ns() - c0) / 1e6)
         if collections is not None:
@@ -925,21 +924,21 @@ def decision_series(
     """``runs`` gang decisions in a row, each result read back as a caller does (its
     decision compared with the first), every garbage collection counted wherever it runs:
     inside a decision, or after one, in the caller. With ``collector_running`` the engine's
-    pause of the collector (`collector_paused`) is undone: what a decision cost before it."""
-    pause = nullcontext if collector_running else schedule_module.collector_paused
-    with patch.object(schedule_module, "collector_paused", pause):
-        want = _decision(schedule(snapshot, pods, groups))
-        cpu, identical, seen = [], True, Collections()
-        started = time.process_time_ns()
-        with seen:
-            for _ in range(runs):
-                seen.inside = True
-                c0 = time.process_time_ns()
-                result = schedule(snapshot, pods, groups)
-                cpu.append((time.process_time_ns() - c0) / 1e6)
-                seen.inside = False
-                identical = identical and _decision(result) == want
-        loop = (time.process_time_ns() - started) / 1e6
+    pause of the collector is turned off (`Policy.pause_collector`): what a decision cost
+    before it."""
+    policy = Policy(pause_collector=not collector_running)
+    want = _decision(schedule(snapshot, pods, groups, policy))
+    cpu, identical, seen = [], True, Collections()
+    started = time.process_time_ns()
+    with seen:
+        for _ in range(runs):
+            seen.inside = True
+            c0 = time.process_time_ns()
+            result = schedule(snapshot, pods, groups, policy)
+            cpu.append((time.process_time_ns() - c0) / 1e6)
+            seen.inside = False
+            identical = identical and _decision(result) == want
+    loop = (time.process_time_ns() - started) / 1e6
     return Series(cpu, loop, seen, identical)
 
 
@@ -1118,7 +1117,7 @@ def bench_gang(settings: Settings, profile: bool) -> Report:
     if profile:
         report.extra["profile"] = profile_call(
             "benchmark 2, one gang decision with topology",
-            lambda: schedule(snapshot, pods, groups),
+            lambda: schedule(snapshot, pods, groups, Policy()),
         )
     return report
 
@@ -1170,7 +1169,7 @@ def rss_child(scenario: str, pods: int) -> None:
         facts["holdings"] = len(snapshot.holdings)
         if scenario == "snapshot+schedule":
             loose = PodRequest(key="x/one", resources={"cpu": 1000, "pods": 1}, gpus=8)
-            result = schedule(snapshot, [loose])
+            result = schedule(snapshot, [loose], (), Policy())
             facts["bound_by_schedule"] = len(result.bindings)
     facts["seconds"] = time.perf_counter() - t0
     facts["vm_hwm_kib"] = _vm_hwm_kib()

@@ -42,6 +42,7 @@ import numpy as np
 from gpusched.api.config import SchedulerConfig
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
@@ -137,6 +138,7 @@ class EngineCluster(Cluster):
             scoring = config.scoring.model_copy(update={"domain_fill_weight": 0.0})
             config = config.model_copy(update={"scoring": scoring})
         self.aware = aware
+        self.policy = Policy.of(config)
         self.snapshot: Snapshot = build_snapshot(nvl72_nodes(domains), (), None, config)
         codes, _ = self.snapshot.domain_codes(CLIQUE_LABEL)
         self.domain_of = codes
@@ -166,7 +168,8 @@ class EngineCluster(Cluster):
             )
             for i in range(job.pods)
         ]
-        result = schedule(self.snapshot, pods, [group] if group else [], undo=False)
+        groups = [group] if group else []
+        result = schedule(self.snapshot, pods, groups, self.policy, undo=False)
         self.snapshot.settle()
         if len(result.bindings) < job.pods:
             for binding in result.bindings:  # a gang is never partly placed; a guard only

@@ -44,6 +44,7 @@ from engine import _pin_one_core, dgx_nodes, gang, machine_facts, node_name
 from gpusched.api.crds import DisruptionMode
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import PreemptionPlan, plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Phase, ScheduleResult
@@ -159,10 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.freeze()
 
     def plan() -> PreemptionPlan:
-        return plan_preemption(full, "train/llm", pods, groups)
+        return plan_preemption(full, "train/llm", pods, groups, Policy())
 
     def place() -> ScheduleResult:
-        return schedule(empty, pods, tree)
+        return schedule(empty, pods, tree, Policy())
 
     # Interleaved, after one warm-up each (label codes, static masks): both series see the
     # same machine, so their ratio holds when other work comes and goes.

@@ -60,6 +60,7 @@ from gpusched.api.crds import DisruptionMode
 from gpusched.engine.fit import static_mask
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.pick import NodeChoice, pick_node
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import plan_preemption
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase
@@ -102,7 +103,7 @@ def setup(trace: Trace, seed: int, high_pct: float) -> Setup:
 def _fill(trace: Trace, seed: int) -> list[tuple[PodRequest, str, tuple[int, ...]]]:
     """The low class placed as the replay places it, up to 100 % arrived load."""
     work = trace.snapshot.copy()
-    scoring = Scoring(work.config.scoring, trace.workload)
+    scoring = Scoring(Policy(), trace.workload)
     arrived, placed = 0, []
     for pod in arrivals(trace.pods, trace.capacity, seed):
         arrived += pod.gpu_demand_milli
@@ -203,7 +204,7 @@ def run(policy: str, s: Setup) -> Tally:
     groups = list(s.low_groups)
     for spec, pods in s.gangs:
         groups.append(spec)
-        result = schedule(work, pods, [spec])
+        result = schedule(work, pods, [spec], Policy())
         decision = next(d for d in result.groups if d.name == spec.key)
         if decision.phase is Phase.SCHEDULED:
             _hold(work, pods, [(b.pod, b.node, b.gpus) for b in result.bindings])
@@ -244,7 +245,7 @@ def _hold(work: Snapshot, pods: Sequence[PodRequest], placement: Placement) -> N
 def _gang_aware(
     work: Snapshot, spec: GroupSpec, pods: list[PodRequest], groups: list[GroupSpec]
 ) -> tuple[list[str], Placement | None]:
-    plan = plan_preemption(work, spec.key, pods, groups)
+    plan = plan_preemption(work, spec.key, pods, groups, Policy())
     if not plan.bindings:
         return [], None
     return [v.pod for v in plan.victims], [(b.pod, b.node, b.gpus) for b in plan.bindings]
@@ -254,7 +255,7 @@ def _pod_by_pod(work: Snapshot, pods: list[PodRequest]) -> tuple[list[str], Plac
     """The baseline (see the module's docstring), on a scratch copy: the gang whole or
     nothing, victims chosen node by node, pod by pod, blind to their gangs."""
     scratch = work.copy()
-    scoring = Scoring.for_cycle(scratch.config.scoring, scratch, pods)
+    scoring = Scoring.for_cycle(Policy(), scratch, pods)
     victims: list[str] = []
     placement: Placement = []
     for pod in sorted(pods, key=lambda p: (-p.gpu_demand_milli, p.key)):

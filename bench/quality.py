@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     snapshot = build_snapshot(dgx_nodes(), half_full(seed=7), None, config)
     built = (time.perf_counter() - started) * 1000
-    quality = measure(snapshot)
+    quality = measure(snapshot, NumaPolicy.BEST_EFFORT)
     cluster = quality.domain("cluster")
     print(
         f"cluster: {cluster.nodes} nodes, {cluster.gpus} GPUs, {cluster.free_gpus} free, "
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     agree = free == cluster.free_gpus and gangs == dict(cluster.largest_gang)
     print(f"baseline agrees on free GPUs and gangs: {agree}")
     metrics = QualityMetrics(CollectorRegistry())
-    measured = timed(lambda: measure(snapshot), repeat)
+    measured = timed(lambda: measure(snapshot, NumaPolicy.BEST_EFFORT), repeat)
     updated = timed(lambda: metrics.update(snapshot, config), repeat)
     baseline = timed(lambda: naive(snapshot), max(3, repeat // 5))
     unknown = build_snapshot(
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         {},
         SchedulerConfig.model_validate({"telemetry": {"stale": "unusable"}}),
     )
-    worst = timed(lambda: measure(unknown), repeat)
+    worst = timed(lambda: measure(unknown, NumaPolicy.BEST_EFFORT), repeat)
     nodes, bound, cache = dgx_nodes(), half_full(seed=7), SnapshotCache()
     cached = timed(lambda: build_snapshot(nodes, bound, None, config, cache), repeat)
     print()

@@ -16,6 +16,7 @@ import pytest
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import parse_node
 from gpusched.engine.groups import GroupKind, GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from gpusched.inputs.objects import from_documents
 from gpusched.offline.simulate import simulate
@@ -152,7 +153,7 @@ def _engine_choice(nodes: list[str], size: int, gpus: int) -> list[tuple[str, tu
     snapshot = cluster(nodes=[parse_node(dra.node(n, plugin_gpus=8)) for n in nodes])
     requests = [gpu_request(f"p{i}", gpus=gpus, group="g") for i in range(size)]
     group = GroupSpec(key="default/g", kind=GroupKind.POD_GROUP, minimum=size)
-    result = schedule(snapshot, requests, [group])
+    result = schedule(snapshot, requests, [group], Policy())
     return sorted((b.node, tuple(sorted(b.gpus))) for b in result.bindings)
 
 

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from gpusched.api.config import SchedulerConfig, load_config
 from gpusched.engine.build import build_snapshot
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from gpusched.telemetry.cache import TelemetryCache
 from gpusched.telemetry.series import METRICS
@@ -188,7 +189,7 @@ async def _until(what: str, condition: Callable[[], bool | Awaitable[bool]]) -> 
 def _place_three_8gpu_pods(cache: TelemetryCache, config: SchedulerConfig) -> tuple[dict, dict]:
     nodes = [node(name, "a100x8") for name in NODES]
     snapshot = build_snapshot(nodes, (), cache.samples(), config)
-    result = schedule(snapshot, members("train", 3, gpus=8))
+    result = schedule(snapshot, members("train", 3, gpus=8), (), Policy.of(config))
     return placements(result), pending(result)
 
 

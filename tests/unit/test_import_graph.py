@@ -12,10 +12,6 @@ from pathlib import Path
 
 import grimp
 
-KNOWN = [["gpusched.engine.planner", "gpusched.engine.siblings"]]
-"""Circles still there, each to be removed (issue 24's policy item folds Siblings into the
-planner): the test fails when one goes, so that it comes off this list."""
-
 
 def circles() -> list[list[str]]:
     """Every set of two or more modules that import one another through some chain."""
@@ -50,8 +46,8 @@ def circles() -> list[list[str]]:
     return sorted(found)
 
 
-def test_no_import_circles_but_the_known_ones() -> None:
-    assert circles() == KNOWN
+def test_no_import_circles() -> None:
+    assert circles() == []
 
 
 def test_importing_the_operator_leaves_kopfs_default_registry_alone() -> None:

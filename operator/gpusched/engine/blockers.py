@@ -13,6 +13,7 @@ from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine import wording
 from gpusched.engine.fit import broken_topology, partition_free, static_reason
 from gpusched.engine.nodes import BoolArray, IntArray
+from gpusched.engine.policy import offered_gpus, one_numa_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Blocker, NodeCheck
 from gpusched.engine.snapshot import Snapshot
@@ -28,6 +29,7 @@ def node_check(
     snapshot: Snapshot,
     pod: PodRequest,
     nodes: Iterable[int] | IntArray,
+    numa: NumaPolicy,
     capacity: IntArray | None = None,
 ) -> NodeCheck:
     """How many of ``nodes`` take ``pod`` now, and every check the others fail, each with its
@@ -38,7 +40,7 @@ def node_check(
     nodes, most first. ``capacity`` (per node): how many copies of the pod each takes, named
     beside the nodes that fit."""
     chosen = np.fromiter(nodes, dtype=np.int64) if not isinstance(nodes, np.ndarray) else nodes
-    failing, labels, gpu = _failing_checks(snapshot, pod, chosen)
+    failing, labels, gpu = _failing_checks(snapshot, pod, chosen, numa)
     fits = ~failing.any(axis=0) if labels else np.ones(chosen.size, dtype=np.bool_)
     fitting = chosen[fits]
     fitting_names = tuple(_fit_name(snapshot, int(n), capacity) for n in fitting[:FITTING_SHOWN])
@@ -53,7 +55,7 @@ def node_check(
             labels[c],
             int(counts[c]),
             tuple(
-                _failed_name(snapshot, pod, int(n), labels[c])
+                _failed_name(snapshot, pod, int(n), labels[c], numa)
                 for n in chosen[failing[c]][:EXAMPLES_SHOWN]
             ),
         )
@@ -81,33 +83,39 @@ def _device_problems(
 
 def _fit_name(snapshot: Snapshot, node: int, capacity: IntArray | None) -> str:
     name = snapshot.nodes[node].name
-    return f"{name} ×{capacity[node]}" if capacity is not None else name
+    return wording.with_capacity(name, int(capacity[node])) if capacity is not None else name
 
 
-def _failed_name(snapshot: Snapshot, pod: PodRequest, node: int, check: str) -> str:
-    detail = next((d for c, d in _failures(snapshot, pod, node) if c == check), "")
+def _failed_name(
+    snapshot: Snapshot, pod: PodRequest, node: int, check: str, numa: NumaPolicy
+) -> str:
+    detail = next((d for c, d in _failures(snapshot, pod, node, numa) if c == check), "")
     name = snapshot.nodes[node].name
-    return f"{name} ({detail})" if detail else name
+    return wording.with_detail(name, detail)
 
 
 # ----- the checks, node by node and all at once -----------------------------------------------
 
 
-def node_reason(snapshot: Snapshot, pod: PodRequest, node: int) -> str | None:
+def node_reason(snapshot: Snapshot, pod: PodRequest, node: int, numa: NumaPolicy) -> str | None:
     """The first check ``node`` fails for ``pod``, in words; ``None`` if it fits."""
-    found = _failure(snapshot, pod, node)
+    found = _failure(snapshot, pod, node, numa)
     if found is None:
         return None
     category, detail = found
-    return f"{category} ({detail})" if detail else category
+    return wording.with_detail(category, detail)
 
 
-def _failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
+def _failure(
+    snapshot: Snapshot, pod: PodRequest, node: int, numa: NumaPolicy
+) -> tuple[str, str] | None:
     """(category, detail) of the first failing check: nodes are grouped by category."""
-    return next(iter(_failures(snapshot, pod, node)), None)
+    return next(iter(_failures(snapshot, pod, node, numa)), None)
 
 
-def _failures(snapshot: Snapshot, pod: PodRequest, node: int) -> list[tuple[str, str]]:
+def _failures(
+    snapshot: Snapshot, pod: PodRequest, node: int, numa: NumaPolicy
+) -> list[tuple[str, str]]:
     """(category, detail) of every failing check, in `_failing_checks`' order: the static
     check alone when one fails, else every resource short and the GPU check."""
     reason = static_reason(snapshot.nodes[node], pod)
@@ -121,30 +129,30 @@ def _failures(snapshot: Snapshot, pod: PodRequest, node: int) -> list[tuple[str,
             continue
         free = int(snapshot.allocatable[node, column] - snapshot.used[node, column])
         if free < amount:
-            detail = f"{_fmt(name, free)} free, needs {_fmt(name, amount)}"
-            found.append((wording.insufficient(name), detail))
-    gpu = _gpu_failure(snapshot, pod, node)
+            found.append((wording.insufficient(name), wording.short_of(name, free, amount)))
+    gpu = _gpu_failure(snapshot, pod, node, numa)
     if gpu is not None:
         found.append(gpu)
     return found
 
 
-def _gpu_failure(snapshot: Snapshot, pod: PodRequest, node: int) -> tuple[str, str] | None:
+def _gpu_failure(
+    snapshot: Snapshot, pod: PodRequest, node: int, numa: NumaPolicy
+) -> tuple[str, str] | None:
     info = snapshot.nodes[node]
     if pod.gpus > 1 and info.topology_error is not None:
         return wording.BROKEN_TOPOLOGY, info.topology_error
     if pod.gpus:
-        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
-        have = int(snapshot.max_numa_free[node] if single else snapshot.free_whole[node])
+        single = one_numa_node(numa, pod.gpus)
+        have = int(offered_gpus(snapshot, numa, pod.gpus, slice(node, node + 1))[0])
         if have < pod.gpus:
-            where = " in one NUMA node" if single else ""
-            detail = f"{have} free usable GPUs{where}, needs {pod.gpus}"
+            detail = wording.gpus_short(have, single, pod.gpus)
             return _gpu_label(pod), detail + _excluded_suffix(snapshot, node)
         if pod.devices is not None and not partition_free(snapshot, pod, np.array([node]))[0]:
             return wording.no_free_partition(pod.gpus), ""
     elif pod.gpu_milli and snapshot.max_share[node] < pod.gpu_milli:
         most = int(snapshot.max_share[node])
-        detail = f"most free on one GPU: {most}, needs {pod.gpu_milli}"
+        detail = wording.share_short(most, pod.gpu_milli)
         return wording.NO_GPU_SHARE, detail + _excluded_suffix(snapshot, node)
     return None
 
@@ -159,23 +167,15 @@ def _gpu_label(pod: PodRequest) -> str:
 
 def _excluded_suffix(snapshot: Snapshot, node: int) -> str:
     notes = [
-        f"GPU {gid - int(snapshot.gpu_offset[node])} {snapshot.gpu_notes[gid]}"
+        (gid - int(snapshot.gpu_offset[node]), snapshot.gpu_notes[gid])
         for gid in snapshot.node_gpus(node)
         if gid in snapshot.gpu_notes and not snapshot.gpu_usable[gid]
     ]
-    return f"; excluded: {', '.join(notes)}" if notes else ""
-
-
-def _fmt(resource: str, amount: int) -> str:
-    if resource == "cpu":
-        return f"{amount}m"
-    if resource == "memory" or resource.startswith("hugepages-"):
-        return f"{amount / 2**30:.1f}Gi"
-    return str(amount)
+    return wording.excluded_gpus(notes)
 
 
 def _failing_checks(
-    snapshot: Snapshot, pod: PodRequest, nodes: IntArray
+    snapshot: Snapshot, pod: PodRequest, nodes: IntArray, numa: NumaPolicy
 ) -> tuple[BoolArray, list[str], list[bool]]:
     """A matrix (check × node of ``nodes``) of the checks each node fails, their labels, and
     which are GPU checks. Static checks are exclusive (a node fails its first one only);
@@ -206,9 +206,7 @@ def _failing_checks(
         broken = broken_topology(snapshot)[nodes]
         check(wording.BROKEN_TOPOLOGY, ~broken, is_gpu=True)
     if pod.gpus:
-        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
-        have = snapshot.max_numa_free[nodes] if single else snapshot.free_whole[nodes]
-        gpu_ok = have >= pod.gpus
+        gpu_ok = offered_gpus(snapshot, numa, pod.gpus, nodes) >= pod.gpus
         if pod.gpus > 1:
             gpu_ok |= broken  # a broken annotation is its own check (and the pod's first)
         check(_gpu_label(pod), gpu_ok, is_gpu=True)

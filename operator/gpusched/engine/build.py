@@ -14,6 +14,7 @@ from gpusched.api.config import GPU_RESOURCE, SchedulerConfig
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import Node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
+from gpusched.engine import wording
 from gpusched.engine.devices import CHANNEL_RESOURCE, NodeDevices, default_channel
 from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.health import GpuSample, apply_telemetry
@@ -60,7 +61,7 @@ class SnapshotCache:
         if snapshot is None or not self._same(nodes, found, telemetry, config):
             infos = [self._info(node, d) for node, d in zip(nodes, found, strict=True)]
             self._infos = {node.name: self._infos[node.name] for node in nodes}
-            snapshot = Snapshot(config, _build_statics(nodes, infos, telemetry, config))
+            snapshot = Snapshot(_build_statics(nodes, infos, telemetry, config))
             self._inputs = (nodes, found, telemetry, config)
             self._snapshot = snapshot
             self._held = {}
@@ -141,7 +142,10 @@ def build_snapshot(
     devices: Mapping[str, NodeDevices] | None = None,
 ) -> Snapshot:
     """Builds a snapshot from parsed nodes, the pods already on them, and GPU telemetry keyed
-    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone).
+    by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone). Of
+    ``config`` only the telemetry limits (each GPU's verdict) and ``topologyLevels`` (how
+    domains are named) are read, and kept with the static facts; what a decision prefers is
+    the `policy.Policy` given to `schedule`.
 
     ``telemetry=None`` means there is no telemetry source (``simulate`` without
     ``--metrics``): GPUs are judged by allocation alone and nothing is reported about them. A
@@ -161,7 +165,7 @@ def build_snapshot(
         _node_info(node, a, found.get(node.name))
         for node, a in zip(ordered, allocatables, strict=True)
     ]
-    snapshot = Snapshot(config, _build_statics(ordered, infos, telemetry, config, allocatables))
+    snapshot = Snapshot(_build_statics(ordered, infos, telemetry, config, allocatables))
     snapshot.load(bound)
     snapshot.settle()
     return snapshot
@@ -228,7 +232,7 @@ def topology_problem(node: Node, devices: NodeDevices | None = None) -> str | No
     found = _node_info(node, resources, devices).topology_error
     if found is None and devices is not None and devices.problem and not devices.updating:
         # A pool half-way through an update is not a mismatch: the driver is republishing.
-        return f"Node {node.name}: {devices.problem}"
+        return wording.node_problem(node.name, devices.problem)
     return found
 
 
@@ -259,10 +263,8 @@ def _node_info(
         else:
             described, parsed_shape, parsed_memory = parsed
             if described != count:
-                error = (
-                    f"Node {node.name}: metadata.annotations[{TOPOLOGY_ANNOTATION}]: describes "
-                    f"{described} GPUs but the node advertises {count} {GPU_RESOURCE}"
-                )
+                field = f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
+                error = wording.gpu_count_mismatch(node.name, field, described, count, GPU_RESOURCE)
                 # One of the two is wrong and we cannot tell which: the node is offered only
                 # as many GPUs as both agree it has, so a stale count never overfills it.
                 count = min(count, described)
@@ -314,7 +316,9 @@ def _statics(
         gpu_mem_free=np.full(total, math.nan),
         gpu_mem_total=np.full(total, math.nan),
         gpu_notes={},
+        gpu_reasons={},
         node_notes={},
+        levels=tuple(config.topology_levels),
     )
     for n, info in enumerate(infos):
         apply_telemetry(config, statics, n, info, telemetry)

@@ -16,6 +16,11 @@ Paused by its threshold, not by `gc.disable`, and counted: the operator's resync
 while it reads its whole-cluster lists (a million short-lived dicts at 40,000 pods), decisions
 run in a worker thread meanwhile, and whichever leaves first must not resume collections under
 the other; `gc.isenabled` stays its embedder's switch.
+
+The pause is an option of the run (`gpusched.engine.policy.Policy.pause_collector`, on by
+default): the only process-wide setting the engine touches, and only for as long as it
+decides. `freeze_survivors` is never called by the engine: it is for the process that owns
+what it has parsed (the operator's resync).
 """
 
 from __future__ import annotations
@@ -47,13 +52,17 @@ def freeze_survivors(generation: int = 2) -> None:
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused(pause: bool = True) -> Iterator[None]:
     """No automatic collection until the last caller inside leaves (the youngest generation's
     threshold at 0, which stops them all), then the threshold as the first caller found it.
+    ``pause`` False: nothing is touched (`gpusched.engine.policy.Policy.pause_collector`).
     `gc.isenabled` and `gc.collect` are left alone. Reference counting goes on meanwhile;
     only garbage in reference cycles waits for the next collection, which comes with the
     next allocations once the pause ends."""
     global _depth, _threshold
+    if not pause:
+        yield
+        return
     with _lock:
         if _depth == 0:
             _threshold = gc.get_threshold()[0]

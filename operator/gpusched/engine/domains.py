@@ -6,6 +6,7 @@ Kueue, so rack names need not be unique across zones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,9 +14,11 @@ import numpy as np
 from gpusched.api.config import NumaPolicy
 from gpusched.engine.devices import CLIQUE_LABEL
 from gpusched.engine.fit import static_mask
+from gpusched.engine.groups import GroupSpec
 from gpusched.engine.nodes import BoolArray, IntArray
+from gpusched.engine.policy import numa_copies
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.result import EmptyLabel
+from gpusched.engine.result import EmptyLabel, PinnedApart
 from gpusched.engine.snapshot import Snapshot
 
 
@@ -62,6 +65,39 @@ def subdomains(snapshot: Snapshot, parent: Domain, key: str) -> list[Domain]:
     return domains
 
 
+def pinned_domains(
+    snapshot: Snapshot,
+    group: GroupSpec,
+    parent: Domain,
+    domains: Sequence[Domain],
+    bound: Sequence[int],
+) -> list[Domain] | PinnedApart:
+    """The one pinned-domains rule, for the planner and the preemption planner alike: which
+    of ``domains`` (the domains of the group's topology key inside ``parent``) ``group`` may
+    still use, given ``bound``, the nodes of its own and its descendants' bound pods.
+
+    Without bound pods, every one. With some, only their domain (its full path): a
+    re-created pod lands beside the others or stays pending. Bound pods in two domains
+    already break the constraint, so nothing more is placed (a pod added to one side would
+    report a placement that is not one); bound pods in none of them leave the group nowhere.
+    A segmented gang is not pinned: its segments span domains of its key by design, and
+    where they go is `gpusched.engine.segments`' to say."""
+    key = group.topology_key
+    if not bound or key is None or group.segment_size:
+        return list(domains)
+    touched = [d for d in domains if any(bool(d.mask[node]) for node in bound)]
+    if len(touched) > 1:
+        spans = tuple((d.name, _names(snapshot, [n for n in bound if d.mask[n]])) for d in touched)
+        return PinnedApart(key, spans=spans)
+    if not touched:
+        return PinnedApart(key, outside=_names(snapshot, bound), parent=parent.name)
+    return touched
+
+
+def _names(snapshot: Snapshot, nodes: Sequence[int]) -> tuple[str, ...]:
+    return tuple(sorted({snapshot.nodes[n].name for n in nodes}))
+
+
 def empty_label(snapshot: Snapshot, parent: Domain, key: str) -> EmptyLabel | None:
     """The nodes of ``parent`` whose label ``key`` is present but empty (they are in no
     domain of ``key``); None when there are none."""
@@ -102,10 +138,11 @@ def _mixed_cliques(snapshot: Snapshot, key: str) -> BoolArray:
     return found
 
 
-def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
-    """Per node, how many copies of ``pod`` would fit now (ignoring GPU topology inside the
-    node). Optimistic for multi-GPU pods under best-effort NUMA only in that it ignores link
-    quality; exact in counts. Used to order and to reject domains early."""
+def copies(snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy) -> IntArray:
+    """Per node, how many copies of ``pod`` would fit now under the NUMA rule ``numa``
+    (ignoring GPU topology inside the node). Optimistic for multi-GPU pods under best-effort
+    NUMA only in that it ignores link quality; exact in counts. Used to order and to reject
+    domains early."""
     count = np.where(static_mask(snapshot, pod), np.iinfo(np.int64).max // 4, 0)
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
@@ -114,12 +151,7 @@ def copies(snapshot: Snapshot, pod: PodRequest) -> IntArray:
         free = snapshot.allocatable[:, column] - snapshot.used[:, column]
         count = np.minimum(count, np.maximum(free, 0) // amount)
     if pod.gpus:
-        single = pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
-        if single:  # each copy inside one NUMA node: sum the copies each NUMA node holds
-            fitting = (snapshot.numa_free // pod.gpus).sum(axis=1)
-        else:
-            fitting = snapshot.free_whole // pod.gpus
-        count = np.minimum(count, fitting)
+        count = np.minimum(count, numa_copies(snapshot, numa, pod.gpus))
     elif pod.gpu_milli:
         count = np.minimum(count, _share_copies(snapshot, pod.gpu_milli))
     return count

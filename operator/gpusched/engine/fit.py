@@ -14,6 +14,7 @@ from gpusched.api.selectors import first_untolerated_taint, required_terms_match
 from gpusched.engine import partitions, wording
 from gpusched.engine.devices import COMPUTE_DOMAIN_LABEL
 from gpusched.engine.nodes import BoolArray, IntArray, NodeInfo
+from gpusched.engine.policy import offered_gpus
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import Snapshot
 
@@ -31,20 +32,19 @@ def static_mask(snapshot: Snapshot, pod: PodRequest) -> BoolArray:
 def static_reason(node: NodeInfo, pod: PodRequest) -> str | None:
     """The first check that does not depend on usage ``node`` fails for ``pod``, in words."""
     if not node.ready:
-        return "node is NotReady"
+        return wording.NOT_READY
     if node.unschedulable:
-        return "node is cordoned"
+        return wording.CORDONED
     taint = first_untolerated_taint(node.taints, pod.tolerations)
     if taint is not None:
-        value = f"={taint.value}" if taint.value else ""
-        return f"untolerated taint {taint.key}{value}:{taint.effect}"
+        return wording.untolerated_taint(taint.key, taint.value, taint.effect)
     for key, value in pod.node_selector:
         if node.labels.get(key) != value:
-            return f"nodeSelector {key}={value} does not match"
+            return wording.selector_mismatch(key, value)
     if pod.required_terms is not None and not required_terms_match(
         pod.required_terms, node.labels, node.name
     ):
-        return "required node affinity does not match"
+        return wording.AFFINITY_MISMATCH
     return device_reason(node, pod)
 
 
@@ -78,8 +78,11 @@ def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
     return None
 
 
-def feasible(snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = None) -> BoolArray:
-    """Mask of nodes that can take ``pod`` now (within ``allowed`` when given)."""
+def feasible(
+    snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy, allowed: BoolArray | None = None
+) -> BoolArray:
+    """Mask of nodes that can take ``pod`` now under the NUMA rule ``numa`` (within
+    ``allowed`` when given)."""
     mask = static_mask(snapshot, pod).copy()
     if allowed is not None:
         mask &= allowed
@@ -89,21 +92,21 @@ def feasible(snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = No
             return np.zeros_like(mask)
         mask &= snapshot.used[:, column] + amount <= snapshot.allocatable[:, column]
     if pod.gpus:
-        mask &= _gpu_count_ok(snapshot, pod)
+        mask &= _gpu_count_ok(snapshot, pod, numa)
     elif pod.gpu_milli:
         mask &= snapshot.max_share >= pod.gpu_milli
     return mask
 
 
 def feasible_nodes(
-    snapshot: Snapshot, pod: PodRequest, allowed: BoolArray | None = None
+    snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy, allowed: BoolArray | None = None
 ) -> IntArray:
     """`feasible` as node indices, ascending. Inside a small ``allowed`` domain (a rack of a
     gang) it checks usage only for the nodes that pass the static checks there, instead of
     all nodes of the cluster."""
     mask = static_mask(snapshot, pod)
     if allowed is None:
-        return np.flatnonzero(feasible(snapshot, pod))
+        return np.flatnonzero(feasible(snapshot, pod, numa))
     nodes = np.flatnonzero(mask & allowed)
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
@@ -112,20 +115,18 @@ def feasible_nodes(
         fits = snapshot.used[nodes, column] + amount <= snapshot.allocatable[nodes, column]
         nodes = nodes[fits]
     if pod.gpus:
-        nodes = nodes[_gpu_count_ok(snapshot, pod, nodes)]
+        nodes = nodes[_gpu_count_ok(snapshot, pod, numa, nodes)]
     elif pod.gpu_milli:
         nodes = nodes[snapshot.max_share[nodes] >= pod.gpu_milli]
     return nodes
 
 
 def _gpu_count_ok(
-    snapshot: Snapshot, pod: PodRequest, nodes: IntArray | slice = slice(None)
+    snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy, nodes: IntArray | slice = slice(None)
 ) -> BoolArray:
-    """Whether ``nodes`` (all by default) have the pod's whole GPUs free."""
-    if pod.gpus > 1 and snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE:
-        ok = snapshot.max_numa_free[nodes] >= pod.gpus
-    else:
-        ok = snapshot.free_whole[nodes] >= pod.gpus
+    """Whether ``nodes`` (all by default) have the pod's whole GPUs free (the NUMA rule's
+    count: `gpusched.engine.policy.offered_gpus`)."""
+    ok = offered_gpus(snapshot, numa, pod.gpus, nodes) >= pod.gpus
     if pod.gpus > 1:
         ok &= ~broken_topology(snapshot)[nodes]
     if pod.devices is not None:

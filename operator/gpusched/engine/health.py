@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpusched.api.config import SchedulerConfig, StaleTelemetry
+from gpusched.engine import wording
 from gpusched.engine.nodes import NodeInfo, Statics
 
 
@@ -37,14 +38,15 @@ def apply_telemetry(
         gid = base + gpu
         sample = telemetry.get((info.name, gpu)) if telemetry is not None else None
         total = info.gpu_memory_mib[gpu] if gpu < len(info.gpu_memory_mib) else None
-        verdict = gpu_verdict(config, sample, total) if telemetry is not None else None
+        verdict = judge_gpu(config, sample, total) if telemetry is not None else None
         fresh = sample is not None and sample.age_seconds <= config.telemetry.max_age_seconds
         if fresh and sample is not None and sample.fb_free_mib is not None:
             statics.gpu_mem_free[gid] = sample.fb_free_mib
         statics.gpu_mem_total[gid] = _total_memory(sample, total)
         if verdict is not None:
-            usable, note = verdict
+            usable, reason, note = verdict
             statics.gpu_notes[gid] = note
+            statics.gpu_reasons[gid] = reason
             if not usable:
                 statics.gpu_usable[gid] = False
                 excluded = True
@@ -70,24 +72,37 @@ def gpu_verdict(
 
     Unknown or stale data is never called healthy: it is reported, and usable or not as
     ``telemetry.stale`` says."""
+    judged = judge_gpu(config, sample, total_mib)
+    return (judged[0], judged[2]) if judged is not None else None
+
+
+def judge_gpu(
+    config: SchedulerConfig, sample: GpuSample | None, total_mib: float | None
+) -> tuple[bool, str, str] | None:
+    """`gpu_verdict` with the class of its reason (one of `EXCLUSION_REASONS`, as data:
+    the quality gauges count by it and never read the sentence back): (usable, class, why)."""
     limits = config.telemetry
     stale_usable = limits.stale is StaleTelemetry.USABLE
     if sample is None:
-        return stale_usable, "no telemetry"
+        return stale_usable, "missing", wording.NO_TELEMETRY
     if sample.age_seconds > limits.max_age_seconds:
-        age = f"{sample.age_seconds:.0f} s > {limits.max_age_seconds:.0f} s"
-        return stale_usable, f"telemetry stale ({age})"
+        age, most = sample.age_seconds, limits.max_age_seconds
+        return stale_usable, "stale", wording.telemetry_stale(age, most)
     if sample.temperature_c is not None and sample.temperature_c > limits.temperature_limit_c:
-        return False, f"{sample.temperature_c:.0f} °C > {limits.temperature_limit_c:.0f} °C"
+        hot = wording.too_hot(sample.temperature_c, limits.temperature_limit_c)
+        return False, "temperature", hot
     if limits.exclude_xid_errors and sample.xid_errors:
-        return False, f"XID error {sample.xid_errors:.0f}"
+        return False, "xid", wording.xid_error(sample.xid_errors)
     ratio = _free_ratio(sample, total_mib)
     if ratio is not None and ratio < limits.min_free_memory_ratio:
-        return False, (
-            f"free memory {ratio:.0%} < {limits.min_free_memory_ratio:.0%} "
-            f"({sample.fb_free_mib:.0f} MiB free)"
-        )
+        low = wording.low_memory(ratio, limits.min_free_memory_ratio, sample.fb_free_mib)
+        return False, "memory", low
     return None
+
+
+EXCLUSION_REASONS = ("temperature", "xid", "memory", "stale", "missing", "node", "other")
+"""The classes of a GPU's telemetry verdict; ``node``: excluded only because another GPU of
+its node failed (``excludeWholeNode``)."""
 
 
 def _free_ratio(sample: GpuSample, total_mib: float | None) -> float | None:

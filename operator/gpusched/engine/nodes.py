@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpusched.api.config import SchedulerConfig
 from gpusched.api.selectors import Taint
 from gpusched.engine.devices import CLIQUE_LABEL, NodeDevices
 from gpusched.engine.gpushape import NodeShape
@@ -70,7 +69,13 @@ class Statics:
     gpu_mem_total: FloatArray
     gpu_notes: dict[int, str]
     """Global GPU id → why it is excluded, or why its telemetry is unknown (reported)."""
+    gpu_reasons: dict[int, str]
+    """Global GPU id → the class of its note (`gpusched.engine.health.EXCLUSION_REASONS`)."""
     node_notes: dict[int, list[str]]
+    levels: tuple[str, ...]
+    """The node label keys that nest, outermost first (``topologyLevels``): a domain of one
+    of them is named by its full path through the outer ones. How this cluster's labels are
+    read, fixed when it is built, like the telemetry verdicts; no decision's preference."""
     label_codes: dict[str, tuple[IntArray, list[tuple[tuple[str, str], ...]]]] = field(
         default_factory=dict
     )
@@ -90,17 +95,17 @@ class Statics:
 
 
 class NodeFacts:
-    """The static side of a `Snapshot`: its nodes and their GPUs, by node index, with the
-    settings the snapshot was built under. Node indices follow node names in sorted order, so
-    every "lowest index" tie-break is a tie-break on the node name."""
+    """The static side of a `Snapshot`: its nodes and their GPUs, by node index. Node indices
+    follow node names in sorted order, so every "lowest index" tie-break is a tie-break on the
+    node name. No setting rides here: what a decision prefers is its `policy.Policy`."""
 
-    def __init__(self, config: SchedulerConfig, statics: Statics) -> None:
-        self.config = config
-        """The settings the snapshot was built under: which topology levels name its domains,
-        which NUMA policy its filters apply, what its telemetry verdicts used. `schedule` takes
-        the scoring settings from it once a call, into the `scoring.Scoring` that travels beside
-        the snapshot; nothing below reads them here."""
+    def __init__(self, statics: Statics) -> None:
         self._s = statics
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The ``topologyLevels`` the cluster's domains are named by (see `Statics.levels`)."""
+        return self._s.levels
 
     @property
     def nodes(self) -> tuple[NodeInfo, ...]:
@@ -152,6 +157,10 @@ class NodeFacts:
         return self._s.gpu_notes
 
     @property
+    def gpu_reasons(self) -> Mapping[int, str]:
+        return self._s.gpu_reasons
+
+    @property
     def node_notes(self) -> dict[int, list[str]]:
         return self._s.node_notes
 
@@ -192,7 +201,7 @@ class NodeFacts:
         zone-b are different domains."""
         cached = self._s.label_codes.get(key)
         if cached is None:
-            levels = self.config.topology_levels
+            levels = self._s.levels
             outer = levels[: levels.index(key)] if key in levels else ()
             clique = key == CLIQUE_LABEL
             paths = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpusched.api.config import ShareGpu, TieBreakOrder
+from gpusched.api.config import NumaPolicy, ShareGpu, TieBreakOrder
 from gpusched.engine import partitions, scores
 from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.gpuset import GpuChoice, choose_gpus
@@ -40,7 +40,7 @@ def pick_node(
 ) -> NodeChoice | None:
     """The best node (and GPUs) for ``pod`` among ``allowed`` nodes, by ``scoring``; ``None``
     if none fits."""
-    candidates = feasible_nodes(snapshot, pod, allowed)
+    candidates = feasible_nodes(snapshot, pod, scoring.numa, allowed)
     if candidates.size == 0:
         return None
     base = scores.node_scores(snapshot, pod, candidates, scoring)
@@ -236,7 +236,7 @@ def _with_gpus(
         gpus: tuple[int, ...] = (gpu,)
         choice = None
     else:
-        choice = _choose_whole(snapshot, pod, node)
+        choice = _choose_whole(snapshot, pod, node, scoring.numa)
         if choice is None:
             return None
         gpus = choice.gpus
@@ -248,7 +248,9 @@ def _with_gpus(
     return NodeChoice(node, gpus, score)
 
 
-def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice | None:
+def _choose_whole(
+    snapshot: Snapshot, pod: PodRequest, node: int, numa: NumaPolicy
+) -> GpuChoice | None:
     info = snapshot.nodes[node]
     memory = None
     if snapshot.has_memory_telemetry:
@@ -257,12 +259,12 @@ def _choose_whole(snapshot: Snapshot, pod: PodRequest, node: int) -> GpuChoice |
         memory = None if np.isnan(free_memory).all() else [float(m) for m in free_memory]
     held = info.devices.partitions if info.devices is not None else None
     if held is not None and pod.devices is not None:
-        return _in_partition(snapshot, pod, node, held, memory)
+        return _in_partition(snapshot, pod, node, held, memory, numa)
     return choose_gpus(
         info.shape,
         snapshot.free_mask[node],
         pod.gpus,
-        snapshot.config.numa_policy,
+        numa,
         memory,
     )
 
@@ -273,13 +275,14 @@ def _in_partition(
     node: int,
     held: partitions.Partitions,
     memory: list[float] | None,
+    numa: NumaPolicy,
 ) -> GpuChoice | None:
     """On a Fabric Manager partitioned node: the best free partition of the pod's size, by
     the same ranking as any GPU set (the driver prepares nothing else)."""
     info = snapshot.nodes[node]
     best: GpuChoice | None = None
     for mask in partitions.free_partitions(held, pod.gpus, snapshot.free_mask[node]):
-        found = choose_gpus(info.shape, mask, pod.gpus, snapshot.config.numa_policy, memory)
+        found = choose_gpus(info.shape, mask, pod.gpus, numa, memory)
         if found is not None and (best is None or found.link_cost < best.link_cost):
             best = found
     return best

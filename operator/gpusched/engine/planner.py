@@ -29,9 +29,8 @@ from gpusched.engine import wording
 from gpusched.engine.admission import shortfalls
 from gpusched.engine.blockers import node_check
 from gpusched.engine.decisions import Candidates, Record, Tried
-from gpusched.engine.domains import Domain, copies, empty_label, subdomains
+from gpusched.engine.domains import Domain, copies, empty_label, pinned_domains, subdomains
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
-from gpusched.engine.nodes import BoolArray
 from gpusched.engine.pick import pick_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
@@ -40,13 +39,14 @@ from gpusched.engine.result import (
     GroupDecision,
     NodeCheck,
     Phase,
+    PinnedApart,
     Reason,
     Waiting,
 )
 from gpusched.engine.room import ChildBounds, Room
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.segments import enclosing, place_segments, segments_needed
-from gpusched.engine.siblings import Siblings
+from gpusched.engine.siblings import place_children
 from gpusched.engine.snapshot import Holding, Snapshot
 
 LABELS_SAMPLED = 200
@@ -80,10 +80,11 @@ class Planner:
         self.tree = GroupTree(groups)
         self.pods = pods_by_group
         self.bound = self._bound_by_group()
-        self.budget = snapshot.config.backtracking_budget
+        self.numa = scoring.numa
+        self.budget = scoring.policy.backtracking_budget
         # Nothing it holds refers back to it: a planner (with the trial's snapshot) is freed
         # as soon as its `schedule` returns, not by a later garbage collection.
-        self.record = Record(self.tree.descendants, snapshot.config.max_domains_reported)
+        self.record = Record(self.tree.descendants, scoring.policy.max_domains_reported)
 
     @property
     def decisions(self) -> dict[str, GroupDecision]:
@@ -135,9 +136,10 @@ class Planner:
                 return Candidates([], [Tried(Attempt(parent.name, note=note))])
             if group.segment_size and group.kind is GroupKind.POD_GROUP:
                 return self._segment_candidates(group, parent, empty)
-            pinned = self._pin(group, parent, domains)
-            if isinstance(pinned, str):
-                return Candidates([], [Tried(Attempt(None, note=pinned))])
+            pinned = pinned_domains(self.snapshot, group, parent, domains, self._bound_nodes(group))
+            if isinstance(pinned, PinnedApart):
+                note = wording.pinned_apart(pinned)
+                return Candidates([], [Tried(Attempt(None, note=note))])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             found = self._order_pod_group_domains(group, domains)
@@ -164,7 +166,9 @@ class Planner:
         if self._bound_nodes(group) or not pods or key is None or size is None:
             return Candidates([parent], lines)
         wanted = segments_needed(self.needed(group), size)
-        found = enclosing(self.snapshot, key, size, pods, parent, self._subdomains, wanted)
+        found = enclosing(
+            self.snapshot, key, size, pods, parent, self._subdomains, wanted, self.numa
+        )
         return Candidates(found, lines)
 
     def _child_without_label(self, group: GroupSpec, parent: Domain) -> str | None:
@@ -172,14 +176,14 @@ class Planner:
         for child in self.descendants(group)[1:]:
             key = child.topology_key
             if key is not None and not self._subdomains(parent, key):
-                return self._no_label(key, f"{child.kind.value} {child.key}")
+                return self._no_label(key, wording.group_name(child.kind.value, child.key))
         return None
 
     def _no_label(self, key: str, group: str | None) -> str:
-        known = set(self.snapshot.config.topology_levels)
+        known = set(self.snapshot.levels)
         for info in self.snapshot.nodes[:LABELS_SAMPLED]:
             known.update(info.labels)
-        levels = tuple(self.snapshot.config.topology_levels)
+        levels = self.snapshot.levels
         if key in levels:  # a configured level that no node carries yet: not a typo
             return wording.no_label(key, group, None, levels)
         close = difflib.get_close_matches(key, sorted(known - {key}), n=1, cutoff=0.8)
@@ -199,31 +203,6 @@ class Planner:
                     domain.mask.flags.writeable = False
             memo[(parent.labels, key)] = domains
         return list(domains)
-
-    def _pin(self, group: GroupSpec, parent: Domain, domains: list[Domain]) -> list[Domain] | str:
-        """The domains a group may still use, given its (and its descendants') bound pods; a
-        string says why none. A group with bound pods is pinned to their domain (its full
-        path): a re-created pod lands beside the others or stays pending. Bound pods in two
-        domains already break the constraint, so nothing more is placed: adding a pod to one
-        side would report the group placed in a placement that is not one."""
-        bound = self._bound_nodes(group)
-        if not bound:
-            return domains
-        touched = [d for d in domains if any(d.mask[node] for node in bound)]
-        if len(touched) > 1:
-            spans = "; ".join(f"{d.name} ({self._node_names(d.mask, bound)})" for d in touched)
-            return (
-                f"bound pods already span {len(touched)} {group.topology_key} domains, "
-                f"which its constraint forbids: {spans}"
-            )
-        if not touched:
-            names = self._node_names(None, bound)
-            return f"pinned by bound pods on {names}, outside {parent.name}"
-        return touched
-
-    def _node_names(self, mask: BoolArray | None, nodes: list[int]) -> str:
-        inside = {n for n in nodes if mask is None or mask[n]}
-        return ", ".join(sorted(self.snapshot.nodes[n].name for n in inside))
 
     def below_minimum(self) -> set[str]:
         """The gangs with pods bound, but fewer than their minCount."""
@@ -258,7 +237,7 @@ class Planner:
     def _order_pod_group_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         pods = self.pods.get(group.key, [])
         needed = self.needed(group)
-        room = Room(self.snapshot, pods)
+        room = Room(self.snapshot, pods, self.numa)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Tried] = []
         biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key)) if pods else None
@@ -274,17 +253,17 @@ class Planner:
 
     def _rejected(self, domain: Domain, estimate: int, needed: int, pod: PodRequest) -> Tried:
         def nodes() -> NodeCheck:
-            capacity = copies(self.snapshot, pod)
-            return node_check(self.snapshot, pod, domain.nodes(), capacity=capacity)
+            capacity = copies(self.snapshot, pod, self.numa)
+            return node_check(self.snapshot, pod, domain.nodes(), self.numa, capacity=capacity)
 
         return Tried(Attempt(domain.name, estimate, needed, estimate=True), nodes)
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
         # counting free GPUs only, racks that differ in CPU or memory would tie on the name.
-        room = Room(self.snapshot, self.pending_pods(group))
+        room = Room(self.snapshot, self.pending_pods(group), self.numa)
         children = self.children(group)
-        bounds = ChildBounds(self.snapshot, children, self.pods, self.needed)
+        bounds = ChildBounds(self.snapshot, children, self.pods, self.needed, self.numa)
         ranked: list[tuple[tuple[int, int, str], Domain]] = []
         lines: list[Tried] = []
         for domain in domains:
@@ -311,7 +290,7 @@ class Planner:
         """Places ``group`` somewhere inside ``parent``; records its decision. On failure the
         snapshot is as before."""
         self.record.explored = 0  # both per root group: one gang's search never starves another's
-        self.budget = self.snapshot.config.backtracking_budget
+        self.budget = self.scoring.policy.backtracking_budget
         if self.waits(group):
             return False
         found = self.candidates(group, parent)
@@ -402,7 +381,7 @@ class Planner:
         self.record.explored += 1
         if group.kind is GroupKind.POD_GROUP:
             return self._pod_group_in(group, domain)
-        return Siblings(self).place(group, domain)
+        return place_children(self, group, domain)
 
     def _segmented_in(
         self, group: GroupSpec, key: str, size: int, domain: Domain
@@ -416,8 +395,9 @@ class Planner:
             snapshot, self.scoring, key, size, pods, bound, domain, self._subdomains
         )
         if trial.placed >= self.needed(group) and (trial.placed or not pods or bool(bound)):
-            message = wording.placed(trial.placed, len(pods), Counted.PODS, domain.name)
-            message += " " + wording.segments_placed(trial.segments)
+            message = wording.placed_in_segments(
+                trial.placed, len(pods), domain.name, trial.segments
+            )
             left_out = self._left_out(trial.failed, domain)
             self.record.decide(
                 group,
@@ -429,7 +409,11 @@ class Planner:
                 segments=tuple(trial.segments),
             )
             return True, Tried(Attempt(domain.name, fits=True))
-        nodes = node_check(snapshot, trial.failed[0], domain.nodes()) if trial.failed else None
+        nodes = (
+            node_check(snapshot, trial.failed[0], domain.nodes(), self.numa)
+            if trial.failed
+            else None
+        )
         snapshot.rollback(checkpoint)
         attempt = Attempt(
             domain.name,
@@ -471,7 +455,7 @@ class Planner:
             self.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
             return True, Tried(Attempt(domain.name, fits=True))
         # Why the first pod that failed did not fit, on the cluster as the trial left it.
-        nodes = node_check(snapshot, failed[0], domain.nodes()) if failed else None
+        nodes = node_check(snapshot, failed[0], domain.nodes(), self.numa) if failed else None
         snapshot.rollback(checkpoint)
         missing = self.missing(group)
         attempt = Attempt(domain.name, placed, missing, nodes=nodes, no_pods=not failed)
@@ -485,7 +469,7 @@ class Planner:
         said: dict[tuple[object, ...], str] = {}
         for pod in failed:
             if pod.shape_key not in said:
-                nodes = node_check(self.snapshot, pod, domain.nodes())
+                nodes = node_check(self.snapshot, pod, domain.nodes(), self.numa)
                 said[pod.shape_key] = wording.left_out(total, where, nodes)
         return {pod.key: said[pod.shape_key] for pod in failed}
 

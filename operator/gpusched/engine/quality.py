@@ -29,9 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpusched.api.config import NumaPolicy
 from gpusched.api.selectors import Toleration
 from gpusched.engine.domains import copies, per_node_sum
 from gpusched.engine.fragmentation import fragmentation, free_matrix
+from gpusched.engine.health import EXCLUSION_REASONS
 from gpusched.engine.nodes import FloatArray, IntArray
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
@@ -85,17 +87,19 @@ class ClusterQuality:
 
 def measure(
     snapshot: Snapshot,
+    numa: NumaPolicy,
     levels: Sequence[str] | None = None,
     workload: tuple[TaskType, ...] | None = None,
 ) -> ClusterQuality:
-    """The quality of ``snapshot`` per domain of ``levels`` (default: the config's
-    ``topologyLevels``; keys no node carries are left out). ``workload`` is the mix for the
-    stranded GPUs; by default the mix of the pods the snapshot holds."""
+    """The quality of ``snapshot`` per domain of ``levels`` (default: the snapshot's
+    ``topologyLevels``; keys no node carries are left out), its gangs counted under the NUMA
+    rule ``numa``. ``workload`` is the mix for the stranded GPUs; by default the mix of the
+    pods the snapshot holds."""
     if workload is None:
         workload = target_workload(h.pod for h in snapshot.holdings.values())
-    per_node = _per_node(snapshot, workload)
+    per_node = _per_node(snapshot, workload, numa)
     domains = [_summarise(CLUSTER_LEVEL, CLUSTER_LEVEL, per_node, slice(None))]
-    for key in snapshot.config.topology_levels if levels is None else levels:
+    for key in snapshot.levels if levels is None else levels:
         codes, paths = snapshot.domain_codes(key)
         if not paths:
             continue
@@ -112,7 +116,7 @@ class _PerNode:
     stranded_milli: FloatArray
 
 
-def _per_node(snapshot: Snapshot, workload: tuple[TaskType, ...]) -> _PerNode:
+def _per_node(snapshot: Snapshot, workload: tuple[TaskType, ...], numa: NumaPolicy) -> _PerNode:
     everyone = np.arange(len(snapshot.nodes), dtype=np.int64)
     counts = np.diff(snapshot.gpu_offset)
     unusable = (~snapshot.gpu_usable).astype(np.int64)
@@ -120,15 +124,16 @@ def _per_node(snapshot: Snapshot, workload: tuple[TaskType, ...]) -> _PerNode:
         gpus=counts,
         free=snapshot.free_whole.copy(),
         excluded=per_node_sum(snapshot, unusable),
-        gangs={size: gang_capacity(snapshot, size) for size in GANG_SIZES},
+        gangs={size: gang_capacity(snapshot, size, numa) for size in GANG_SIZES},
         stranded_milli=_stranded(snapshot, everyone, workload),
     )
 
 
-def gang_capacity(snapshot: Snapshot, gpus: int) -> IntArray:
-    """Per node, how many pods of ``gpus`` whole GPUs (and nothing else) it takes now."""
+def gang_capacity(snapshot: Snapshot, gpus: int, numa: NumaPolicy) -> IntArray:
+    """Per node, how many pods of ``gpus`` whole GPUs (and nothing else) it takes now under
+    the NUMA rule ``numa``."""
     pod = PodRequest(key=f"quality/{gpus}-gpu", gpus=gpus, tolerations=_TOLERATE_ALL)
-    count = copies(snapshot, pod)
+    count = copies(snapshot, pod, numa)
     if gpus > 1:
         broken = np.fromiter(
             (n.topology_error is not None for n in snapshot.nodes), np.bool_, len(snapshot.nodes)
@@ -195,32 +200,13 @@ def _by_domain(
 # ----- telemetry exclusions and link tiers ---------------------------------------------------
 
 
-EXCLUSION_REASONS = ("temperature", "xid", "memory", "stale", "missing", "node", "other")
-
-
-def exclusion_reason(note: str | None) -> str:
-    """The reason class of a GPU's telemetry note (`gpusched.engine.health.gpu_verdict`'s
-    wording); ``node`` for a GPU excluded only because another GPU of its node failed."""
-    if note is None:
-        return "node"
-    if note == "no telemetry":
-        return "missing"
-    if note.startswith("telemetry stale"):
-        return "stale"
-    if note.startswith("XID"):
-        return "xid"
-    if note.startswith("free memory"):
-        return "memory"
-    if "°C" in note:
-        return "temperature"
-    return "other"
-
-
 def exclusions(snapshot: Snapshot) -> dict[str, int]:
-    """Excluded GPUs by reason (every reason present, 0 when none)."""
+    """Excluded GPUs by the class of their verdict (every class present, 0 when none):
+    `gpusched.engine.health.judge_gpu`'s, ``node`` for a GPU excluded only because another
+    GPU of its node failed."""
     found: Counter[str] = Counter()
     for gid in np.flatnonzero(~snapshot.gpu_usable).tolist():
-        found[exclusion_reason(snapshot.gpu_notes.get(gid))] += 1
+        found[snapshot.gpu_reasons.get(gid, "node")] += 1
     return {reason: found[reason] for reason in EXCLUSION_REASONS}
 
 

@@ -12,6 +12,7 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.api.foreign import VOLCANO_TASK_ANNOTATION
 from gpusched.api.k8s import GPU_MILLI_ANNOTATION, Pod
 from gpusched.api.selectors import NodeSelectorTerm, Toleration
+from gpusched.engine import wording
 from gpusched.engine.claims import PodDevices
 from gpusched.engine.devices import CHANNEL_RESOURCE
 from gpusched.engine.groups import GroupKey
@@ -125,7 +126,7 @@ class PodRequest:
                 raise InvalidObjectError(
                     f"Pod {pod.key}",
                     f"metadata.annotations[{GPU_MILLI_ANNOTATION}]",
-                    f"a GPU share applies to one GPU, but the pod requests {gpus} {gpu_resource}",
+                    wording.share_of_many(gpus, gpu_resource),
                 )
             gpus, gpu_milli = 0, share
         created = pod.metadata.creation_timestamp

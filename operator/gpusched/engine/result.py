@@ -77,6 +77,20 @@ class ChildBound:
 
 
 @dataclass(frozen=True, slots=True)
+class PinnedApart:
+    """Why a group's bound pods leave it no domain of its topology key: they already sit in
+    several (``spans``), which its constraint forbids, or in none inside its parent's domain
+    (``outside``)."""
+
+    key: str | None
+    spans: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Each domain the bound pods sit in, with the names of their nodes there."""
+    outside: tuple[str, ...] = ()
+    """The nodes of the bound pods, none in a domain of the key inside ``parent``."""
+    parent: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EmptyLabel:
     """Nodes that carry the group's topology key with an empty value, so are in no domain of
     it: NVIDIA's ``nvidia.com/gpu.clique`` is empty on a node whose NVLink fabric is not

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from gpusched.api.config import NumaPolicy
 from gpusched.engine.domains import Domain, copies, subdomains
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.nodes import IntArray
@@ -23,12 +24,12 @@ class Room:
     shape, the copies that fit on its nodes now (`copies`: CPU, memory, GPUs, extended
     resources and the node's constraints at once)."""
 
-    def __init__(self, snapshot: Snapshot, pods: Sequence[PodRequest]) -> None:
+    def __init__(self, snapshot: Snapshot, pods: Sequence[PodRequest], numa: NumaPolicy) -> None:
         shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
         for pod in pods:
             shapes[pod.shape_key].append(pod)
         self.total = len(pods)
-        self.per_shape = [(len(same), copies(snapshot, same[0])) for same in shapes.values()]
+        self.per_shape = [(len(same), copies(snapshot, same[0], numa)) for same in shapes.values()]
 
     def estimate(self, domain: Domain) -> int:
         """An optimistic count of the pods that fit in ``domain`` at once."""
@@ -69,9 +70,12 @@ class ChildBounds:
         children: list[GroupSpec],
         pods: Mapping[str, Sequence[PodRequest]],
         needed: Callable[[GroupSpec], int],
+        numa: NumaPolicy,
     ) -> None:
-        """``pods``: each child's pending pods; ``needed``: the pods each child must place."""
+        """``pods``: each child's pending pods; ``needed``: the pods each child must place;
+        ``numa``: the NUMA rule their copies are counted under."""
         self.snapshot = snapshot
+        self.numa = numa
         self.pods = pods
         self.kinds: dict[_ChildKind, list[GroupSpec]] = defaultdict(list)
         self.unbounded = 0
@@ -91,7 +95,7 @@ class ChildBounds:
         if cap is None:
             pods = self.pods[child.key]
             per_shape = {p.shape_key: p for p in pods}.values()
-            cap = np.max(np.stack([copies(self.snapshot, p) for p in per_shape]), axis=0)
+            cap = np.max(np.stack([copies(self.snapshot, p, self.numa) for p in per_shape]), axis=0)
             self._caps[kind] = cap
         return cap
 

@@ -1,11 +1,12 @@
-"""The engine's entry point: ``schedule(snapshot, pods, groups) -> ScheduleResult``.
+"""The engine's entry point: ``schedule(snapshot, pods, groups, policy) -> ScheduleResult``.
 
 Work is taken in one order — priority (highest first), then gangs already bound below their
 minCount (they complete before anything new starts), then age (oldest first), then name —
 where a unit is a root group (with everything under it) or a pod without a group. Each unit
 is placed completely or not at all on the snapshot and everything is rolled back at the end
 (checkpoint and rollback on its journal), so the caller's snapshot is never changed and a unit
-that cannot fit holds nothing while later units are placed.
+that cannot fit holds nothing while later units are placed. Every setting the run reads is
+its `Policy`; the snapshot holds none.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gpusched.engine.gpushape import NodeShape, worst_tier
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
 from gpusched.engine.pick import pick_node
 from gpusched.engine.planner import Planner
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
     Attempt,
@@ -59,22 +61,24 @@ class _Unit:
 def schedule(
     snapshot: Snapshot,
     pods: Sequence[PodRequest],
-    groups: Sequence[GroupSpec] = (),
+    groups: Sequence[GroupSpec],
+    policy: Policy,
     observe: TurnObserver | None = None,
     *,
     undo: bool = True,
 ) -> ScheduleResult:
-    """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot``, then undoes
-    every change: the caller's snapshot is as before (its journal rolled back to where it was,
-    under its lock), and copying it per call is not needed. The cyclic garbage collector is
-    paused meanwhile (`collector_paused`: what a decision allocates is freed when it returns).
-    ``undo`` False: what was placed stays held on ``snapshot`` (journaled), for a scratch copy
-    the caller reads the placement on and then drops, where the rollback of hundreds of pods
-    would be wasted work."""
-    with snapshot.lock, collector_paused():
+    """Places pending ``pods`` (and the ``groups`` they belong to) on ``snapshot`` under
+    ``policy``, then undoes every change: the caller's snapshot is as before (its journal
+    rolled back to where it was, under its lock), and copying it per call is not needed. With
+    ``policy.pause_collector`` the cyclic garbage collector is paused meanwhile
+    (`collector_paused`: what a decision allocates is freed when it returns). ``undo`` False:
+    what was placed stays held on ``snapshot`` (journaled), for a scratch copy the caller
+    reads the placement on and then drops, where the rollback of hundreds of pods would be
+    wasted work."""
+    with snapshot.lock, collector_paused(policy.pause_collector):
         checkpoint = snapshot.checkpoint()
         try:
-            return _schedule(snapshot, pods, groups, observe)
+            return _schedule(snapshot, pods, groups, policy, observe)
         finally:
             if undo:
                 snapshot.rollback(checkpoint)
@@ -84,9 +88,10 @@ def _schedule(
     work: Snapshot,
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec],
+    policy: Policy,
     observe: TurnObserver | None,
 ) -> ScheduleResult:
-    scoring = Scoring.for_cycle(work.config.scoring, work, pods)
+    scoring = Scoring.for_cycle(policy, work, pods)
     result = ScheduleResult()
     pods, gated = _gated(work, pods, result)
     pods, refused = _refused(pods, result)
@@ -131,7 +136,7 @@ def _gated(
         if not first[pod.key]:
             ready.append(pod)
             continue
-        message = f"waiting for scheduling gates to be removed: {', '.join(pod.gates)}"
+        message = wording.gated(pod.gates)
         result.unschedulable.append(PodFailure(pod.key, Reason.SCHEDULING_GATED, message))
         if pod.group_key is not None:
             gated[pod.group_key] += 1
@@ -231,22 +236,27 @@ def _group_problem(group: GroupSpec, by_key: dict[str, GroupSpec]) -> str | None
     if group.invalid is not None:
         return group.invalid
     seen = {group.key}
-    name = f"{group.kind.value} {group.key}"
+    kind = group.kind.value
     parent_key = group.parent
     while parent_key is not None:
         parent = by_key.get(parent_key)
         if parent is None:
-            return (
-                f"{group.kind.value} {group.key}: parent CompositePodGroup {parent_key} not found"
-            )
-        if parent.kind is not GroupKind.COMPOSITE:
-            return f"{name}: parent {parent_key} is not a CompositePodGroup"
-        if parent.key in seen:
-            return f"{name}: parentCompositePodGroupName forms a cycle"
-        if parent.invalid is not None:
-            return f"{name}: parent {parent_key} is invalid"
+            return wording.parent_problem(kind, group.key, "missing", parent_key)
+        problem = _parent_problem(parent, seen)
+        if problem is not None:
+            return wording.parent_problem(kind, group.key, problem, parent_key)
         seen.add(parent.key)
         parent_key = parent.parent
+    return None
+
+
+def _parent_problem(parent: GroupSpec, seen: set[str]) -> wording.ParentProblem | None:
+    if parent.kind is not GroupKind.COMPOSITE:
+        return "not composite"
+    if parent.key in seen:
+        return "cycle"
+    if parent.invalid is not None:
+        return "invalid"
     return None
 
 
@@ -259,14 +269,14 @@ def _impossible(snapshot: Snapshot, pod: PodRequest) -> str | None:
         column = snapshot.columns.get(name)
         largest = int(snapshot.largest[column]) if column is not None else 0
         if largest < amount:
-            return f"requests {amount} {name}; the largest node has {largest}"
+            return wording.larger_than_any_node(amount, name, largest)
     most = snapshot.most_gpus
     if pod.gpus > most:
         if pod.devices is not None and pod.devices.extended is None:
             return wording.too_many_devices(pod.gpus, most)
-        return f"requests {pod.gpus} {GPU_RESOURCE}; the largest node has {most}"
+        return wording.larger_than_any_node(pod.gpus, GPU_RESOURCE, most)
     if pod.gpu_milli and most == 0:
-        return f"requests a {pod.gpu_milli} milli-GPU share; no node has GPUs"
+        return wording.share_without_gpus(pod.gpu_milli)
     return None
 
 
@@ -286,10 +296,10 @@ def _by_group(
             continue
         group = known.get(key)
         if group is None:
-            message = f"PodGroup {key} not found"
+            message = wording.group_not_found(key)
             result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
         elif group.kind is not GroupKind.POD_GROUP:
-            message = f"{key} is a CompositePodGroup; pods belong to PodGroups"
+            message = wording.pod_in_composite(key)
             result.unschedulable.append(PodFailure(pod.key, Reason.INVALID, message))
         else:
             by_group[key].append(pod)
@@ -327,7 +337,7 @@ def _place_loose(
 ) -> None:
     choice = pick_node(snapshot, pod, scoring)
     if choice is None:
-        nodes = node_check(snapshot, pod, range(len(snapshot.nodes)))
+        nodes = node_check(snapshot, pod, range(len(snapshot.nodes)), scoring.numa)
         message = wording.none_available(len(snapshot.nodes), nodes)
         result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
         return
@@ -382,7 +392,7 @@ def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
     if snapshot.gpu_notes:
         base = int(snapshot.gpu_offset[holding.node])
         notes = tuple(
-            f"GPU {g}: {snapshot.gpu_notes[base + g]}"
+            wording.gpu_note(g, snapshot.gpu_notes[base + g])
             for g in holding.gpus
             if base + g in snapshot.gpu_notes
         )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpusched.api.config import NumaPolicy
 from gpusched.engine.domains import Domain, copies
 from gpusched.engine.nodes import IntArray
 from gpusched.engine.pick import pick_node
@@ -37,7 +38,7 @@ Subdomains = Callable[[Domain, str], list[Domain]]
 def enclosing_keys(snapshot: Snapshot, key: str) -> tuple[str, ...]:
     """The ``topologyLevels`` keys segments of ``key`` are kept together in, innermost first:
     the levels above ``key`` when it is listed, else every level."""
-    levels = snapshot.config.topology_levels
+    levels = snapshot.levels
     above = levels[: levels.index(key)] if key in levels else levels
     return tuple(reversed(above))
 
@@ -50,14 +51,15 @@ def enclosing(
     parent: Domain,
     subdomains: Subdomains,
     segments: int,
+    numa: NumaPolicy,
 ) -> list[Domain]:
     """Candidate domains for ``segments`` segments of ``size`` ``pods`` in domains of
     ``key``, all together, closest first; the parent's domain last. A domain with the same
     nodes as a closer one is tried once."""
     found: list[Domain] = []
     seen: set[bytes] = set()
-    per_node = _copies(snapshot, pods)
-    room = Room(snapshot, pods)
+    per_node = _copies(snapshot, pods, numa)
+    room = Room(snapshot, pods, numa)
     for level_key in enclosing_keys(snapshot, key):
         level = []
         for domain in subdomains(parent, level_key):
@@ -74,10 +76,10 @@ def enclosing(
     return found
 
 
-def _copies(snapshot: Snapshot, pods: Sequence[PodRequest]) -> IntArray:
+def _copies(snapshot: Snapshot, pods: Sequence[PodRequest], numa: NumaPolicy) -> IntArray:
     """Per node, the copies of the group's largest pod that fit now."""
     biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key))
-    return copies(snapshot, biggest)
+    return copies(snapshot, biggest, numa)
 
 
 def _segment_room(
@@ -162,7 +164,7 @@ def _segment(
 ) -> Domain | None:
     """Places ``chunk`` whole in the tightest of ``parts`` that takes it; None (nothing
     assumed) when none does."""
-    room = Room(snapshot, chunk)
+    room = Room(snapshot, chunk, scoring.numa)
     ranked = sorted(
         (room.tightest_first(part), index)
         for index, part in enumerate(parts)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpusched.api.config import SchedulerConfig
+from gpusched.engine import wording
 from gpusched.engine.nodes import IntArray, NodeFacts, Statics
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.workload import TaskCounts
@@ -50,8 +50,8 @@ class BoundPod:
 class Snapshot(NodeFacts):
     """Nodes, their usage and their GPUs."""
 
-    def __init__(self, config: SchedulerConfig, statics: Statics) -> None:
-        super().__init__(config, statics)
+    def __init__(self, statics: Statics) -> None:
+        super().__init__(statics)
         n = len(statics.nodes)
         g = int(statics.gpu_offset[-1])
         self.used: IntArray = np.zeros_like(statics.allocatable)
@@ -85,7 +85,6 @@ class Snapshot(NodeFacts):
         counts are counted again when asked), so it pays what a newly built snapshot pays:
         what tests and benchmarks compare the caches against."""
         clone = Snapshot.__new__(Snapshot)
-        clone.config = self.config
         clone._s = self._s
         if cold:
             clone._s = replace(
@@ -425,10 +424,7 @@ def bound_gpus(
     free = [g for g in reversed(range(count)) if gpu_free[base + g] >= need]
     chosen = sorted(free[:wanted])
     if chosen:
-        note = (
-            f"{bound.pod.key} holds {wanted} GPU(s) without a valid gpusched.io/gpus "
-            f"annotation; assumed GPU(s) {','.join(map(str, chosen))}"
-        )
+        note = wording.assumed_gpus(bound.pod.key, wanted, chosen)
         notes = snapshot.node_notes.setdefault(node, [])
         if note not in notes:  # a cached snapshot may see the same pod again
             notes.append(note)

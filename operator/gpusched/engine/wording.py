@@ -5,6 +5,7 @@ of pods left pending. Nothing parses them back: whoever needs a number reads the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from gpusched.engine.partitions import PartitionRefusal
 from gpusched.engine.result import (
@@ -13,6 +14,7 @@ from gpusched.engine.result import (
     Counted,
     EmptyLabel,
     NodeCheck,
+    PinnedApart,
     SegmentCount,
     SegmentPlaced,
     Waiting,
@@ -122,6 +124,17 @@ def empty_label(empty: EmptyLabel) -> str:
             f"{empty.mixed} {whose} GPUs name different cliques ({names}{more}: {cliques})"
         )
     return f"in no {empty.key} domain: " + "; ".join(parts)
+
+
+def pinned_apart(pinned: PinnedApart) -> str:
+    """Why bound pods leave a group no domain (`gpusched.engine.domains.pinned_domains`)."""
+    if pinned.spans:
+        spans = "; ".join(f"{name} ({', '.join(nodes)})" for name, nodes in pinned.spans)
+        return (
+            f"bound pods already span {len(pinned.spans)} {pinned.key} domains, "
+            f"which its constraint forbids: {spans}"
+        )
+    return f"pinned by bound pods on {', '.join(pinned.outside)}, outside {pinned.parent}"
 
 
 def segment_count(count: SegmentCount) -> str:
@@ -326,3 +339,240 @@ def eviction(pods: int, units: int, domain: str, cost: str) -> str:
         "" if units == pods else f" ({counted(units, 'gang or pod', 'gangs or pods')}, each whole)"
     )
     return f"evict {counted(pods, 'pod')}{whole} in {domain}: {cost}"
+
+
+# ----- node checks (`gpusched.engine.fit`, `gpusched.engine.blockers`) --------------------------
+
+NOT_READY = "node is NotReady"
+CORDONED = "node is cordoned"
+AFFINITY_MISMATCH = "required node affinity does not match"
+
+
+def untolerated_taint(key: str, value: str | None, effect: str) -> str:
+    return f"untolerated taint {key}{f'={value}' if value else ''}:{effect}"
+
+
+def selector_mismatch(key: str, value: str) -> str:
+    return f"nodeSelector {key}={value} does not match"
+
+
+def quantity(resource: str, amount: int) -> str:
+    """An amount as Kubernetes writes it: millicores, GiB of memory, else the count."""
+    if resource == "cpu":
+        return f"{amount}m"
+    if resource == "memory" or resource.startswith("hugepages-"):
+        return f"{amount / 2**30:.1f}Gi"
+    return str(amount)
+
+
+def short_of(resource: str, free: int, needed: int) -> str:
+    """ "4000m free, needs 8000m"."""
+    return f"{quantity(resource, free)} free, needs {quantity(resource, needed)}"
+
+
+def gpus_short(have: int, one_numa_node: bool, needed: int) -> str:
+    where = " in one NUMA node" if one_numa_node else ""
+    return f"{have} free usable GPUs{where}, needs {needed}"
+
+
+def share_short(most: int, needed: int) -> str:
+    return f"most free on one GPU: {most}, needs {needed}"
+
+
+def excluded_gpus(notes: Sequence[tuple[int, str]]) -> str:
+    """The suffix naming a node's GPUs excluded by telemetry, (GPU index, note) each."""
+    listed = ", ".join(f"GPU {gpu} {note}" for gpu, note in notes)
+    return f"; excluded: {listed}" if notes else ""
+
+
+def with_detail(text: str, detail: str) -> str:
+    """ "node-a (2 free usable GPUs, needs 4)"; the text alone without a detail."""
+    return f"{text} ({detail})" if detail else text
+
+
+def with_capacity(name: str, copies: int) -> str:
+    """A node that fits, with how many copies of the pod it takes: "node-a ×2"."""
+    return f"{name} ×{copies}"
+
+
+def gpu_note(gpu: int, note: str) -> str:
+    """A binding's note on one of its GPUs."""
+    return f"GPU {gpu}: {note}"
+
+
+def assumed_gpus(pod: str, wanted: int, chosen: Sequence[int]) -> str:
+    """A node's note on a pod bound without saying which GPUs it holds."""
+    return (
+        f"{pod} holds {wanted} GPU(s) without a valid gpusched.io/gpus "
+        f"annotation; assumed GPU(s) {','.join(map(str, chosen))}"
+    )
+
+
+# ----- telemetry verdicts (`gpusched.engine.health`) --------------------------------------------
+
+NO_TELEMETRY = "no telemetry"
+
+
+def telemetry_stale(age_seconds: float, max_age_seconds: float) -> str:
+    return f"telemetry stale ({age_seconds:.0f} s > {max_age_seconds:.0f} s)"
+
+
+def too_hot(temperature_c: float, limit_c: float) -> str:
+    return f"{temperature_c:.0f} °C > {limit_c:.0f} °C"
+
+
+def xid_error(code: float) -> str:
+    return f"XID error {code:.0f}"
+
+
+def low_memory(ratio: float, minimum: float, free_mib: float | None) -> str:
+    return f"free memory {ratio:.0%} < {minimum:.0%} ({free_mib:.0f} MiB free)"
+
+
+# ----- bad input and the queue (`gpusched.engine.schedule`) -------------------------------------
+
+
+def gated(gates: Sequence[str]) -> str:
+    return f"waiting for scheduling gates to be removed: {', '.join(gates)}"
+
+
+def group_name(kind: str, key: str) -> str:
+    """ "PodGroup default/train"."""
+    return f"{kind} {key}"
+
+
+ParentProblem = Literal["missing", "not composite", "cycle", "invalid"]
+_PARENT_PROBLEMS: dict[ParentProblem, str] = {
+    "missing": "parent CompositePodGroup {parent} not found",
+    "not composite": "parent {parent} is not a CompositePodGroup",
+    "cycle": "parentCompositePodGroupName forms a cycle",
+    "invalid": "parent {parent} is invalid",
+}
+
+
+def parent_problem(kind: str, key: str, problem: ParentProblem, parent: str) -> str:
+    """Why a group's parent makes it invalid."""
+    return f"{group_name(kind, key)}: " + _PARENT_PROBLEMS[problem].format(parent=parent)
+
+
+def larger_than_any_node(amount: int, resource: str, largest: int) -> str:
+    return f"requests {amount} {resource}; the largest node has {largest}"
+
+
+def share_without_gpus(milli: int) -> str:
+    return f"requests a {milli} milli-GPU share; no node has GPUs"
+
+
+def group_not_found(key: str) -> str:
+    return f"PodGroup {key} not found"
+
+
+def pod_in_composite(key: str) -> str:
+    return f"{key} is a CompositePodGroup; pods belong to PodGroups"
+
+
+def placed_in_segments(done: int, of: int, domain: str, segments: Sequence[SegmentPlaced]) -> str:
+    """A segmented gang placed: `placed`, then where its segments went."""
+    return placed(done, of, Counted.PODS, domain) + " " + segments_placed(segments)
+
+
+# ----- preemption (`gpusched.engine.preemption`) ------------------------------------------------
+# GPU amounts come formatted (`gpusched.engine.preemption.result.gpus_text`).
+
+
+def no_lower_priority(priority: int, protected: int) -> str:
+    why = f"no held pod has a priority below {priority}"
+    if protected:
+        why += f" but {protected} protected ones (unresolved priority, other schedulers)"
+    return why
+
+
+def no_label_at_all(key: str | None) -> str:
+    return f"no node has label {key}"
+
+
+def victim_bound(top_priority: int, gpus: str) -> str:
+    return f"highest victim priority {top_priority}, {gpus} GPUs"
+
+
+def not_tried_no_cheaper(top_priority: int, gpus: str) -> str:
+    return f"not tried: at best {victim_bound(top_priority, gpus)}, no cheaper than the plan found"
+
+
+NOT_TRIED_BUDGET = "not tried: the preemption budget was spent"
+
+
+def never_fits(failure: str) -> str:
+    return f"even evicting every lower-priority pod there it does not fit: {failure}"
+
+
+def no_plan(spent: bool, options: Sequence[tuple[str, str]]) -> str:
+    """Why no domain gave a plan, then each domain and what became of it."""
+    why = "the preemption budget ran out" if spent else "no domain can make room"
+    return f"{why}: " + "; ".join(f"{domain}: {detail}" for domain, detail in options)
+
+
+def fits_without_evicting(domain: str) -> str:
+    return f"fits in {domain} without evicting anything"
+
+
+def others_weighed(count: int) -> str:
+    return f"; {counted(count, 'other domain')} weighed"
+
+
+def preemptor_invalid(why: str) -> str:
+    return f"invalid: {why}"
+
+
+def priority_unresolved(why: str) -> str:
+    return f"priority unresolved: {why}"
+
+
+POLICY_NEVER = "preemptionPolicy is Never"
+PREEMPTION_OFF = "preemption.budget is 0"
+
+
+def frees_too_little(freed: str, needed: str) -> str:
+    return f"evicting every lower-priority pod there frees {freed} of the {needed} GPUs needed"
+
+
+def child_room_short(slots: int, minimum: int, key: str | None) -> str:
+    return (
+        f"evicting every lower-priority pod there leaves room for {slots} of the "
+        f"{minimum} child groups (minGroupCount) in its {key} domains"
+    )
+
+
+def plan_cost(overrun: int, top_priority: int, gpus: str, groups: int) -> str:
+    pdb = f"{overrun} PDB violations" if overrun else "no PDB violated"
+    victims = counted(groups, "victim group")
+    return f"{pdb}, highest victim priority {top_priority}, {gpus} GPUs, {victims}"
+
+
+def protected_invalid(why: str) -> str:
+    return f"its group is invalid: {why}"
+
+
+def protected_priority(why: str) -> str:
+    return f"its priority is unresolved: {why}"
+
+
+def other_schedulers_pod(pod: str) -> str:
+    return f"{pod} was bound by another scheduler (evictOtherSchedulersPods off)"
+
+
+# ----- what a node or a pod says of itself (`gpusched.engine.build`, `gpusched.engine.request`) --
+
+
+def node_problem(node: str, problem: str) -> str:
+    return f"Node {node}: {problem}"
+
+
+def gpu_count_mismatch(node: str, field: str, described: int, count: int, resource: str) -> str:
+    return node_problem(
+        node, f"{field}: describes {described} GPUs but the node advertises {count} {resource}"
+    )
+
+
+def share_of_many(gpus: int, resource: str) -> str:
+    return f"a GPU share applies to one GPU, but the pod requests {gpus} {resource}"

@@ -414,7 +414,7 @@ def _pod_failure_hints(run: Run, key: str, failure: PodFailure, group_key: str |
                 f"create the {source.value} group {namespace}/{name}, or change the pod's group"
             ]
         return [f"create PodGroup {group_key}, or change the pod's {POD_GROUP_LABEL} label"]
-    return hints.pod_hints(run.turns.get(key, run.snapshot), run.pending[key])
+    return hints.pod_hints(run.turns.get(key, run.snapshot), run.pending[key], run.policy)
 
 
 def _pod_state(run: Run, pod: Pod) -> str:
@@ -466,4 +466,4 @@ def group_hints(run: Run, spec: GroupSpec, decision: GroupDecision) -> list[str]
         for k in bound
         if run.bound[k].node in snapshot.index
     ]
-    return hints.gang_hints(snapshot, spec, pods, held)
+    return hints.gang_hints(snapshot, spec, pods, run.policy, held)

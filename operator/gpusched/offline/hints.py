@@ -30,6 +30,7 @@ from gpusched.engine.domains import Domain, copies, root_domain, subdomains
 from gpusched.engine.fit import static_mask
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.nodes import BoolArray, IntArray
+from gpusched.engine.policy import Policy, one_numa_node
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Attempt, Counted, Waiting
 from gpusched.engine.snapshot import Snapshot
@@ -120,30 +121,32 @@ def gang_hints(
     snapshot: Snapshot,
     spec: GroupSpec,
     pods: Sequence[PodRequest],
+    policy: Policy,
     bound: Sequence[tuple[PodRequest, int]] = (),
 ) -> list[str]:
-    """Hints for a PodGroup whose pending ``pods`` found no domain; ``bound`` are its pods
-    already bound, with their nodes: they count towards ``minCount``, pin the domain, and
-    are never capacity to free."""
+    """Hints for a PodGroup whose pending ``pods`` found no domain under ``policy``; ``bound``
+    are its pods already bound, with their nodes: they count towards ``minCount``, pin the
+    domain, and are never capacity to free."""
+    numa = policy.numa
     bound_nodes = [node for _, node in bound]
     needed = max(0, spec.minimum - len(bound_nodes)) if spec.gang else 1
     biggest = max(pods, key=lambda p: (p.gpu_demand_milli, p.key))
     if not static_mask(snapshot, biggest).any():
         return [NO_NODE_PASSES.format(what="pods")]
-    numa = _numa_hint(snapshot, biggest)
-    if numa is not None:
-        return [numa]
+    impossible = _numa_hint(snapshot, biggest, numa)
+    if impossible is not None:
+        return [impossible]
     shapes: dict[tuple[object, ...], list[PodRequest]] = defaultdict(list)
     for pod in pods:
         shapes[pod.shape_key].append(pod)
     kept = _Kept.of(snapshot, bound)
-    now = [(len(m), copies_now(snapshot, m[0])) for m in shapes.values()]
-    empty = [(len(m), copies_empty(snapshot, m[0], kept)) for m in shapes.values()]
+    now = [(len(m), copies_now(snapshot, m[0], numa)) for m in shapes.values()]
+    empty = [(len(m), copies_empty(snapshot, m[0], numa, kept)) for m in shapes.values()]
     rooms = _rooms(snapshot, spec, now, empty, bound_nodes)
     if not rooms:
         return [f"no node has label {spec.topology_key}: label the nodes or drop the constraint"]
     hints = _capacity_hints(
-        snapshot, spec, rooms, needed, biggest, empty if len(shapes) == 1 else None
+        snapshot, spec, rooms, needed, biggest, numa, empty if len(shapes) == 1 else None
     )
     most = max(room.fit for room in rooms)
     if spec.gang and 1 <= len(bound_nodes) + most < spec.minimum:
@@ -160,6 +163,7 @@ def _capacity_hints(
     rooms: Sequence[_Room],
     needed: int,
     pod: PodRequest,
+    numa: NumaPolicy,
     empty: PerShape | None,
 ) -> list[str]:
     """What to free, and where; ``empty`` is given when the group has one pod shape."""
@@ -178,10 +182,10 @@ def _capacity_hints(
             "did not fit pod by pod (GPU sets, NUMA or mixed pod shapes): see the domain "
             "lines above"
         ]
-    single = snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+    single = numa is NumaPolicy.SINGLE_NUMA_NODE
     if empty is not None and pod.gpus and not single:
         capacity = empty[0][1]
-        costs = [(_freeing(snapshot, r, needed - r.fit, pod, capacity), r) for r in holding]
+        costs = [(_freeing(snapshot, r, needed - r.fit, pod, capacity, numa), r) for r in holding]
         priced = [(c, r) for c, r in costs if c is not None]
         if priced:
             (total, on), room = min(priced, key=lambda p: (p[0][0], -p[1].fit, p[1].domain.name))
@@ -192,18 +196,23 @@ def _capacity_hints(
                 f"{room.fit} fit there now"
             ]
     room = max(holding, key=lambda r: (r.fit, _negated(r.domain.name)))
-    return [_free_room_hint(snapshot, room, needed - room.fit, pod)]
+    return [_free_room_hint(snapshot, room, needed - room.fit, pod, numa)]
 
 
 def _freeing(
-    snapshot: Snapshot, room: _Room, missing: int, pod: PodRequest, empty: IntArray
+    snapshot: Snapshot,
+    room: _Room,
+    missing: int,
+    pod: PodRequest,
+    empty: IntArray,
+    numa: NumaPolicy,
 ) -> tuple[int, list[str]] | None:
     """The fewest GPUs to free in ``room`` for ``missing`` more whole-GPU pods, and where:
     per node, the first extra pod needs the GPUs missing to the next multiple of its size,
     each further one its size, up to what the node holds when empty. Nodes whose other
     resources (cpu, memory) already limit the pod are left out."""
     size = pod.gpus
-    now = copies_now(snapshot, pod)
+    now = copies_now(snapshot, pod, numa)
     offers: list[tuple[int, str, int]] = []
     for node in room.domain.nodes().tolist():
         free = int(snapshot.free_whole[node])
@@ -223,13 +232,15 @@ def _freeing(
     return sum(cost for cost, _, _ in chosen), where
 
 
-def _free_room_hint(snapshot: Snapshot, room: _Room, missing: int, pod: PodRequest) -> str:
+def _free_room_hint(
+    snapshot: Snapshot, room: _Room, missing: int, pod: PodRequest, numa: NumaPolicy
+) -> str:
     """Where room is short, node by node, in the engine's words ("insufficient cpu (…)")."""
-    now = copies_now(snapshot, pod)
+    now = copies_now(snapshot, pod, numa)
     short = [
-        f"{snapshot.nodes[n].name}: {node_reason(snapshot, pod, n)}"
+        f"{snapshot.nodes[n].name}: {node_reason(snapshot, pod, n, numa)}"
         for n in room.domain.nodes().tolist()
-        if now[n] == 0 and node_reason(snapshot, pod, n) is not None
+        if now[n] == 0 and node_reason(snapshot, pod, n, numa) is not None
     ]
     more = plural(missing, "more pod")
     where = f"; {_listed(short)}" if short else ""
@@ -265,10 +276,10 @@ def _broken(snapshot: Snapshot) -> BoolArray:
     )
 
 
-def copies_now(snapshot: Snapshot, pod: PodRequest) -> IntArray:
+def copies_now(snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy) -> IntArray:
     """`copies`, with nodes whose topology annotation is broken taking no multi-GPU pod (the
     filter the planner's estimate leaves to the trial)."""
-    count = copies(snapshot, pod)
+    count = copies(snapshot, pod, numa)
     if pod.gpus > 1:
         count = np.where(_broken(snapshot), 0, count)
     return count
@@ -293,7 +304,9 @@ class _Kept:
         return _Kept(gpus, dict(resources))
 
 
-def copies_empty(snapshot: Snapshot, pod: PodRequest, kept: _Kept | None = None) -> IntArray:
+def copies_empty(
+    snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy, kept: _Kept | None = None
+) -> IntArray:
     """Per node, copies of ``pod`` that would fit with nothing else on it (but what ``kept``
     says stays): allocatable resources and usable GPUs, per NUMA node under
     ``single-numa-node``."""
@@ -312,7 +325,7 @@ def copies_empty(snapshot: Snapshot, pod: PodRequest, kept: _Kept | None = None)
     size = max(pod.gpus, 1)
     held = kept.gpus if kept is not None else np.zeros(len(snapshot.nodes), dtype=np.int64)
     fitting = np.array(
-        [_gpu_sets(snapshot, n, size, int(held[n])) for n in range(len(snapshot.nodes))],
+        [_gpu_sets(snapshot, n, size, numa, int(held[n])) for n in range(len(snapshot.nodes))],
         dtype=np.int64,
     )
     if pod.gpus > 1:
@@ -321,17 +334,17 @@ def copies_empty(snapshot: Snapshot, pod: PodRequest, kept: _Kept | None = None)
     return result
 
 
-def _gpu_sets(snapshot: Snapshot, node: int, size: int, held: int = 0) -> int:
+def _gpu_sets(snapshot: Snapshot, node: int, size: int, numa: NumaPolicy, held: int = 0) -> int:
     """Sets of ``size`` usable GPUs the node has when empty but for ``held`` GPUs (under
     ``single-numa-node`` taken from its largest NUMA nodes first: a lower bound)."""
     gpus = snapshot.node_gpus(node)
     usable = snapshot.gpu_usable[gpus.start : gpus.stop]
-    if size == 1 or snapshot.config.numa_policy is not NumaPolicy.SINGLE_NUMA_NODE:
+    if not one_numa_node(numa, size):
         return max(int(usable.sum()) - held, 0) // size
     per_numa: dict[int, int] = defaultdict(int)
-    for gpu, numa in enumerate(snapshot.nodes[node].shape.numa):
-        if numa is not None and usable[gpu]:
-            per_numa[numa] += 1
+    for gpu, numa_node in enumerate(snapshot.nodes[node].shape.numa):
+        if numa_node is not None and usable[gpu]:
+            per_numa[numa_node] += 1
     sizes = sorted(per_numa.values(), reverse=True)
     for i in range(len(sizes)):
         taken = min(sizes[i], held)
@@ -340,9 +353,9 @@ def _gpu_sets(snapshot: Snapshot, node: int, size: int, held: int = 0) -> int:
     return sum(n // size for n in sizes)
 
 
-def _numa_hint(snapshot: Snapshot, pod: PodRequest) -> str | None:
+def _numa_hint(snapshot: Snapshot, pod: PodRequest, numa: NumaPolicy) -> str | None:
     """Under ``single-numa-node``, a pod larger than every NUMA node can never fit."""
-    if pod.gpus < 2 or snapshot.config.numa_policy is not NumaPolicy.SINGLE_NUMA_NODE:
+    if not one_numa_node(numa, pod.gpus):
         return None
     passing = np.flatnonzero(static_mask(snapshot, pod)).tolist()
     largest = max(
@@ -371,7 +384,7 @@ def _topology_hints(snapshot: Snapshot, spec: GroupSpec, now: PerShape, needed: 
     key = spec.topology_key
     if key is None:
         return []
-    levels = snapshot.config.topology_levels
+    levels = snapshot.levels
     outer = list(levels[: levels.index(key)]) if key in levels else []
     root = root_domain(snapshot)
     for wider in reversed(outer):
@@ -419,14 +432,14 @@ def _blocked(snapshot: Snapshot, domain: Domain, pod: PodRequest) -> list[str]:
 # ----- a pod without a group -----------------------------------------------------------------
 
 
-def pod_hints(snapshot: Snapshot, pod: PodRequest) -> list[str]:
-    """Hints for a group-less pod that fits no node."""
+def pod_hints(snapshot: Snapshot, pod: PodRequest, policy: Policy) -> list[str]:
+    """Hints for a group-less pod that fits no node under ``policy``."""
     passing = static_mask(snapshot, pod)
     if not passing.any():
         return [NO_NODE_PASSES.format(what="pod")]
-    numa = _numa_hint(snapshot, pod)
-    if numa is not None:
-        return [numa]
+    impossible = _numa_hint(snapshot, pod, policy.numa)
+    if impossible is not None:
+        return [impossible]
     room = passing.copy()
     for name, amount in pod.resources.items():
         column = snapshot.columns.get(name)
@@ -436,7 +449,8 @@ def pod_hints(snapshot: Snapshot, pod: PodRequest) -> list[str]:
     if not room.any():
         return ["free cpu, memory or pod slots on a node that passes the pod's constraints"]
     if pod.gpus:
-        have = np.where(room & (copies_empty(snapshot, pod) > 0), snapshot.free_whole, -1)
+        empty = copies_empty(snapshot, pod, policy.numa)
+        have = np.where(room & (empty > 0), snapshot.free_whole, -1)
         best = int(np.argmax(have))
         if have[best] < 0:
             return ["no node with room for the pod's cpu and memory has that many usable GPUs"]

@@ -30,6 +30,7 @@ import numpy as np
 
 from gpusched.api.topology import LinkTier
 from gpusched.engine.gpushape import NodeShape
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Binding
 from gpusched.engine.snapshot import Snapshot
@@ -93,7 +94,8 @@ def plot_run(
 ) -> PlotSummary:
     """The cluster of an offline run with the engine's placements applied."""
     after = with_bindings(run.snapshot, run.result.bindings, run.pending)
-    return plot_snapshot(after, path, highlight=highlight, title=title)
+    key = run.policy.scoring.domain_key
+    return plot_snapshot(after, path, highlight=highlight, title=title, domain_key=key)
 
 
 def with_bindings(
@@ -120,18 +122,16 @@ class _Layout:
     colours: dict[str, str] = field(default_factory=dict)
     domains: bool = False
     """Some node is in an NVLink domain (``scoring.domainKey``): the legend names the frame."""
+    domain_key: str = ""
+    """The label of those domains."""
 
 
 def _holder(pod: PodRequest) -> str:
     return pod.group_key or LOOSE
 
 
-def _layout(snapshot: Snapshot) -> _Layout:
-    present = [
-        key
-        for key in snapshot.config.topology_levels
-        if any(key in n.labels for n in snapshot.nodes)
-    ]
+def _layout(snapshot: Snapshot, domain_key: str) -> _Layout:
+    present = [key for key in snapshot.levels if any(key in n.labels for n in snapshot.nodes)]
     zone_key = present[0] if present else None
     rack_key = present[-1] if len(present) > 1 else None
     layout = _Layout()
@@ -140,8 +140,8 @@ def _layout(snapshot: Snapshot) -> _Layout:
         rack = info.labels.get(rack_key, "(no rack)") if rack_key else ""
         layout.zones.setdefault(zone, {}).setdefault(rack, []).append(index)
     layout.zones = {z: dict(sorted(r.items())) for z, r in sorted(layout.zones.items())}
-    key = snapshot.config.scoring.domain_key
-    layout.domains = any(n.labels.get(key) for n in snapshot.nodes)
+    layout.domain_key = domain_key
+    layout.domains = any(n.labels.get(domain_key) for n in snapshot.nodes)
     holders = sorted({_holder(h.pod) for h in snapshot.holdings.values() if h.gpus})
     groups = [h for h in holders if h != LOOSE]
     for i, holder in enumerate(groups):
@@ -200,15 +200,17 @@ def plot_snapshot(
     highlight: Iterable[str] = (),
     title: str | None = None,
     max_detailed_nodes: int = DETAILED_MAX_NODES,
+    domain_key: str = Policy().scoring.domain_key,
 ) -> PlotSummary:
     """Draws ``snapshot`` into the PNG ``path``; detailed up to ``max_detailed_nodes``.
-    ``highlight``: group keys and pod keys whose GPUs get a thick frame."""
+    ``highlight``: group keys and pod keys whose GPUs get a thick frame; ``domain_key``: the
+    label of the NVLink domains framed (``scoring.domainKey``)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:  # pragma: no cover - matplotlib is part of the dev install
         raise PlotError("--plot needs matplotlib: pip install 'gpusched[plot]'") from None
-    layout = _layout(snapshot)
+    layout = _layout(snapshot, domain_key)
     aggregated = len(snapshot.nodes) > max_detailed_nodes
     figure = Figure()
     FigureCanvasAgg(figure)
@@ -263,7 +265,7 @@ def _draw_detailed(
                 for offset, node in enumerate(nodes):
                     y = top + 1.2 + offset
                     _node_row(axes, snapshot, node, left, y, owners, layout, highlight)
-                for first, count, domain in _domain_runs(snapshot, nodes):
+                for first, count, domain in _domain_runs(snapshot, nodes, layout.domain_key):
                     y = top + 1.2 + first
                     _domain_box(axes, domain, left + 0.15, y - 0.08, rack_width - 0.3, count)
                 right = max(right, left + rack_width)
@@ -283,11 +285,10 @@ def _rack_box(axes: Axes, rack: str, left: float, top: float, width: float, node
         axes.text(left + 0.3, top + 0.6, rack, fontsize=7, va="center", weight="bold")
 
 
-def _domain_runs(snapshot: Snapshot, nodes: Sequence[int]) -> list[tuple[int, int, str]]:
-    """Runs of consecutive ``nodes`` in one NVLink domain (``scoring.domainKey``, e.g.
-    ``nvidia.com/gpu.clique``): (first position, node count, domain value); nodes with the
-    label missing or empty are in none."""
-    key = snapshot.config.scoring.domain_key
+def _domain_runs(snapshot: Snapshot, nodes: Sequence[int], key: str) -> list[tuple[int, int, str]]:
+    """Runs of consecutive ``nodes`` in one NVLink domain (label ``key``, ``scoring.domainKey``,
+    e.g. ``nvidia.com/gpu.clique``): (first position, node count, domain value); nodes with
+    the label missing or empty are in none."""
     runs: list[tuple[int, int, str]] = []
     for position, node in enumerate(nodes):
         value = snapshot.nodes[node].labels.get(key, "")
@@ -409,7 +410,7 @@ def _draw_aggregated(axes: Axes, snapshot: Snapshot, layout: _Layout) -> tuple[f
         interpolation="nearest",
     )
     for r, (_, nodes) in enumerate(rows):
-        runs = _domain_runs(snapshot, nodes)
+        runs = _domain_runs(snapshot, nodes, layout.domain_key)
         for first, count, _ in runs:
             _aggregated_domain(axes, label_width + first, r, count)
     for r, (name, nodes) in enumerate(rows):

@@ -27,6 +27,7 @@ from gpusched.api.topology import LinkTier
 from gpusched.engine import fragmentation
 from gpusched.engine.gpushape import worst_tier
 from gpusched.engine.pick import pick_node
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Snapshot
@@ -130,8 +131,7 @@ def replay(
     """Submits ``sequence`` one pod at a time to a copy of ``base`` under ``config``: each pod
     is placed once by `pick_node` (the operator's per-pod decision) or fails."""
     snapshot = base.copy()
-    snapshot.config = config
-    scoring = Scoring(config.scoring, workload)
+    scoring = Scoring(Policy.of(config), workload)
     capacity = float(WHOLE_GPU_MILLI * int(snapshot.gpu_offset[-1]))
     count = len(sequence)
     arrived, allocated, fragmented = np.zeros(count), np.zeros(count), np.zeros(count)

@@ -19,6 +19,7 @@ from gpusched.engine.dra import dra_inputs
 from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.health import GpuSample
 from gpusched.engine.pins import GpuPins
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, GroupDecision, Phase, PodFailure, ScheduleResult
@@ -44,6 +45,8 @@ class Run:
     groups: dict[str, GroupSpec]
     result: ScheduleResult
     """Each group's phase as after one attempt (`first_attempt`)."""
+    policy: Policy
+    """What the engine decided under."""
     turns: dict[str, Snapshot] = field(default_factory=dict)
     """Unit key → the cluster as the engine found it when that unit's turn came (for the
     units asked for)."""
@@ -108,9 +111,12 @@ def simulate(
             kept[unit] = work.copy()
 
     requests, groups = list(pending.values()), list(specs.values())
-    result = schedule(snapshot, requests, groups, observe)
+    policy = Policy.of(config)
+    result = schedule(snapshot, requests, groups, policy, observe)
     budgets = disruption_budgets(objects.budgets, (p for p in pods.values() if not p.is_terminal))
-    preemptions = plan_cycle(snapshot, result, requests, groups, budgets, frozenset(foreign))
+    preemptions = plan_cycle(
+        snapshot, result, requests, groups, policy, budgets, frozenset(foreign)
+    )
     return Run(
         objects=objects,
         snapshot=snapshot,
@@ -119,6 +125,7 @@ def simulate(
         bound=bound,
         groups=specs,
         result=first_attempt(result),
+        policy=policy,
         turns=kept,
         ignored=ignored,
         preemptions=preemptions,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from gpusched.api.config import SchedulerConfig
 from gpusched.engine.build import SnapshotCache, build_snapshot
 from gpusched.engine.health import GpuSample
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Binding, Phase, Reason, ScheduleResult
@@ -74,7 +75,8 @@ class Decider:
             devices=view.devices,
         )
         groups = self.state.group_specs()
-        result = await asyncio.to_thread(schedule, snapshot, view.ready, groups)
+        policy = Policy.of(self.config)
+        result = await asyncio.to_thread(schedule, snapshot, view.ready, groups, policy)
         self._decided = (snapshot, view.ready)
         metrics.DECISION_SECONDS.observe(self.clock() - started)
         return result, view
@@ -97,7 +99,7 @@ class Decider:
         groups = self.state.group_specs()
         budgets = self.state.budgets.for_pods(self.state.pods.values())
         return await asyncio.to_thread(
-            plan_cycle, snapshot, result, ready, groups, budgets, foreign
+            plan_cycle, snapshot, result, ready, groups, Policy.of(self.config), budgets, foreign
         )
 
     def placed(self, bindings: Iterable[Binding]) -> None:

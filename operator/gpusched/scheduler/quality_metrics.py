@@ -106,10 +106,12 @@ class QualityMetrics:
     ) -> ClusterQuality:
         """Measures ``snapshot`` and sets every gauge; counts ``bindings`` (the ones made
         since the last call) by link tier. ``config`` names the levels (default: the
-        snapshot's); ``workload`` is the mix for stranded GPUs (default: the pods held)."""
+        snapshot's) and the NUMA rule of its gang counts; ``workload`` is the mix for
+        stranded GPUs (default: the pods held)."""
         started = time.perf_counter()
-        levels = (config or snapshot.config).topology_levels
-        quality = measure(snapshot, levels, workload)
+        levels = config.topology_levels if config is not None else snapshot.levels
+        numa = (config or SchedulerConfig()).numa_policy
+        quality = measure(snapshot, numa, levels, workload)
         seen: set[tuple[str, str]] = set()
         for domain in quality.domains:
             labels = (domain.level, domain.domain)

@@ -16,6 +16,7 @@ from gpusched.api.crds import API_VERSION, parse_pod_group
 from gpusched.api.errors import InvalidObjectError
 from gpusched.api.priority import priority_classes
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
@@ -279,7 +280,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_bad_input(case: Case) -> None:
-    result = schedule(case.snapshot, case.pods, case.groups)
+    result = schedule(case.snapshot, case.pods, case.groups, Policy())
     want = {
         "bindings": dict(case.want_bindings),
         "groups": dict(case.want_groups),
@@ -289,7 +290,7 @@ def test_bad_input(case: Case) -> None:
 
 
 def test_empty_cluster_with_nothing_to_do() -> None:
-    result = schedule(EMPTY, [], [])
+    result = schedule(EMPTY, [], [], Policy())
     assert result.to_dict() == {"bindings": [], "podGroups": [], "unschedulable": []}
 
 
@@ -298,7 +299,7 @@ def test_a_64_gpu_node_hands_out_its_last_gpu() -> None:
     big = node("node-a", "gpu8", allocatable={"nvidia.com/gpu": "64"})
     holders = [bound(pod(f"held-{i}", gpus=1), "node-a", [i]) for i in range(63)]
     snapshot = cluster(nodes=[big], bound=holders)
-    result = schedule(snapshot, [pod("last", gpus=1)])
+    result = schedule(snapshot, [pod("last", gpus=1)], (), Policy())
     assert placements(result) == {"last": ("node-a", (63,))}, result.unschedulable
 
 
@@ -306,7 +307,7 @@ def test_a_pod_listed_twice_or_already_bound_is_never_placed_twice() -> None:
     held = pod("held", gpus=8)
     snapshot = cluster(nodes=[node("node-a"), node("node-b")], bound=[bound(held, "node-a")])
     twice = pod("twice", gpus=8)
-    result = schedule(snapshot, [twice, twice, held])
+    result = schedule(snapshot, [twice, twice, held], (), Policy())
     assert placements(result) == {"twice": ("node-b", ALL)}, result.to_dict()
     assert result.unschedulable == [], result.unschedulable
 
@@ -379,7 +380,7 @@ def test_a_preemptor_whose_priority_cannot_be_trusted_evicts_nothing(
 ) -> None:
     big = group_from("big", **spec)
     plan = plan_preemption(
-        FULL, "default/big", [pod("big-0", gpus=8, group="big")], [big, LOW_GROUP]
+        FULL, "default/big", [pod("big-0", gpus=8, group="big")], [big, LOW_GROUP], Policy()
     )
     assert (plan.outcome.value, plan.victims) == (want_outcome, ()), story
     assert want_message in plan.message
@@ -388,6 +389,8 @@ def test_a_preemptor_whose_priority_cannot_be_trusted_evicts_nothing(
 def test_a_victim_whose_priority_cannot_be_trusted_is_never_evicted() -> None:
     low = group_from("low", priorityClassName="gone")
     big = dataclasses.replace(gang("big", 1), priority=1000)
-    plan = plan_preemption(FULL, "default/big", [pod("big-0", gpus=8, group="big")], [big, low])
+    plan = plan_preemption(
+        FULL, "default/big", [pod("big-0", gpus=8, group="big")], [big, low], Policy()
+    )
     assert (plan.outcome.value, plan.victims) == ("NoLowerPriority", ())
     assert "1 protected" in plan.message

@@ -14,6 +14,7 @@ import pytest
 
 from gpusched.engine.collector import collector_paused, freeze_survivors
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
@@ -56,6 +57,7 @@ def test_a_decision_runs_without_automatic_collections_and_puts_the_threshold_ba
         two_racks(),
         members("train", 2, gpus=8, group="train"),
         [gang("train", 2, topology=RACK)],
+        Policy(),
         observe=lambda _key, _work: seen.append(gc.get_threshold()[0]),
     )
 
@@ -65,12 +67,36 @@ def test_a_decision_runs_without_automatic_collections_and_puts_the_threshold_ba
     assert sorted(node for node, _ in placements(result).values()) == ["node-a", "node-b"]
 
 
+def test_a_policy_without_the_pause_leaves_the_collector_to_its_caller() -> None:
+    # An embedder that owns the collector (or decides in several threads and wants no shared
+    # setting changed) turns the pause off: the threshold it set stays during the decision.
+    seen: list[int] = []
+
+    result = schedule(
+        two_racks(),
+        members("train", 2, gpus=8, group="train"),
+        [gang("train", 2, topology=RACK)],
+        Policy(pause_collector=False),
+        observe=lambda _key, _work: seen.append(gc.get_threshold()[0]),
+    )
+
+    assert seen == [CALLERS_THRESHOLD]
+    assert gc.get_threshold()[0] == CALLERS_THRESHOLD
+    assert sorted(node for node, _ in placements(result).values()) == ["node-a", "node-b"]
+
+
 def test_a_decision_that_raises_still_puts_the_threshold_back() -> None:
     def fail(_key: str, _work: Snapshot) -> None:
         raise RuntimeError("observer failed")
 
     with pytest.raises(RuntimeError, match="observer failed"):
-        schedule(two_racks(), members("train", 1, gpus=8, group="train"), [gang("train", 1)], fail)
+        schedule(
+            two_racks(),
+            members("train", 1, gpus=8, group="train"),
+            [gang("train", 1)],
+            Policy(),
+            fail,
+        )
 
     assert gc.get_threshold()[0] == CALLERS_THRESHOLD
 
@@ -101,7 +127,7 @@ def test_a_collector_disabled_during_a_decision_stays_disabled() -> None:
 
 def test_a_decision_leaves_a_disabled_collector_disabled() -> None:
     gc.disable()  # whoever embeds the engine, for reasons of its own
-    schedule(two_racks(), members("train", 1, gpus=8, group="train"), [gang("train", 1)])
+    schedule(two_racks(), members("train", 1, gpus=8, group="train"), [gang("train", 1)], Policy())
 
     assert not gc.isenabled(), "the decision turned the collector on under its owner"
     gc.enable()
@@ -150,8 +176,8 @@ def test_a_decision_and_a_preemption_plan_leave_nothing_for_the_collector() -> N
     gc.disable()
     gc.collect()
 
-    result = schedule(snapshot, pods, groups)
-    plan = plan_preemption(snapshot, "default/llm", pods, groups)
+    result = schedule(snapshot, pods, groups, Policy())
+    plan = plan_preemption(snapshot, "default/llm", pods, groups, Policy())
 
     assert _engine_objects_in_cycles() == [], "the decision or the plan left them in cycles"
     assert not result.bindings, "the zone is full: nothing fits without preemption"

@@ -10,6 +10,7 @@ from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_res
 from gpusched.api.k8s import parse_node, parse_pod
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.dra import DraObjects, DraPod, dra_inputs
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -36,7 +37,7 @@ def run(world: World, domains: dict[str, tuple[str, str]]) -> ScheduleResult:
     ready = [PodRequest.from_pod(p) for p in pods]
     inputs = dra_inputs(nodes, objects, ready, sources, GPU_RESOURCE)
     snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
-    return schedule(snapshot, inputs.ready, world.groups)
+    return schedule(snapshot, inputs.ready, world.groups, Policy())
 
 
 def test_a_channel_claim_in_another_namespace_than_its_compute_domain_is_refused() -> None:

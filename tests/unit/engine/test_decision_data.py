@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpusched.engine import wording
+from gpusched.engine.policy import Policy
 from gpusched.engine.result import Attempt, Blocker, Counted, NodeCheck, Waiting
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
@@ -24,7 +25,10 @@ TWO_RACKS = {"z1": {"r1": ["a100x8"], "r2": ["a100x8", "a100x8"]}}
 def test_a_rack_too_small_says_how_many_fit_and_which_nodes_block() -> None:
     snapshot = cluster(TWO_RACKS, bound=[bound(pod("busy", gpus=8), "node-b")])
     result = schedule(
-        snapshot, members("w", 2, gpus=8, group="train"), [gang("train", 2, topology=RACK)]
+        snapshot,
+        members("w", 2, gpus=8, group="train"),
+        [gang("train", 2, topology=RACK)],
+        Policy(),
     )
     train = decision(result, "train")
     assert train.tried == (
@@ -62,7 +66,7 @@ def test_a_gang_short_of_pods_says_what_it_waits_for_gated_pods_apart() -> None:
     snapshot = cluster(TWO_RACKS)
     gated = dataclasses.replace(pod("g-0", gpus=1, group="train"), gates=("quota",))
     pods = [*members("w", 2, gpus=1, group="train"), gated]
-    result = schedule(snapshot, pods, [gang("train", 4)])
+    result = schedule(snapshot, pods, [gang("train", 4)], Policy())
     want = Waiting(Counted.PODS, present=2, minimum=4, gated=1)
     assert decision(result, "train").waiting == want
 
@@ -70,7 +74,7 @@ def test_a_gang_short_of_pods_says_what_it_waits_for_gated_pods_apart() -> None:
 def test_children_waiting_with_their_parent_carry_its_wait_and_name_it() -> None:
     snapshot = cluster(TWO_RACKS)
     groups = [composite("job", 2), gang("leader", 1, parent="job")]
-    result = schedule(snapshot, [pod("l-0", group="leader")], groups)
+    result = schedule(snapshot, [pod("l-0", group="leader")], groups, Policy())
     job, leader = decision(result, "job"), decision(result, "leader")
     want = Waiting(Counted.CHILD_GROUPS, present=1, minimum=2)
     assert (job.waiting, job.inherited_from) == (want, None)
@@ -88,7 +92,7 @@ def test_the_queue_order_and_each_turn_come_from_the_engine() -> None:
         seen[unit] = sorted(work.holdings)
 
     groups = [gang("later", 1), gang("urgent", 1)]
-    result = schedule(snapshot, [*later, alone, *urgent], groups, observe)
+    result = schedule(snapshot, [*later, alone, *urgent], groups, Policy(), observe)
     assert result.order == ["default/urgent", "default/later", "default/alone"]
     assert seen == {
         "default/urgent": [],

@@ -14,6 +14,7 @@ from gpusched.engine.build import build_snapshot, topology_problem
 from gpusched.engine.claims import ClaimAllocation, DeviceChoice
 from gpusched.engine.dra import DraObjects, DraPod, dra_inputs
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -61,7 +62,7 @@ class World:
         sources = {p.key: DraPod(p, p.metadata.uid or "") for p in pods}
         inputs = dra_inputs(nodes, objects, ready, sources, GPU_RESOURCE)
         snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
-        return schedule(snapshot, inputs.ready, self.groups)
+        return schedule(snapshot, inputs.ready, self.groups, Policy())
 
 
 def _messages(result: ScheduleResult) -> dict[str, str]:

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpusched.api.config import NumaPolicy
 from gpusched.api.k8s import Node
 from gpusched.engine.blockers import node_check
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
 from testing.engine import bound, cluster, messages, node, pod
@@ -76,7 +78,7 @@ def _cluster(case: Case) -> Snapshot:
 def test_every_failing_check_is_counted_gpus_first(case: Case) -> None:
     snapshot = _cluster(case)
     request = pod("p", gpus=4, memory=64 * 2**30)
-    check = node_check(snapshot, request, range(len(snapshot.nodes)))
+    check = node_check(snapshot, request, range(len(snapshot.nodes)), NumaPolicy.BEST_EFFORT)
     assert check.fitting == 0, case.story
     assert tuple((b.check, b.nodes) for b in check.blockers) == case.want_counts, case.story
 
@@ -84,7 +86,7 @@ def test_every_failing_check_is_counted_gpus_first(case: Case) -> None:
 def test_the_pods_message_reads_as_kube_schedulers() -> None:
     case = CASES[0]
     snapshot = _cluster(case)
-    result = schedule(snapshot, [pod("p", gpus=4, memory=64 * 2**30)], [])
+    result = schedule(snapshot, [pod("p", gpus=4, memory=64 * 2**30)], [], Policy())
     message = messages(result)["p"]
     assert message.startswith("0/12 nodes are available: 12 Insufficient nvidia.com/gpu: "), message
     assert "; 4 Insufficient memory: both-00 (" in message, message

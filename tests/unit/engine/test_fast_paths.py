@@ -25,6 +25,7 @@ from gpusched.engine.fit import feasible_nodes
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.health import GpuSample
 from gpusched.engine.pick import pick_node
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -92,9 +93,9 @@ def test_openb_one_pod_per_call_decides_as_a_cold_snapshot(
     warm, cold = [], []
     for request in pods:
         before = _state(warm_snapshot)
-        warm.append(schedule(warm_snapshot, [request]))
+        warm.append(schedule(warm_snapshot, [request], (), Policy()))
         assert _state(warm_snapshot) == before, f"schedule({request.key}) changed the snapshot"
-        cold.append(schedule(cold_snapshot.copy(cold=True), [request]))
+        cold.append(schedule(cold_snapshot.copy(cold=True), [request], (), Policy()))
         for snapshot, result in ((warm_snapshot, warm[-1]), (cold_snapshot, cold[-1])):
             for binding in result.bindings:
                 snapshot.assume(request, snapshot.index[binding.node], binding.gpus)
@@ -154,8 +155,8 @@ def test_gangs_decide_as_on_a_cold_snapshot_call_after_call() -> None:
     single pod: each decision equals the one a cold copy makes."""
     snapshot = _gang_cluster()
     first_pods, first_groups = _two_level("llm")
-    results = [schedule(snapshot, first_pods, first_groups) for _ in range(3)]
-    want = schedule(snapshot.copy(cold=True), first_pods, first_groups)
+    results = [schedule(snapshot, first_pods, first_groups, Policy()) for _ in range(3)]
+    want = schedule(snapshot.copy(cold=True), first_pods, first_groups, Policy())
     assert results == [want] * 3
     assert len(want.bindings) == 6, f"the first gang should be placed: {want.groups}"
     by_key = {p.key: p for p in first_pods}
@@ -164,8 +165,8 @@ def test_gangs_decide_as_on_a_cold_snapshot_call_after_call() -> None:
     second_pods, second_groups = _two_level("next")
     loose = [pod("one", gpus=1), pod("slice", milli=250, app="x")]
     for pods, groups in ((second_pods, second_groups), (loose, [])):
-        got = schedule(snapshot, pods, groups)
-        assert got == schedule(snapshot.copy(cold=True), pods, groups)
+        got = schedule(snapshot, pods, groups, Policy())
+        assert got == schedule(snapshot.copy(cold=True), pods, groups, Policy())
 
 
 def test_a_schedule_that_keeps_its_placement_holds_exactly_its_bindings() -> None:
@@ -175,8 +176,8 @@ def test_a_schedule_that_keeps_its_placement_holds_exactly_its_bindings() -> Non
     pods, groups = _two_level("llm")
     kept, applied = _gang_cluster(), _gang_cluster()
     before, mark = _state(kept), kept.checkpoint()
-    want = schedule(applied, pods, groups)
-    got = schedule(kept, pods, groups, undo=False)
+    want = schedule(applied, pods, groups, Policy())
+    got = schedule(kept, pods, groups, Policy(), undo=False)
     assert got == want
     assert len(got.bindings) == 6, f"the gang should be placed: {got.groups}"
     by_key = {p.key: p for p in pods}
@@ -278,8 +279,8 @@ def test_the_fragmentation_score_is_the_same_with_and_without_cached_rows() -> N
     each time) equals the score on a cold copy, for every feasible node."""
     snapshot = build_snapshot(load_nodes(OPENB / "openb_node_list_gpu_node.csv")[:300])
     for step, request in enumerate(load_pods(OPENB / "openb_pod_list_default.csv")[:300]):
-        scoring = Scoring(snapshot.config.scoring, cycle_workload(snapshot, [request]))
-        nodes = feasible_nodes(snapshot, request)
+        scoring = Scoring(Policy(), cycle_workload(snapshot, [request]))
+        nodes = feasible_nodes(snapshot, request, scoring.numa)
         warm = fragmentation_score(snapshot, request, nodes, scoring)
         cold = fragmentation_score(snapshot.copy(cold=True), request, nodes, scoring)
         assert np.array_equal(warm, cold), f"step {step}, {request.key}"
@@ -298,10 +299,10 @@ def test_copies_sharing_the_fragmentation_cache_score_as_cold_ones_node_by_node(
     copies = [base.copy(), base.copy()]
     for step, request in enumerate(load_pods(OPENB / "openb_pod_list_default.csv")[:240]):
         snapshot = copies[step % 2]
-        scoring = Scoring(snapshot.config.scoring, cycle_workload(snapshot, [request]))
+        scoring = Scoring(Policy(), cycle_workload(snapshot, [request]))
         window = np.zeros(len(snapshot.nodes), dtype=np.bool_)
         window[(step * 7) % 100 : (step * 7) % 100 + 40] = True
-        nodes = feasible_nodes(snapshot, request, window)
+        nodes = feasible_nodes(snapshot, request, scoring.numa, window)
         warm = fragmentation_score(snapshot, request, nodes, scoring)
         cold = fragmentation_score(snapshot.copy(cold=True), request, nodes, scoring)
         assert np.array_equal(warm, cold), f"step {step}, {request.key}"

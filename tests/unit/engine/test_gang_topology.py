@@ -20,6 +20,7 @@ from gpusched.engine import wording
 from gpusched.engine.domains import root_domain, subdomains
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.planner import Planner
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -281,7 +282,7 @@ STORIES = [
 
 @pytest.mark.parametrize("story", STORIES, ids=lambda s: s.id)
 def test_story(story: Story) -> None:
-    result = schedule(story.snapshot, story.pods, story.groups)
+    result = schedule(story.snapshot, story.pods, story.groups, Policy())
     want = {
         "bindings": dict(story.want_bindings),
         "groups": dict(story.want_groups),
@@ -369,7 +370,7 @@ REPORT_CASES = [
 
 @pytest.mark.parametrize("case", REPORT_CASES, ids=lambda c: c.id)
 def test_unschedulable_gang_reports_every_domain_tried(case: ReportCase) -> None:
-    result = schedule(case.snapshot, case.pods, [case.group])
+    result = schedule(case.snapshot, case.pods, [case.group], Policy())
     assert placements(result) == {}, "a gang that does not fit binds nothing"
     got = decision(result, case.group.key.removeprefix("default/"))
     assert (got.phase.value, got.reason.value, got.attempts) == (
@@ -416,7 +417,7 @@ def planner(snapshot: Snapshot, pods: Sequence[PodRequest], groups: Sequence[Gro
     by_group: dict[str, list[PodRequest]] = defaultdict(list)
     for p in pods:
         by_group[f"{p.namespace}/{p.group}"].append(p)
-    return Planner(snapshot.copy(), Scoring(snapshot.config.scoring), groups, by_group)
+    return Planner(snapshot.copy(), Scoring(Policy()), groups, by_group)
 
 
 def test_five_nodes_candidate_domains_per_level() -> None:
@@ -457,7 +458,7 @@ def _candidates(plan: Planner, group: GroupSpec, parent: Any) -> tuple[list[str]
 
 
 def test_five_nodes_placement() -> None:
-    result = schedule(five_nodes(), FIVE_PODS, FIVE_GROUPS)
+    result = schedule(five_nodes(), FIVE_PODS, FIVE_GROUPS, Policy())
     assert whole(result) == {
         "bindings": {"w-0": ("node-a", ALL), "w-1": ("node-b", ALL), "ps-0": ("node-c", ALL)},
         "groups": {
@@ -477,7 +478,7 @@ def test_five_nodes_placement() -> None:
 
 def test_five_nodes_with_c_busy_nothing_fits_and_each_zone_says_why() -> None:
     # z1 keeps r1 for the workers but has no rack left for the ps; z2 has one rack only.
-    result = schedule(five_nodes("node-c"), FIVE_PODS, FIVE_GROUPS)
+    result = schedule(five_nodes("node-c"), FIVE_PODS, FIVE_GROUPS, Policy())
     assert placements(result) == {}
     job = decision(result, "job")
     assert (job.phase.value, job.reason.value) == ("Unschedulable", "Unschedulable")
@@ -507,12 +508,14 @@ def test_five_nodes_with_c_busy_nothing_fits_and_each_zone_says_why() -> None:
 # racks tie, so it tries r1 first (by name): greedy then leaves b-gang nowhere to go.
 
 
-def backtracking_cluster(budget: int) -> Snapshot:
+def backtracking_cluster() -> Snapshot:
     layout = [("node-a", "a100x8", "r1"), ("node-b", "h100x4", "r2"), ("node-c", "h100x4", "r2")]
-    return cluster(
-        nodes=[node(n, kind, labels={ZONE: "z1", RACK: r}) for n, kind, r in layout],
-        config=SchedulerConfig.model_validate({"backtrackingBudget": budget}),
-    )
+    return cluster(nodes=[node(n, kind, labels={ZONE: "z1", RACK: r}) for n, kind, r in layout])
+
+
+def budget(extra: int) -> Policy:
+    """The default policy with a backtracking budget of ``extra`` choices."""
+    return Policy.of(SchedulerConfig.model_validate({"backtrackingBudget": extra}))
 
 
 BACKTRACKING_GROUPS = [
@@ -568,13 +571,15 @@ BACKTRACKING_CASES = [
 
 @pytest.mark.parametrize("case", BACKTRACKING_CASES, ids=lambda c: c.id)
 def test_composite_backtracking(case: BacktrackingCase) -> None:
-    result = schedule(backtracking_cluster(case.budget), BACKTRACKING_PODS, BACKTRACKING_GROUPS)
+    result = schedule(
+        backtracking_cluster(), BACKTRACKING_PODS, BACKTRACKING_GROUPS, budget(case.budget)
+    )
     assert whole(result) == case.want, [(d.name, d.message) for d in result.groups]
     assert decision(result, "job").explored == case.want_explored
 
 
 def test_greedy_failure_names_the_child_that_did_not_fit() -> None:
-    result = schedule(backtracking_cluster(0), BACKTRACKING_PODS, BACKTRACKING_GROUPS)
+    result = schedule(backtracking_cluster(), BACKTRACKING_PODS, BACKTRACKING_GROUPS, budget(0))
     job = decision(result, "job")
     assert job.attempts[0].startswith("z1: 1 of 2 child groups fit (default/b-gang: "), job.attempts
 
@@ -593,7 +598,6 @@ def test_each_root_group_gets_its_own_backtracking_budget() -> None:
     ]
     snapshot = cluster(
         nodes=[node(n, kind, labels={ZONE: z, RACK: r}) for n, kind, z, r in layout],
-        config=SchedulerConfig.model_validate({"backtrackingBudget": 1}),
     )
     groups, pods = [], []
     for job in ("job1", "job2"):
@@ -604,7 +608,7 @@ def test_each_root_group_gets_its_own_backtracking_budget() -> None:
         ]
         pods += [*members(f"{job}-a", 2, gpus=4, group=f"{job}-a")]
         pods.append(pod(f"{job}-b-0", gpus=8, group=f"{job}-b"))
-    result = schedule(snapshot, pods, groups)
+    result = schedule(snapshot, pods, groups, budget(1))
     phases = {name: phase for name, (phase, _, _) in outcomes(result).items()}
     assert phases == dict.fromkeys(
         ["job1", "job1-a", "job1-b", "job2", "job2-a", "job2-b"], "Scheduled"

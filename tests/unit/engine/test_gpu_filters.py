@@ -27,6 +27,7 @@ import pytest
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.selectors import NodeSelectorTerm, Toleration
 from gpusched.engine.health import GpuSample
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -134,7 +135,7 @@ SEED_CASES = [
 
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.id)
 def test_busy_a100_node(case: Case) -> None:
-    assert outcome(schedule(seed_node(case.config), [case.pod])) == case.want
+    assert outcome(schedule(seed_node(case.config), [case.pod], (), Policy())) == case.want
 
 
 # ----- telemetry: stale, missing, XID, whole-node exclusion -------------------------------------
@@ -224,7 +225,7 @@ TELEMETRY_CASES = [
 @pytest.mark.parametrize("case", TELEMETRY_CASES, ids=lambda c: c.id)
 def test_telemetry_verdicts(case: TelemetryCase) -> None:
     snapshot = last_gpu_free(case.sample, case.config)
-    assert outcome(schedule(snapshot, [pod("p", gpus=1)])) == case.want
+    assert outcome(schedule(snapshot, [pod("p", gpus=1)], (), Policy())) == case.want
 
 
 def test_stale_free_memory_does_not_win_over_fresh_telemetry() -> None:
@@ -232,7 +233,7 @@ def test_stale_free_memory_does_not_win_over_fresh_telemetry() -> None:
     # the others. Stale data is unknown, never healthy, so it must not make GPU 0 look best.
     telemetry = healthy("node-a") | {("node-a", 0): gpu(free_mib=81000, age_seconds=600)}
     snapshot = cluster(nodes=[node("node-a")], telemetry=telemetry)
-    assert outcome(schedule(snapshot, [pod("p", gpus=1)])) == ("node-a", (1,), ())
+    assert outcome(schedule(snapshot, [pod("p", gpus=1)], (), Policy())) == ("node-a", (1,), ())
 
 
 @pytest.mark.parametrize(
@@ -251,14 +252,14 @@ def test_stale_free_memory_does_not_win_over_fresh_telemetry() -> None:
 def test_exclude_whole_node(settings: SchedulerConfig, want: Outcome) -> None:
     telemetry = healthy("node-a", "node-b") | {("node-a", 3): gpu(temperature=90)}
     snapshot = cluster(nodes=[node("node-a"), node("node-b")], telemetry=telemetry, config=settings)
-    assert outcome(schedule(snapshot, [pod("p", gpus=1)])) == want
+    assert outcome(schedule(snapshot, [pod("p", gpus=1)], (), Policy())) == want
 
 
 def test_exclude_whole_node_explains_itself_when_nothing_is_left() -> None:
     telemetry = healthy("node-a") | {("node-a", 3): gpu(temperature=90)}
     settings = config(telemetry={"excludeWholeNode": True})
     snapshot = cluster(nodes=[node("node-a")], telemetry=telemetry, config=settings)
-    message = outcome(schedule(snapshot, [pod("p", gpus=1)]))
+    message = outcome(schedule(snapshot, [pod("p", gpus=1)], (), Policy()))
     assert isinstance(message, str), message
     assert message.startswith(one_node("Insufficient nvidia.com/gpu", "0 free usable GPUs")[:-1])
     assert "GPU 3 90 °C > 80 °C" in message, message
@@ -305,9 +306,9 @@ def test_numa_policy_on_dgx_a100(case: NumaCase) -> None:
         nodes=[node("node-a")],
         bound=[bound(pod(f"busy-{i}", gpus=1), "node-a", [i]) for i in (0, 2, 4)],
         telemetry=healthy("node-a"),
-        config=config(numaPolicy=case.policy),
     )
-    got = outcome(schedule(snapshot, [pod("p", gpus=case.gpus)]))
+    policy = Policy.of(config(numaPolicy=case.policy))
+    got = outcome(schedule(snapshot, [pod("p", gpus=case.gpus)], (), policy))
     want = case.want if isinstance(case.want, str) else ("node-a", case.want, ())
     assert got == want
 
@@ -394,7 +395,7 @@ def test_node_gpu_topology(case: TopologyCase) -> None:
         nodes=[node("node-a", case.kind, annotations=case.annotations)],
         telemetry=healthy("node-a"),
     )
-    result = schedule(snapshot, [pod("p", gpus=case.gpus)])
+    result = schedule(snapshot, [pod("p", gpus=case.gpus)], (), Policy())
     got: Any = [(b.node, b.gpus, b.link_tier, b.best_tier) for b in result.bindings]
     got = got[0] if got else messages(result).get("p")
     assert got == case.want
@@ -509,7 +510,7 @@ FILTER_CASES = [
 @pytest.mark.parametrize("case", FILTER_CASES, ids=lambda c: c.id)
 def test_node_filters(case: FilterCase) -> None:
     snapshot = cluster(nodes=[case.node], telemetry=healthy("node-a"))
-    assert outcome(schedule(snapshot, [case.pod])) == case.want
+    assert outcome(schedule(snapshot, [case.pod], (), Policy())) == case.want
 
 
 def test_node_affinity_picks_the_gpu_model_among_nodes() -> None:
@@ -519,7 +520,7 @@ def test_node_affinity_picks_the_gpu_model_among_nodes() -> None:
         telemetry=healthy("node-a") | healthy("node-b", count=4),
     )
     wanted = pod("p", gpus=2, terms=[term(PRODUCT, "In", "NVIDIA-H100-80GB-HBM3")])
-    assert outcome(schedule(snapshot, [wanted])) == ("node-b", (0, 1), ())
+    assert outcome(schedule(snapshot, [wanted], (), Policy())) == ("node-b", (0, 1), ())
 
 
 # ----- GPU shares (gpusched.io/gpu-milli) -------------------------------------------------------
@@ -574,7 +575,7 @@ SHARE_CASES = [
 @pytest.mark.parametrize("case", SHARE_CASES, ids=lambda c: c.id)
 def test_gpu_share_best_fit(case: ShareCase) -> None:
     snapshot = cluster(nodes=[node("node-a")], bound=case.bound, telemetry=case.telemetry)
-    assert outcome(schedule(snapshot, [case.pod])) == ("node-a", (case.want_gpu,), ())
+    assert outcome(schedule(snapshot, [case.pod], (), Policy())) == ("node-a", (case.want_gpu,), ())
 
 
 # ----- pods bound by someone else ---------------------------------------------------------------
@@ -619,7 +620,11 @@ def test_pods_bound_by_others(case: ForeignCase) -> None:
         bound=[bound(pod("legacy", gpus=2), "node-a", case.gpus)],
         telemetry=healthy("node-a"),
     )
-    assert outcome(schedule(snapshot, [pod("p", gpus=6)])) == ("node-a", case.want, ())
+    assert outcome(schedule(snapshot, [pod("p", gpus=6)], (), Policy())) == (
+        "node-a",
+        case.want,
+        (),
+    )
     note = (
         "default/legacy holds 2 GPU(s) without a valid gpusched.io/gpus annotation; "
         "assumed GPU(s) 6,7"
@@ -635,7 +640,7 @@ def test_a_node_whose_annotation_describes_fewer_gpus_is_offered_only_that_many(
     snapshot = cluster(
         nodes=[node("node-a", "a100x8", annotations=WRONG_COUNT)], telemetry=healthy("node-a")
     )
-    result = schedule(snapshot, [pod(f"p{i}", gpus=1) for i in range(5)])
+    result = schedule(snapshot, [pod(f"p{i}", gpus=1) for i in range(5)], (), Policy())
     assert sorted(b.gpus[0] for b in result.bindings) == [0, 1, 2, 3]
     assert "p4" in messages(result), messages(result)
 
@@ -646,7 +651,7 @@ def test_a_node_whose_annotation_describes_more_gpus_is_offered_what_it_advertis
     snapshot = cluster(
         nodes=[node("node-a", "h100x4", annotations=annotations)], telemetry=healthy("node-a")
     )
-    result = schedule(snapshot, [pod(f"p{i}", gpus=1) for i in range(6)])
+    result = schedule(snapshot, [pod(f"p{i}", gpus=1) for i in range(6)], (), Policy())
     assert sorted(b.gpus[0] for b in result.bindings) == [0, 1, 2, 3]
     assert set(messages(result)) == {"p4", "p5"}
 
@@ -657,7 +662,7 @@ def test_a_request_only_a_lying_node_advertises_waits_rather_than_being_invalid(
     snapshot = cluster(
         nodes=[node("node-a", "a100x8", annotations=WRONG_COUNT)], telemetry=healthy("node-a")
     )
-    result = schedule(snapshot, [pod("p", gpus=8)])
+    result = schedule(snapshot, [pod("p", gpus=8)], (), Policy())
     message = messages(result)["p"]
     assert "largest node" not in message, message
     assert "describes 4 GPUs but the node advertises 8" in message, message

@@ -13,6 +13,7 @@ from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_res
 from gpusched.api.k8s import parse_node, parse_pod
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.dra import DraCache, DraObjects, DraPod
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Phase
 from gpusched.engine.schedule import schedule
@@ -178,5 +179,5 @@ def test_a_channel_claim_being_written_holds_its_nodes_channel() -> None:
         busy=busy,
     )
     snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
-    result = schedule(snapshot, inputs.ready)
+    result = schedule(snapshot, inputs.ready, (), Policy())
     assert [(b.pod, b.node) for b in result.bindings] == [(f"{NS}/solo", "n1")]

@@ -36,6 +36,7 @@ from gpusched.api.k8s import Node
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.health import GpuSample
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
 from gpusched.engine.result import Phase, ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -95,6 +96,10 @@ class Scenario:
     @property
     def names(self) -> list[str]:
         return node_names(len(self.nodes))
+
+    @property
+    def policy(self) -> Policy:
+        return Policy.of(SchedulerConfig.model_validate(self.config))
 
     def build(self) -> Snapshot:
         built = [_node(name, spec) for name, spec in zip(self.names, self.nodes, strict=True)]
@@ -346,6 +351,7 @@ class Outcome:
     result: ScheduleResult
     placed: dict[str, tuple[int, tuple[int, ...]]]
     """Pod key → (node index, GPUs) of the new bindings."""
+    policy: Policy
 
     @property
     def by_key(self) -> dict[str, PodRequest]:
@@ -397,9 +403,9 @@ def _group_key(request: PodRequest) -> str | None:
 
 def _run(scenario: Scenario) -> Outcome:
     snapshot = scenario.build()
-    result = schedule(snapshot, scenario.pending, scenario.groups)
+    result = schedule(snapshot, scenario.pending, scenario.groups, scenario.policy)
     placed = {b.pod: (snapshot.index[b.node], b.gpus) for b in result.bindings}
-    return Outcome(snapshot, scenario.pending, scenario.groups, result, placed)
+    return Outcome(snapshot, scenario.pending, scenario.groups, result, placed, scenario.policy)
 
 
 def _fail_with(problems: list[str], outcome: Outcome) -> None:
@@ -492,7 +498,7 @@ def filter_problems(outcome: Outcome) -> list[str]:
         info = snapshot.nodes[n]
         for resource, amount in request.resources.items():
             used[n, snapshot.columns[resource]] += amount
-        problems += _gpu_request_problems(snapshot, request, n, gpus)
+        problems += _gpu_request_problems(snapshot, request, n, gpus, outcome.policy)
         if not info.ready or info.unschedulable:
             problems.append(f"{key} bound to {info.name}, which is cordoned or not ready")
         for label, value in request.node_selector:
@@ -509,7 +515,7 @@ def filter_problems(outcome: Outcome) -> list[str]:
 
 
 def _gpu_request_problems(
-    snapshot: Snapshot, request: PodRequest, n: int, gpus: Sequence[int]
+    snapshot: Snapshot, request: PodRequest, n: int, gpus: Sequence[int], policy: Policy
 ) -> list[str]:
     info = snapshot.nodes[n]
     want = request.gpus or (1 if request.gpu_milli else 0)
@@ -527,7 +533,7 @@ def _gpu_request_problems(
             )
     if request.gpus > 1 and info.topology_error is not None:
         problems.append(f"{where}: multi-GPU pod on a node with a broken topology annotation")
-    single = snapshot.config.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+    single = policy.numa is NumaPolicy.SINGLE_NUMA_NODE
     if single and request.gpus > 1 and len({info.shape.numa[g] for g in gpus}) > 1:
         problems.append(f"{where}: spans NUMA nodes under single-numa-node")
     return problems
@@ -573,7 +579,7 @@ def _domain(snapshot: Snapshot, node: int, key: str) -> tuple[tuple[str, str], .
     labels = snapshot.nodes[node].labels
     if key not in labels:
         return None
-    levels = snapshot.config.topology_levels
+    levels = snapshot.levels
     outer = levels[: levels.index(key)] if key in levels else ()
     return (*((k, labels[k]) for k in outer if k in labels), (key, labels[key]))
 
@@ -740,15 +746,15 @@ def test_same_input_same_output_in_any_order(scenario: Scenario, random: Random)
     """Twice on one snapshot, then on a rebuilt one with pods and groups reversed and shuffled
     (the API server lists objects in no promised order)."""
     snapshot = scenario.build()
-    first = schedule(snapshot, scenario.pending, scenario.groups)
-    again = schedule(snapshot, scenario.pending, scenario.groups)
+    first = schedule(snapshot, scenario.pending, scenario.groups, scenario.policy)
+    again = schedule(snapshot, scenario.pending, scenario.groups, scenario.policy)
     assert again == first, "a second run on the same snapshot decided differently"
     pods, groups = list(scenario.pending), list(scenario.groups)
     shuffled_pods, shuffled_groups = list(pods), list(groups)
     random.shuffle(shuffled_pods)
     random.shuffle(shuffled_groups)
     for order in ((pods[::-1], groups[::-1]), (shuffled_pods, shuffled_groups)):
-        other = schedule(scenario.build(), *order)
+        other = schedule(scenario.build(), *order, scenario.policy)
         assert _decided(other) == _decided(first), "the input order changed the placement"
         assert other.to_dict() == first.to_dict(), "the input order changed a message"
 
@@ -792,7 +798,7 @@ def test_schedule_leaves_the_callers_snapshot_alone(scenario: Scenario) -> None:
         copy.deepcopy(snapshot.node_notes),
     )
     checkpoint = snapshot.checkpoint()
-    schedule(snapshot, scenario.pending, scenario.groups)
+    schedule(snapshot, scenario.pending, scenario.groups, scenario.policy)
     assert _state_differences(before, _state(snapshot)) == []
     assert snapshot.checkpoint() == checkpoint, "schedule journaled changes on the caller's copy"
     assert np.array_equal(statics[0], snapshot.allocatable)

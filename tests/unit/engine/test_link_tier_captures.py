@@ -22,6 +22,7 @@ from gpusched.api.nvsmi import parse_topo_matrix
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, GpuTopology, LinkTier
 from gpusched.engine.gpuset import choose_gpus
 from gpusched.engine.gpushape import NodeShape, worst_tier
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from testing.engine import DATA, bound, cluster, node, pod
 
@@ -123,7 +124,7 @@ def test_link_tier_story(story: TierStory) -> None:
         bound=held,
         config=config(story.policy),
     )
-    result = schedule(snapshot, [pod("job", gpus=story.gpus)])
+    result = schedule(snapshot, [pod("job", gpus=story.gpus)], (), Policy.of(config(story.policy)))
     got = {b.pod: (b.gpus, b.link_tier, b.best_tier) for b in result.bindings}
     assert got == {"default/job": story.want}, result.unschedulable
 
@@ -160,7 +161,7 @@ def test_every_request_size_on_an_empty_captured_node_gets_the_best_tier(
     snapshot = cluster(nodes=[topology_node("node-a", text)], config=config(policy))
     got, want = {}, {}
     for size in range(2, gpu_count + 1):
-        result = schedule(snapshot, [pod("job", gpus=size)])
+        result = schedule(snapshot, [pod("job", gpus=size)], (), Policy.of(config(policy)))
         (binding,) = result.bindings
         got[size] = binding.link_tier
         want[size] = binding.best_tier

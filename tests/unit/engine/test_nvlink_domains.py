@@ -13,6 +13,7 @@ from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Node
 from gpusched.engine import wording
 from gpusched.engine.build import build_snapshot
+from gpusched.engine.policy import Policy
 from gpusched.engine.result import EmptyLabel
 from gpusched.engine.schedule import schedule
 from gpusched.engine.scores import domain_fill
@@ -33,7 +34,7 @@ def test_a_gang_on_the_clique_key_lands_inside_one_domain() -> None:
     # only in domain 1, although the cluster has 6 free trays.
     snapshot = build_snapshot(trays(0, 3) + trays(1, 4), (), None, CONFIG)
     pods = members("w", 4, gpus=4, group="g")
-    result = schedule(snapshot, pods, [gang("g", 4, topology=CLIQUE_LABEL)])
+    result = schedule(snapshot, pods, [gang("g", 4, topology=CLIQUE_LABEL)], Policy())
     assert outcomes(result) == {"g": ("Scheduled", clique(1), "Scheduled")}
     assert {node for node, _ in placements(result).values()} == {f"t1-{i}" for i in range(4)}
 
@@ -44,7 +45,7 @@ def test_a_node_with_an_empty_clique_is_in_no_domain_and_the_report_names_it() -
     loose = [gb200_node(f"spare-{i}", {CLIQUE_LABEL: ""}) for i in range(2)]
     snapshot = build_snapshot(trays(0, 2) + loose, (), None, CONFIG)
     pods = members("w", 3, gpus=4, group="g")
-    result = schedule(snapshot, pods, [gang("g", 3, topology=CLIQUE_LABEL)])
+    result = schedule(snapshot, pods, [gang("g", 3, topology=CLIQUE_LABEL)], Policy())
     found = decision(result, "g")
     assert (found.phase.value, found.reason.value) == ("Unschedulable", "Unschedulable")
     assert found.tried[0].empty_label == EmptyLabel(CLIQUE_LABEL, 2, ("spare-0", "spare-1"))
@@ -59,7 +60,10 @@ def test_a_node_with_an_empty_clique_is_in_no_domain_and_the_report_names_it() -
 def test_only_nodes_with_an_empty_clique_say_so_rather_than_that_no_node_has_the_label() -> None:
     snapshot = build_snapshot([gb200_node("spare-0", {CLIQUE_LABEL: ""})], (), None, CONFIG)
     result = schedule(
-        snapshot, members("w", 1, gpus=4, group="g"), [gang("g", 1, topology=CLIQUE_LABEL)]
+        snapshot,
+        members("w", 1, gpus=4, group="g"),
+        [gang("g", 1, topology=CLIQUE_LABEL)],
+        Policy(),
     )
     found = decision(result, "g")
     assert [a.empty_label for a in found.tried] == [EmptyLabel(CLIQUE_LABEL, 1, ("spare-0",))]
@@ -68,7 +72,7 @@ def test_only_nodes_with_an_empty_clique_say_so_rather_than_that_no_node_has_the
 
 def test_a_group_without_the_clique_key_uses_trays_with_an_empty_clique() -> None:
     snapshot = build_snapshot([gb200_node("spare-0", {CLIQUE_LABEL: ""})], (), None, CONFIG)
-    result = schedule(snapshot, members("w", 1, gpus=4, group="g"), [gang("g", 1)])
+    result = schedule(snapshot, members("w", 1, gpus=4, group="g"), [gang("g", 1)], Policy())
     assert placements(result) == {"w-0": ("spare-0", (0, 1, 2, 3))}
 
 
@@ -77,7 +81,7 @@ def test_the_clique_key_in_topology_levels_nests_the_domain_under_its_rack() -> 
     config = SchedulerConfig.model_validate({"topologyLevels": list(levels)})
     snapshot = build_snapshot(nvl72_nodes(2, trays=2), (), None, config)
     pods = members("w", 2, gpus=4, group="g")
-    result = schedule(snapshot, pods, [gang("g", 2, topology=CLIQUE_LABEL)])
+    result = schedule(snapshot, pods, [gang("g", 2, topology=CLIQUE_LABEL)], Policy())
     assert decision(result, "g").placement == {
         "topology.kubernetes.io/zone": "zone-a",
         "topology.example.com/rack": "rack-00",
@@ -106,7 +110,7 @@ def test_a_small_job_fills_a_partly_used_domain_and_leaves_a_whole_one(
     # domain 0, the only whole one left.
     held = [bound(pod("busy", gpus=4), "nvl-01-00", (0, 1, 2, 3))]
     snapshot = build_snapshot(nvl72_nodes(2, trays=3), held, None, fill_weight(weight))
-    result = schedule(snapshot, [pod("small", gpus=4)])
+    result = schedule(snapshot, [pod("small", gpus=4)], (), Policy.of(fill_weight(weight)))
     assert placements(result) == {"small": (want, (0, 1, 2, 3))}
 
 

@@ -29,6 +29,7 @@ from gpusched.api.config import SchedulerConfig, ShareGpu, load_config
 from gpusched.api.errors import InvalidObjectError
 from gpusched.engine import fragmentation, scores
 from gpusched.engine.pick import pick_node
+from gpusched.engine.policy import Policy
 from gpusched.engine.scoring import Scoring
 from gpusched.engine.snapshot import Snapshot
 from gpusched.engine.workload import target_workload
@@ -48,11 +49,10 @@ def only(**scoring: Any) -> SchedulerConfig:
 
 def names(snapshot: Snapshot, count: int, config: SchedulerConfig, gpus: int = 1) -> list[str]:
     """Where ``count`` one-GPU pods land, one after the other."""
-    snapshot.config = config
     placed = []
     for i in range(count):
         request = pod(f"p{i}", gpus=gpus)
-        choice = pick_node(snapshot, request, Scoring(config.scoring))
+        choice = pick_node(snapshot, request, Scoring(Policy.of(config)))
         assert choice is not None, request.key
         snapshot.assume(request, choice.node, choice.gpus)
         placed.append(snapshot.nodes[choice.node].name)
@@ -165,8 +165,7 @@ def test_the_cache_stays_exact_through_assume_forget_and_rollback(
     steps: list[tuple[int, bool, bool]],
 ) -> None:
     snapshot = cluster(nodes=[node(n, "gpu8") for n in ("node-a", "node-b", "node-c")])
-    snapshot.config = SchedulerConfig()
-    scoring = Scoring(snapshot.config.scoring, WORKLOAD)
+    scoring = Scoring(Policy(), WORKLOAD)
     mark = snapshot.checkpoint()
     for i, (shape, undo, copy) in enumerate(steps):
         request = pod(
@@ -218,10 +217,10 @@ def test_best_fit_and_least_fragmentation_choose_different_gpus_for_a_share() ->
     )
     workload = target_workload([pod("t", cpu=1000, milli=300)] * 4)
     request = pod("p", cpu=1000, milli=300)
-    best_fit = Scoring(only(fragmentationWeight=1000).scoring, workload)
+    best_fit = Scoring(Policy.of(only(fragmentationWeight=1000)), workload)
     assert pick_node(snapshot, request, best_fit).gpus == (0,)  # type: ignore[union-attr]
     config = only(fragmentationWeight=1000, fragmentationShareGpu="leastFragmentation")
-    least = Scoring(config.scoring, workload)
+    least = Scoring(Policy.of(config), workload)
     assert pick_node(snapshot, request, least).gpus == (1,)  # type: ignore[union-attr]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
@@ -76,7 +77,7 @@ def whole(result: ScheduleResult, story: Story) -> dict[str, Any]:
 
 
 def check(story: Story) -> None:
-    result = schedule(story.snapshot, story.pods, story.groups)
+    result = schedule(story.snapshot, story.pods, story.groups, Policy())
     want = {
         "bindings": dict(story.want_bindings),
         "groups": dict(story.want_groups),
@@ -335,13 +336,12 @@ POOL = {"example.com/pool": "special"}
 """node-a's label, which a pod's nodeSelector may ask for."""
 
 
-def leader_rack(budget: int = 64) -> Snapshot:
+def leader_rack() -> Snapshot:
     return cluster(
         nodes=[
             node_in("node-a", "rack-1", labels=POOL),
             node_in("node-b", "rack-1", {"cpu": "64"}),
         ],
-        config=SchedulerConfig.model_validate({"backtrackingBudget": budget}),
     )
 
 
@@ -430,14 +430,15 @@ SIBLING_STORIES = [
 @pytest.mark.parametrize("case", SIBLING_STORIES, ids=lambda c: c.story.id)
 def test_siblings_are_retried_in_other_orders_inside_their_domain(case: SiblingStory) -> None:
     check(case.story)
-    result = schedule(case.story.snapshot, case.story.pods, case.story.groups)
+    result = schedule(case.story.snapshot, case.story.pods, case.story.groups, Policy())
     (job_decision,) = [d for d in result.groups if d.name == "default/job"]
     assert job_decision.explored == case.want_explored, job_decision
 
 
 def test_with_no_budget_the_failing_sibling_is_not_moved_first() -> None:
     pods = [pod("p-0", gpus=8, group="p"), pod("q-0", gpus=8, group="q", selector=POOL)]
-    result = schedule(leader_rack(budget=0), pods, two_children("p", "q"))
+    greedy = Policy.of(SchedulerConfig.model_validate({"backtrackingBudget": 0}))
+    result = schedule(leader_rack(), pods, two_children("p", "q"), greedy)
     assert (placements(result), pending(result)) == (
         {},
         {"p-0": "Unschedulable", "q-0": "Unschedulable"},
@@ -594,6 +595,6 @@ def test_every_reason_says_the_real_cause(story: Story) -> None:
 def test_explored_counts_the_domains_refused_before_a_trial() -> None:
     # Four racks of one node, two 8-GPU pods: each rack is refused by its count alone.
     story = next(s for s in REASON_STORIES if s.id.startswith("the summary names every rack"))
-    result = schedule(story.snapshot, story.pods, story.groups)
+    result = schedule(story.snapshot, story.pods, story.groups, Policy())
     (train,) = result.groups
     assert (train.explored, len(train.attempts)) == (4, 4), train

@@ -15,6 +15,7 @@ import pytest
 
 from gpusched.api.crds import DisruptionMode
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import Outcome, plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
@@ -144,7 +145,7 @@ def test_claim_victims(case: Case) -> None:
     snapshot = cluster({"z1": {"r1": ["a100x8"] * case.nodes}}, bound=case.held)
     size = case.groups[0].minimum
     pods = members("high", size, gpus=case.gpus, group="high", priority=10)
-    plan = plan_preemption(snapshot, "default/high", pods, case.groups)
+    plan = plan_preemption(snapshot, "default/high", pods, case.groups, Policy())
     assert plan.outcome is case.want_outcome, plan.message
     got = {v.pod: (v.gpus, v.claims) for v in plan.victims}
     assert got == case.want_victims

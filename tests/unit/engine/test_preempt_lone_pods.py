@@ -15,6 +15,7 @@ import pytest
 
 from gpusched.api.crds import PreemptionPolicy
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import PreemptionPlan, plan_cycle
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
@@ -37,8 +38,8 @@ def plans_for(
     pods: list[PodRequest], groups: list[GroupSpec] | None = None
 ) -> list[PreemptionPlan]:
     snapshot = full()
-    result = schedule(snapshot, pods, groups or [])
-    return plan_cycle(snapshot, result, pods, groups or [])
+    result = schedule(snapshot, pods, groups or [], Policy())
+    return plan_cycle(snapshot, result, pods, groups or [], Policy())
 
 
 def brief(plan: PreemptionPlan) -> tuple[str, str, list[str], dict[str, str]]:

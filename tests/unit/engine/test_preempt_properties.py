@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from gpusched.api.crds import DisruptionMode
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import (
     DisruptionBudget,
     PreemptionPlan,
@@ -139,7 +140,9 @@ def _chain(groups: Sequence[GroupSpec], key: str) -> list[GroupSpec]:
 
 
 def _plan(s: Scenario) -> PreemptionPlan:
-    return plan_preemption(s.snapshot, "default/hi", s.pods, s.groups, s.budgets, s.foreign)
+    return plan_preemption(
+        s.snapshot, "default/hi", s.pods, s.groups, Policy(), s.budgets, s.foreign
+    )
 
 
 @SETTINGS
@@ -165,7 +168,7 @@ def test_after_the_evictions_the_unit_fits(s: Scenario) -> None:
         assert after.forget(victim.pod) is not None, victim
     _nominated_fits(after, s.pods, plan)
     tree = [g for g in s.groups if g.key == "default/hi" or g.parent == "default/hi"]
-    result = schedule(after, s.pods, tree)
+    result = schedule(after, s.pods, tree, Policy())
     root = next(d for d in result.groups if d.name == "default/hi")
     assert root.phase is Phase.SCHEDULED, (plan.message, root.message)
 
@@ -241,8 +244,8 @@ def test_plans_of_one_cycle_never_share_room(s: Scenario) -> None:
     never over-commit a GPU or a resource: no two of them counted on the same freed room."""
     pods2, groups2 = _second(s)
     pods, groups = [*s.pods, *pods2], [*s.groups, *groups2]
-    result = schedule(s.snapshot, pods, groups)
-    plans = plan_cycle(s.snapshot, result, pods, groups, s.budgets, s.foreign)
+    result = schedule(s.snapshot, pods, groups, Policy())
+    plans = plan_cycle(s.snapshot, result, pods, groups, Policy(), s.budgets, s.foreign)
     after = s.snapshot.copy()
     by_key = {p.key: p for p in pods}
     for binding in result.bindings:

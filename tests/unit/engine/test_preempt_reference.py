@@ -37,6 +37,7 @@ import pytest
 from gpusched.api.config import PreemptionConfig, SchedulerConfig
 from gpusched.api.crds import DisruptionMode
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import (
     DisruptionBudget,
     PreemptionPlan,
@@ -165,14 +166,18 @@ def _planned(seed: int) -> _Planned:
     if rng.random() < 0.3:
         pods2, tree2 = _preemptor(rng, "hi2", int(rng.integers(2, 7)))
         pods, groups = [*pods, *pods2], [*groups, *tree2]
-        result = schedule(snapshot, pods, groups)
-        plans = plan_cycle(snapshot, result, pods, groups, budgets, foreign)
+        result = schedule(snapshot, pods, groups, Policy.of(config))
+        plans = plan_cycle(snapshot, result, pods, groups, Policy.of(config), budgets, foreign)
         snapshot = snapshot.copy()
         by_key = {p.key: p for p in pods}
         for binding in result.bindings:  # as plan_cycle sees the cluster
             snapshot.assume(by_key[binding.pod], snapshot.index[binding.node], binding.gpus)
     else:
-        plans = [plan_preemption(snapshot, "default/hi", pods, groups, budgets, foreign)]
+        plans = [
+            plan_preemption(
+                snapshot, "default/hi", pods, groups, Policy.of(config), budgets, foreign
+            )
+        ]
     return _Planned(snapshot, pods, plans)
 
 

@@ -17,6 +17,7 @@ from gpusched.api.config import SchedulerConfig
 from gpusched.api.crds import DisruptionMode, PreemptionPolicy
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.health import GpuSample
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption import DisruptionBudget, PreemptionPlan, plan_cycle, plan_preemption
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
@@ -61,6 +62,7 @@ class Story:
     groups: Sequence[GroupSpec]
     budgets: Sequence[DisruptionBudget] = ()
     foreign: frozenset[str] = frozenset()
+    policy: Policy = field(default_factory=Policy)
     want_outcome: str = "Planned"
     want_domain: str = ""
     want_victims: tuple[str, ...] = ()
@@ -297,14 +299,14 @@ STORIES = [
             TWO_RACKS,
             bound=holders("mid", ["node-a", "node-b"], priority=5)
             + holders("other", ["node-c", "node-d"], priority=1),
-            config=SchedulerConfig.model_validate(
-                {"preemption": {"evictOtherSchedulersPods": False}}
-            ),
         ),
         "default/big",
         BIG_PODS,
         [BIG, MID],
         foreign=frozenset({"default/other-0", "default/other-1"}),
+        policy=Policy.of(
+            SchedulerConfig.model_validate({"preemption": {"evictOtherSchedulersPods": False}})
+        ),
         want_domain="z1/r1",
         want_victims=("mid-0", "mid-1"),
     ),
@@ -327,7 +329,13 @@ STORIES = [
 @pytest.mark.parametrize("story", STORIES, ids=[s.id for s in STORIES])
 def test_preemption_story(story: Story) -> None:
     plan = plan_preemption(
-        story.snapshot, story.unit, story.pods, story.groups, story.budgets, story.foreign
+        story.snapshot,
+        story.unit,
+        story.pods,
+        story.groups,
+        story.policy,
+        story.budgets,
+        story.foreign,
     )
     assert summary(plan, bool(story.want_nominated)) == want(story), plan.message
 
@@ -348,8 +356,8 @@ def test_two_preemptors_in_one_cycle_never_count_on_the_same_freed_rack() -> Non
         MID,
         LOW,
     ]
-    result = schedule(snapshot, [*first, *second], groups)
-    plans = plan_cycle(snapshot, result, [*first, *second], groups)
+    result = schedule(snapshot, [*first, *second], groups, Policy())
+    plans = plan_cycle(snapshot, result, [*first, *second], groups, Policy())
     got = [
         (
             p.preemptor,
@@ -369,7 +377,7 @@ def test_a_plan_is_data_for_simulate_and_explain() -> None:
     """The ``preemptions`` entry: for whom, victims, domain, why, the other domains' costs,
     the budget used."""
     story = STORIES[0]
-    plan = plan_preemption(story.snapshot, story.unit, story.pods, story.groups)
+    plan = plan_preemption(story.snapshot, story.unit, story.pods, story.groups, Policy())
     document = plan.to_dict()
     assert {k: document[k] for k in ("preemptor", "outcome", "placement", "priority")} == {
         "preemptor": "default/big",
@@ -406,7 +414,7 @@ def test_room_an_evicted_all_gang_leaves_unused_spares_a_single_pod() -> None:
     ]
     snapshot = cluster({"z1": {"r1": ["a100x8"] * 4}}, bound=held)
     pods = members("high", 3, gpus=8, group="high", priority=10)
-    plan = plan_preemption(snapshot, "default/high", pods, [high, wide])
+    plan = plan_preemption(snapshot, "default/high", pods, [high, wide], Policy())
     assert sorted(v.pod for v in plan.victims) == [
         "default/s1",
         "default/wide-0",
@@ -432,7 +440,9 @@ def test_a_domain_tying_on_gpus_is_still_tried_when_it_may_need_fewer_victim_gro
         prioritized(gang("y", 1), 1),
         prioritized(gang("w", 2), 1),
     ]
-    plan = plan_preemption(cluster(TWO_RACKS, bound=held), "default/big", BIG_PODS, groups)
+    plan = plan_preemption(
+        cluster(TWO_RACKS, bound=held), "default/big", BIG_PODS, groups, Policy()
+    )
     assert summary(plan, False)["domain"] == "z1/r2", plan.message
     assert summary(plan, False)["victims"] == ("w-0", "w-1"), plan.message
     assert plan.message.endswith("1 victim group; 1 other domain weighed"), plan.message

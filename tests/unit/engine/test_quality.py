@@ -24,13 +24,13 @@ from collections.abc import Mapping
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpusched.api.config import SchedulerConfig
+from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.health import GpuSample
 from gpusched.engine.quality import (
     CLUSTER_LEVEL,
     DomainQuality,
-    exclusion_reason,
+    exclusions,
     gang_capacity,
     link_tiers,
     measure,
@@ -92,20 +92,20 @@ WANT: Mapping[tuple[str, str], tuple[int, int, int, int, dict[int, int], float]]
 
 
 def test_every_domain_of_the_known_cluster_has_the_hand_counted_figures() -> None:
-    quality = measure(known_cluster(), workload=MIX)
+    quality = measure(known_cluster(), NumaPolicy.BEST_EFFORT, workload=MIX)
     got = {(d.level, d.domain): row(d) for d in quality.domains}
     assert got == WANT
 
 
 def test_the_excluded_gpu_is_counted_under_its_reason() -> None:
-    quality = measure(known_cluster(), workload=MIX)
+    quality = measure(known_cluster(), NumaPolicy.BEST_EFFORT, workload=MIX)
     assert {r: n for r, n in quality.exclusions.items() if n} == {"temperature": 1}
 
 
 def test_without_a_workload_mix_the_held_pods_are_the_mix() -> None:
     # The pods held: one 2-GPU pod and one 500-milli share, half each. Both fit everywhere;
     # on d, the 2-GPU pod cannot use the half-free GPU 0: 0.5 × 500 milli = 0.25 GPUs.
-    quality = measure(known_cluster())
+    quality = measure(known_cluster(), NumaPolicy.BEST_EFFORT)
     assert sorted((t.gpus, t.gpu_milli, t.weight) for t in quality.workload) == [
         (1, 500, 0.5),
         (2, 1000, 0.5),
@@ -126,23 +126,37 @@ def test_without_a_workload_mix_the_held_pods_are_the_mix() -> None:
 def test_multi_gpu_pods_per_node_follow_the_numa_policy(
     policy: str, want: dict[int, list[int]]
 ) -> None:
-    snapshot = known_cluster(config=SchedulerConfig.model_validate({"numaPolicy": policy}))
-    assert {k: gang_capacity(snapshot, k).tolist() for k in want} == want
+    snapshot = known_cluster()
+    numa = NumaPolicy(policy)
+    assert {k: gang_capacity(snapshot, k, numa).tolist() for k in want} == want
 
 
-@pytest.mark.parametrize(
-    ("note", "want"),
-    [
-        ("no telemetry", "missing"),
-        ("telemetry stale (90 s > 60 s)", "stale"),
-        ("86 °C > 80 °C", "temperature"),
-        ("XID error 79", "xid"),
-        ("free memory 12% < 30% (9830 MiB free)", "memory"),
-        (None, "node"),
-    ],
-)
-def test_telemetry_notes_map_to_reasons(note: str | None, want: str) -> None:
-    assert exclusion_reason(note) == want
+def test_excluded_gpus_are_counted_by_the_class_of_their_verdict() -> None:
+    # node-a: one GPU per verdict (GPU 0 has no sample); node-b: one hot GPU takes the whole
+    # node out (excludeWholeNode), its seven others counted as "node". Counted from the
+    # verdicts' data, never from their sentences.
+    config = SchedulerConfig.model_validate(
+        {"telemetry": {"stale": "unusable", "maxAgeSeconds": 60, "excludeWholeNode": True}}
+    )
+    healthy = GpuSample(temperature_c=45.0)
+    samples = {(n, g): healthy for n in ("node-a", "node-b") for g in range(8)}
+    del samples[("node-a", 0)]
+    samples[("node-a", 1)] = GpuSample(temperature_c=45.0, age_seconds=90.0)
+    samples[("node-a", 2)] = GpuSample(temperature_c=86.0)
+    samples[("node-a", 3)] = GpuSample(temperature_c=45.0, xid_errors=79.0)
+    samples[("node-a", 4)] = GpuSample(temperature_c=45.0, fb_free_mib=9830.0)
+    samples[("node-b", 5)] = GpuSample(temperature_c=88.0)
+    snapshot = build_snapshot([node("node-a"), node("node-b")], (), samples, config)
+
+    assert exclusions(snapshot) == {
+        "temperature": 2,
+        "xid": 1,
+        "memory": 1,
+        "stale": 1,
+        "missing": 1,
+        "node": 3 + 7,
+        "other": 0,
+    }
 
 
 def test_link_tiers_count_given_against_best() -> None:

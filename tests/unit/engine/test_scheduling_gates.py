@@ -22,6 +22,7 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.api.k8s import parse_pod
 from gpusched.cli import main
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from testing.engine import (
@@ -131,7 +132,7 @@ GATE_STORIES = [
 
 @pytest.mark.parametrize("story", GATE_STORIES, ids=lambda s: s.id)
 def test_gated_pods_wait(story: GateStory) -> None:
-    result = schedule(two_nodes(), story.pods, story.groups)
+    result = schedule(two_nodes(), story.pods, story.groups, Policy())
     said = messages(result) | {d.name.removeprefix("default/"): d.message for d in result.groups}
     assert {
         "bindings": placements(result),

@@ -25,6 +25,7 @@ from gpusched.api.config import NumaPolicy, SchedulerConfig
 from gpusched.engine import scores
 from gpusched.engine.gpuset import choose_gpus
 from gpusched.engine.health import GpuSample
+from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod, Snapshot
@@ -122,11 +123,10 @@ BINPACK_CASES = [
 
 @pytest.mark.parametrize("case", BINPACK_CASES, ids=lambda c: c.id)
 def test_binpack_score(case: BinpackCase) -> None:
-    snapshot = seed_nodes(only(binpack=case.binpack))
+    config = only(binpack=case.binpack)
+    snapshot = seed_nodes(config)
     everyone = np.arange(len(snapshot.nodes))
-    got = scored(
-        snapshot, scores.binpack(snapshot, case.pod, everyone, snapshot.config.scoring.binpack)
-    )
+    got = scored(snapshot, scores.binpack(snapshot, case.pod, everyone, config.scoring.binpack))
     assert got == pytest.approx(case.want_scores), f"binpack {dict(case.binpack)}"
 
 
@@ -154,7 +154,12 @@ PLACEMENT_CASES = [
 
 @pytest.mark.parametrize("case", PLACEMENT_CASES, ids=lambda c: c.id)
 def test_score_decides_the_node(case: PlacementCase) -> None:
-    result = schedule(seed_nodes(case.config), [pod("p", cpu=2000, memory=4 * GI, gpus=2)])
+    result = schedule(
+        seed_nodes(case.config),
+        [pod("p", cpu=2000, memory=4 * GI, gpus=2)],
+        (),
+        Policy.of(case.config),
+    )
     assert placements(result) == case.want, result.unschedulable
 
 
@@ -253,7 +258,7 @@ def test_topology_score_prefers_the_nvlink_node(
     snapshot = cluster(
         nodes=[node("node-a", kind), node("node-b", "a100x8")], config=only(topologyWeight=1)
     )
-    result = schedule(snapshot, [pod("p", gpus=2)])
+    result = schedule(snapshot, [pod("p", gpus=2)], (), Policy.of(only(topologyWeight=1)))
     got = [(b.node, b.gpus, b.link_tier) for b in result.bindings]
     assert got == [want], result.unschedulable
 
@@ -336,14 +341,14 @@ def test_gpu_dimensions(case: GpuCase) -> None:
         nodes=[node("node-a"), node("node-b")],
         bound=case.bound,
         telemetry=case.telemetry,
-        config=only(gpuWeight=1),
     )
+    weights = only(gpuWeight=1)
     got = {
-        info.name: scores.gpu_dimensions(snapshot, case.pod, i, (0,), snapshot.config.scoring.gpu)
+        info.name: scores.gpu_dimensions(snapshot, case.pod, i, (0,), weights.scoring.gpu)
         for i, info in enumerate(snapshot.nodes)
     }
     assert got == pytest.approx(case.want_scores)
-    result = schedule(snapshot, [case.pod])
+    result = schedule(snapshot, [case.pod], (), Policy.of(weights))
     assert placements(result) == {"p": (case.want_node, (0,))}, result.unschedulable
 
 
@@ -377,8 +382,8 @@ RANGE_CASES = [
 
 @pytest.mark.parametrize("case", RANGE_CASES, ids=lambda c: c.id)
 def test_gpu_dimensions_stay_within_0_and_120(case: RangeCase) -> None:
-    snapshot = cluster(nodes=[node("node-a")], bound=case.bound, config=only(gpuWeight=1))
+    snapshot = cluster(nodes=[node("node-a")], bound=case.bound)
     request = pod("p", gpus=len(case.gpus), app="llm")
-    got = scores.gpu_dimensions(snapshot, request, 0, case.gpus, snapshot.config.scoring.gpu)
+    got = scores.gpu_dimensions(snapshot, request, 0, case.gpus, only(gpuWeight=1).scoring.gpu)
     assert got == pytest.approx(case.want)
     assert 0.0 <= got <= 120.0

@@ -24,6 +24,7 @@ from gpusched.api.errors import InvalidObjectError
 from gpusched.engine import wording
 from gpusched.engine.build import build_snapshot
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import BoundPod
 from gpusched.offline.nvlink import BLOCK, CLIQUE_LABEL, RACK, ZONE, clique, nvl72_nodes
@@ -98,7 +99,9 @@ def test_segments(story: Story) -> None:
         nvl72_nodes(4, domains_per_block=2, trays=TRAYS), story.busy, None, story.config
     )
     pods = members("w", story.pods, gpus=4, group="g")
-    result = schedule(snapshot, pods, [segmented("g", story.pods, story.size)])
+    result = schedule(
+        snapshot, pods, [segmented("g", story.pods, story.size)], Policy.of(story.config)
+    )
     found = decision(result, "g")
     assert found.placement == story.want_placement, found.message
     cliques = [s.domain.rsplit("/", 1)[-1] for s in found.segments]
@@ -127,7 +130,7 @@ def test_a_gang_with_a_bound_segment_adds_a_whole_new_segment() -> None:
         nvl72_nodes(4, domains_per_block=2, trays=TRAYS), held, None, SchedulerConfig()
     )
     pods = [pod(f"w-{i}", gpus=4, group="g") for i in range(4, 8)]
-    result = schedule(snapshot, pods, [segmented("g", 8, 4)])
+    result = schedule(snapshot, pods, [segmented("g", 8, 4)], Policy())
     found = decision(result, "g")
     assert [s.domain for s in found.segments] == [clique(0)]
     assert {node[:6] for node, _ in placements(result).values()} == {"nvl-00"}
@@ -145,7 +148,7 @@ def test_a_re_created_pod_goes_back_to_its_segments_domain() -> None:
     snapshot = build_snapshot(
         nvl72_nodes(4, domains_per_block=2, trays=TRAYS), held, None, SchedulerConfig()
     )
-    result = schedule(snapshot, [pod("w-7", gpus=4, group="g")], [segmented("g", 8, 4)])
+    result = schedule(snapshot, [pod("w-7", gpus=4, group="g")], [segmented("g", 8, 4)], Policy())
     assert placements(result) == {"w-7": ("nvl-02-03", (0, 1, 2, 3))}
 
 
@@ -243,7 +246,7 @@ def test_a_segmented_child_of_a_composite_is_placed_inside_the_composites_domain
         **{**{f: getattr(child, f) for f in child.__slots__}, "parent": "default/job"}
     )
     pods = members("w", 8, gpus=4, group="g")
-    result = schedule(snapshot, pods, [parent, child])
+    result = schedule(snapshot, pods, [parent, child], Policy())
     assert decision(result, "job").placement == {ZONE: "zone-a", BLOCK: "block-01"}
     assert len(decision(result, "g").segments) == 2
     assert len(placements(result)) == 8

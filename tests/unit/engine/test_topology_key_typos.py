@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from gpusched.offline.hints import composite_hints
 from testing.engine import RACK, ZONE, cluster, composite, decision, gang, members
@@ -14,7 +15,10 @@ TWO_RACKS = {"z1": {"r1": ["a100x8"], "r2": ["a100x8"]}}
 
 def test_a_pod_groups_own_typo_says_did_you_mean() -> None:
     result = schedule(
-        cluster(TWO_RACKS), members("w", 2, gpus=1, group="g"), [gang("g", 2, topology=TYPO)]
+        cluster(TWO_RACKS),
+        members("w", 2, gpus=1, group="g"),
+        [gang("g", 2, topology=TYPO)],
+        Policy(),
     )
     (attempt,) = decision(result, "g").tried
     assert attempt.note.startswith(
@@ -24,7 +28,7 @@ def test_a_pod_groups_own_typo_says_did_you_mean() -> None:
 
 def test_a_childs_typo_is_named_on_the_parent_and_the_hint_is_the_fix() -> None:
     groups = [composite("zone", 1, topology=ZONE), gang("g", 2, topology=TYPO, parent="zone")]
-    result = schedule(cluster(TWO_RACKS), members("w", 2, gpus=1, group="g"), groups)
+    result = schedule(cluster(TWO_RACKS), members("w", 2, gpus=1, group="g"), groups, Policy())
     parent = decision(result, "zone")
     (attempt,) = parent.tried
     assert attempt.note.startswith(

@@ -38,6 +38,7 @@ import pytest
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.engine.health import GpuSample
+from gpusched.engine.policy import Policy
 from gpusched.engine.result import ScheduleResult
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
@@ -138,9 +139,7 @@ def snapshot(kind: str, story: Story) -> Snapshot:
     held = [bound(pod(f"busy-{g}", gpus=1), "node-a", [g]) for g in story.busy]
     held += [bound(pod(f"share-{g}", milli=m), "node-a", [g]) for g, m in story.shared.items()]
     telemetry = samples(kind, story.telemetry) if story.telemetry is not None else None
-    settings = SchedulerConfig.model_validate(
-        {"numaPolicy": story.policy, "telemetry": dict(story.settings)}
-    )
+    settings = SchedulerConfig.model_validate({"telemetry": dict(story.settings)})
     return cluster(
         nodes=[node("node-a", kind, annotations=story.annotations)],
         bound=held,
@@ -163,7 +162,8 @@ def fate(result: ScheduleResult) -> Bound | Refused:
 
 def check(kind: str, story: Story) -> None:
     request = pod("p", gpus=story.gpus, milli=story.milli)
-    got = fate(schedule(snapshot(kind, story), [request]))
+    policy = Policy.of(SchedulerConfig.model_validate({"numaPolicy": story.policy}))
+    got = fate(schedule(snapshot(kind, story), [request], (), policy))
     assert got == story.want, f"{kind}: {story.id}\n  got:  {got}\n  want: {story.want}"
 
 
@@ -263,10 +263,10 @@ def test_single_numa_node_gang_fills_every_numa_pair_of_one_hgx_a100() -> None:
     # each pod takes the lowest whole pair left (every whole pair leaves another whole).
     snapshot = cluster(
         zones={"z1": {"r1": ["hgxa100x8"]}},
-        config=SchedulerConfig.model_validate({"numaPolicy": SINGLE}),
     )
     group = gang("pairs", 4, topology=RACK)
-    result = schedule(snapshot, members("w", 4, gpus=2, group="pairs"), [group])
+    policy = Policy.of(SchedulerConfig.model_validate({"numaPolicy": SINGLE}))
+    result = schedule(snapshot, members("w", 4, gpus=2, group="pairs"), [group], policy)
     got = (placements(result), outcomes(result))
     want = (
         {f"w-{i}": ("node-a", (2 * i, 2 * i + 1)) for i in range(4)},

@@ -239,14 +239,14 @@ def test_a_pod_constrained_to_a_model_lands_only_on_it(tmp_path: Path) -> None:
 
 
 def _holdings(trace: object) -> list[object]:
-    from gpusched.api.config import ScoringConfig
     from gpusched.engine.pick import pick_node
+    from gpusched.engine.policy import Policy
     from gpusched.engine.scoring import Scoring
 
     snapshot = trace.snapshot.copy()  # type: ignore[attr-defined]
     held = []
     for request in trace.pods:  # type: ignore[attr-defined]
-        choice = pick_node(snapshot, request, Scoring(ScoringConfig()))
+        choice = pick_node(snapshot, request, Scoring(Policy()))
         assert choice is not None, request.key
         held.append(snapshot.assume(request, choice.node, choice.gpus))
     return held

@@ -19,6 +19,7 @@ from gpusched.cli import main
 from gpusched.commands import EXIT_OK
 from gpusched.engine.build import _node_info, build_snapshot
 from gpusched.engine.health import GpuSample
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from gpusched.inputs.objects import SAMPLE_DIR, load
 from gpusched.offline.nvlink import CLIQUE_LABEL, clique, gb200_node, nvl72_nodes
@@ -78,7 +79,7 @@ def detailed(tmp_path: Path) -> tuple[PlotSummary, np.ndarray]:
         telemetry=telemetry,
     )
     pending = [*members("w", 4, gpus=4, group="train"), pod("solo", gpus=1)]
-    result = schedule(snapshot, pending, [gang("train", 4, topology=RACK)])
+    result = schedule(snapshot, pending, [gang("train", 4, topology=RACK)], Policy())
     after = with_bindings(snapshot, result.bindings, {p.key: p for p in pending})
     path = tmp_path / "detailed.png"
     summary = plot_snapshot(after, path, highlight={"default/train"}, title="a test cluster")
@@ -182,7 +183,8 @@ def test_nvlink_domains_are_framed_in_both_layouts(tmp_path: Path) -> None:
     loose = gb200_node("spare", {CLIQUE_LABEL: ""})
     config = SchedulerConfig()
     small = build_snapshot([*nvl72_nodes(2, trays=3), loose], (), None, config)
-    assert _domain_runs(small, list(range(7))) == [(0, 3, clique(0)), (3, 3, clique(1))]
+    runs = _domain_runs(small, list(range(7)), CLIQUE_LABEL)
+    assert runs == [(0, 3, clique(0)), (3, 3, clique(1))]
     plot_snapshot(small, tmp_path / "small.png")
     assert colour_count(pixels(tmp_path / "small.png"), DOMAIN_COLOUR) > 20
     plot_snapshot(build_snapshot(nvl72_nodes(8), (), None, config), tmp_path / "big.png")

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from gpusched.api.config import load_config
 from gpusched.api.k8s import parse_node
 from gpusched.engine.groups import GroupKind
+from gpusched.engine.policy import Policy
 from gpusched.engine.schedule import schedule
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.ports import ApiError, Fence, FencedError, Listing, ObjectRef
@@ -238,7 +239,7 @@ async def test_the_devices_allocated_are_the_set_the_engine_picks_for_the_same_g
     allocated = sorted(dra.index_of_device(r["device"]) for r in results)
     # The same machine with device-plugin GPUs, and a pod asking for 4 nvidia.com/gpu.
     snapshot = cluster(nodes=[parse_node(dra.node("n1", plugin_gpus=8))])
-    want = schedule(snapshot, [gpu_request("ml/w0", gpus=4)], []).bindings[0].gpus
+    want = schedule(snapshot, [gpu_request("ml/w0", gpus=4)], [], Policy()).bindings[0].gpus
     assert tuple(allocated) == tuple(sorted(want))
 
 
@@ -330,7 +331,7 @@ async def test_nvidia_gpu_backed_by_a_device_class_gets_the_claim_kube_scheduler
     assert {r["request"] for r in results} == {"container-0-request-2"}
     allocated = sorted(dra.index_of_device(r["device"]) for r in results)
     snapshot = cluster(nodes=[parse_node(dra.node("n1", plugin_gpus=8))])
-    want = schedule(snapshot, [gpu_request("ml/plain", gpus=4)], []).bindings[0].gpus
+    want = schedule(snapshot, [gpu_request("ml/plain", gpus=4)], [], Policy()).bindings[0].gpus
     assert allocated == sorted(want)
     assert claims.pod_statuses == [
         (

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpusched.engine import wording
 from gpusched.engine.domains import Domain
 from gpusched.engine.groups import GroupKind, GroupSpec
 from gpusched.engine.nodes import BoolArray
-from gpusched.engine.preemption.result import Bound
+from gpusched.engine.preemption.result import Bound, gpus_text
 from gpusched.engine.preemption.victims import EvictionUnit
-from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
+from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import Holding, Snapshot
 
 
@@ -125,10 +126,7 @@ class DomainBounds:
             freed, top = int(running[enough[0]]), inside[int(enough[0])].priority
         else:
             freed = int(running[-1])
-            short = (
-                f"evicting every lower-priority pod there frees {gpus_text(freed + usable)} of the "
-                f"{gpus_text(demand)} GPUs needed"
-            )
+            short = wording.frees_too_little(gpus_text(freed + usable), gpus_text(demand))
             return Candidate(domain, None, inside, short, freed=freed_in)
         useful: dict[int, BoolArray] = {}
         floor = self._child_floor(domain, hit, inside, useful)
@@ -191,10 +189,7 @@ class DomainBounds:
             slots = int(holds.sum())
             if slots >= self.root.minimum:
                 return int(level)
-        return (
-            f"evicting every lower-priority pod there leaves room for {slots} of the "
-            f"{self.root.minimum} child groups (minGroupCount) in its {key} domains"
-        )
+        return wording.child_room_short(slots, self.root.minimum, key)
 
     def usable_free(self, domain: Domain) -> int:
         per_gpu = np.where(self.work.gpu_usable, self.work.gpu_free, 0)
@@ -208,8 +203,3 @@ class DomainBounds:
 
 def bound_key(candidate: Candidate) -> tuple[int, int, int]:
     return candidate.bound.key() if candidate.bound is not None else (0, 0, 0)
-
-
-def gpus_text(milli: int) -> str:
-    whole, part = divmod(milli, WHOLE_GPU_MILLI)
-    return str(whole) if not part else f"{milli / WHOLE_GPU_MILLI:.3g}"

@@ -21,6 +21,7 @@ from dataclasses import replace
 from gpusched.api.crds import PreemptionPolicy
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.groups import GroupKind, GroupSpec, GroupTree
+from gpusched.engine.policy import Policy
 from gpusched.engine.preemption.result import PreemptionPlan
 from gpusched.engine.preemption.search import plan_preemption
 from gpusched.engine.preemption.victims import DisruptionBudget
@@ -34,16 +35,18 @@ def plan_cycle(
     result: ScheduleResult,
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec],
+    policy: Policy,
     budgets: Sequence[DisruptionBudget] = (),
     foreign: frozenset[str] = frozenset(),
 ) -> list[PreemptionPlan]:
     """One plan per root group, and per pod without a group, that ``result`` (of `schedule` on
-    ``snapshot`` with ``pods`` and ``groups``) left Unschedulable, in queue order; the caller's
-    snapshot is not changed."""
-    with collector_paused():  # as in `plan_preemption`: the copy and carried-out plans too
+    ``snapshot`` with ``pods``, ``groups`` and ``policy``) left Unschedulable, in queue order;
+    the caller's snapshot is not changed."""
+    # As in `plan_preemption`: the copy and carried-out plans too.
+    with collector_paused(policy.pause_collector):
         with snapshot.lock:
             work = snapshot.copy()
-        if work.config.scoring.fragmentation_weight:
+        if policy.scoring.fragmentation_weight:
             work.task_counts()  # counted once for every plan's copy (see `plan_preemption`)
         by_key = {p.key: p for p in pods}
         for binding in result.bindings:  # what this cycle placed holds its room
@@ -55,7 +58,7 @@ def plan_cycle(
         planned = [*pods, *lone_pods]
         plans = []
         for root in _waiting_roots(result, lone_groups, planned, groups):
-            plan = plan_preemption(work, root.key, planned, groups, budgets, foreign)
+            plan = plan_preemption(work, root.key, planned, groups, policy, budgets, foreign)
             plans.append(plan)
             if plan.planned:
                 _carry_out(work, plan, pods)

@@ -76,10 +76,8 @@ class Cost:
         }
 
     def describe(self) -> str:
-        pdb = f"{self.budget_overrun} PDB violations" if self.budget_overrun else "no PDB violated"
-        return (
-            f"{pdb}, highest victim priority {self.top_priority}, "
-            f"{_gpus(self.gpu_milli)} GPUs, {wording.counted(self.groups, 'victim group')}"
+        return wording.plan_cost(
+            self.budget_overrun, self.top_priority, gpus_text(self.gpu_milli), self.groups
         )
 
 
@@ -186,6 +184,7 @@ class PreemptionPlan:
         }
 
 
-def _gpus(milli: int) -> str:
+def gpus_text(milli: int) -> str:
+    """A GPU amount for the reports: whole GPUs as an integer, else three digits."""
     whole, part = divmod(milli, WHOLE_GPU_MILLI)
     return str(whole) if not part else f"{milli / WHOLE_GPU_MILLI:.3g}"

@@ -36,9 +36,10 @@ from gpusched.api.crds import PreemptionPolicy
 from gpusched.api.topology import LinkTier
 from gpusched.engine import wording
 from gpusched.engine.collector import collector_paused
-from gpusched.engine.domains import Domain, root_domain, subdomains
+from gpusched.engine.domains import Domain, pinned_domains, root_domain, subdomains
 from gpusched.engine.groups import GroupSpec, GroupTree
-from gpusched.engine.preemption.bounds import Candidate, DomainBounds, bound_key, gpus_text
+from gpusched.engine.policy import Policy
+from gpusched.engine.preemption.bounds import Candidate, DomainBounds, bound_key
 from gpusched.engine.preemption.reprieve import cost, reprieve
 from gpusched.engine.preemption.result import (
     Bound,
@@ -48,6 +49,7 @@ from gpusched.engine.preemption.result import (
     PreemptionPlan,
     Verdict,
     Victim,
+    gpus_text,
 )
 from gpusched.engine.preemption.victims import (
     DisruptionBudget,
@@ -55,7 +57,7 @@ from gpusched.engine.preemption.victims import (
     eviction_units,
 )
 from gpusched.engine.request import WHOLE_GPU_MILLI, PodRequest
-from gpusched.engine.result import Binding, Phase
+from gpusched.engine.result import Binding, Phase, PinnedApart
 from gpusched.engine.schedule import schedule
 from gpusched.engine.snapshot import Snapshot
 
@@ -65,10 +67,12 @@ def plan_preemption(
     unit: str,
     pods: Sequence[PodRequest],
     groups: Sequence[GroupSpec],
+    policy: Policy,
     budgets: Sequence[DisruptionBudget] = (),
     foreign: frozenset[str] = frozenset(),
 ) -> PreemptionPlan:
-    """A plan for the root group ``unit`` (its key) whose pending ``pods`` do not fit.
+    """A plan for the root group ``unit`` (its key) whose pending ``pods`` do not fit, under
+    ``policy`` (its ``preemption`` settings, and everything its trials' `schedule` reads).
 
     ``groups``: every group known, the unit's tree and the victims' groups (for their priority
     and disruption mode); ``budgets``: the PodDisruptionBudgets; ``foreign``: keys of held pods
@@ -79,9 +83,9 @@ def plan_preemption(
     scratch copies and set-asides between trials are as short-lived as a trial's own objects,
     and young collections between trials moved them into the old generation and brought on
     full collections (25-165 ms each in a 5,000-node process) inside the plan."""
-    with collector_paused():
+    with collector_paused(policy.pause_collector):
         with snapshot.lock:
-            if snapshot.config.scoring.fragmentation_weight:
+            if policy.scoring.fragmentation_weight:
                 # Each trial's `schedule` reads the held pods' task counts: counted once on
                 # the caller's snapshot, where `schedule` keeps them too (a cache, exact
                 # through every assume and forget), so every copy carries them and the next
@@ -89,7 +93,13 @@ def plan_preemption(
                 snapshot.task_counts()
             work = snapshot.copy()
         return _Search(
-            work=work, unit=unit, pods=pods, groups=groups, budgets=budgets, foreign=foreign
+            work=work,
+            unit=unit,
+            pods=pods,
+            groups=groups,
+            policy=policy,
+            budgets=budgets,
+            foreign=foreign,
         ).run()
 
 
@@ -112,6 +122,7 @@ class _Search:
         unit: str,
         pods: Sequence[PodRequest],
         groups: Sequence[GroupSpec],
+        policy: Policy,
         budgets: Sequence[DisruptionBudget],
         foreign: frozenset[str],
     ) -> None:
@@ -127,7 +138,8 @@ class _Search:
         self.groups = groups
         self.budgets = budgets
         self.foreign = foreign
-        self.settings = work.config.preemption
+        self.policy = policy
+        self.settings = policy.preemption
         self.trials = 0
 
     # ----- phase 1 ---------------------------------------------------------------------------
@@ -146,10 +158,8 @@ class _Search:
         )
         evictable = [u for u in units if u.protected is None and u.priority < priority]
         if not evictable:
-            why = f"no held pod has a priority below {priority}"
             protected = sum(1 for u in units if u.protected is not None and u.priority < priority)
-            if protected:
-                why += f" but {protected} protected ones (unresolved priority, other schedulers)"
+            why = wording.no_lower_priority(priority, protected)
             return self._plan(Outcome.NO_LOWER_PRIORITY, why, priority)
         return self._search(priority, evictable)
 
@@ -177,17 +187,16 @@ class _Search:
         return self._choose(priority, found, options)
 
     def _domains(self) -> list[Domain] | str:
+        """The root's domains, narrowed by the planner's own pinned-domains rule."""
         root = root_domain(self.work)
         key = self.root.topology_key
         domains = [root] if key is None else subdomains(self.work, root, key)
-        bound = self._bound_nodes()
-        if bound:
-            domains = [d for d in domains if any(bool(d.mask[n]) for n in bound)]
-            if len(domains) > 1:
-                return f"its bound pods already span {len(domains)} {key} domains"
-        if not domains:
-            return f"no node has label {key}" if not bound else "its bound pods are on no domain"
-        return domains
+        pinned = pinned_domains(self.work, self.root, root, domains, self._bound_nodes())
+        if isinstance(pinned, PinnedApart):
+            return wording.pinned_apart(pinned)
+        if not pinned:
+            return wording.no_label_at_all(key)
+        return pinned
 
     def _bound_nodes(self) -> list[int]:
         keys = {g.key for g in self.tree}
@@ -225,12 +234,12 @@ class _Search:
         for level in levels:
             floor = Bound(level, candidate.bound.gpu_milli)
             if best is not None and self._no_better(candidate, floor, level, best):
-                detail = (
-                    f"not tried: at best {_describe_bound(floor)}, no cheaper than the plan found"
+                detail = wording.not_tried_no_cheaper(
+                    floor.top_priority, gpus_text(floor.gpu_milli)
                 )
                 return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
             if self.trials >= self.settings.budget:
-                detail = "not tried: the preemption budget was spent"
+                detail = wording.NOT_TRIED_BUDGET
                 return DomainOption(name, Verdict.NOT_TRIED, detail, bound=floor)
             # Each level adds to what is already set aside (nothing twice): its own pieces,
             # and lower ones where a sub-domain has only now become able to hold a child.
@@ -252,7 +261,7 @@ class _Search:
                 found.append(narrowed)
                 return None
             failure = plan
-        detail = f"even evicting every lower-priority pod there it does not fit: {failure}"
+        detail = wording.never_fits(failure)
         return DomainOption(name, Verdict.NO_ROOM, detail, bound=candidate.bound)
 
     def _narrow(
@@ -355,7 +364,7 @@ class _Search:
         # tenth of the trial): reprieve reads the room beside it there, and the copy is
         # dropped afterwards. A failed trial is undone, as the next level adds to the copy.
         checkpoint = scratch.checkpoint()
-        result = schedule(scratch, self.pods, self.tree, undo=False)
+        result = schedule(scratch, self.pods, self.tree, self.policy, undo=False)
         decision = next((d for d in result.groups if d.name == self.root.key), None)
         if decision is None or decision.phase is not Phase.SCHEDULED:
             scratch.rollback(checkpoint)
@@ -383,10 +392,8 @@ class _Search:
         if not found:
             spent = any(o.verdict is Verdict.NOT_TRIED for o in options)
             outcome = Outcome.BUDGET_SPENT if spent else Outcome.NO_ROOM
-            why = "the preemption budget ran out" if spent else "no domain can make room"
-            return self._plan(
-                outcome, f"{why}: " + "; ".join(_line(o) for o in options), priority, options
-            )
+            lines = [(o.domain, o.detail) for o in options]
+            return self._plan(outcome, wording.no_plan(spent, lines), priority, options)
         ranked = sorted(found, key=lambda f: (f.cost.key(), f.domain))
         # Domains are weighed by their trial plans; only the winner is refit (one more trial
         # rather than one per domain), so the refit can only make the chosen plan cheaper.
@@ -397,12 +404,12 @@ class _Search:
         ]
         weighed += options
         if not best.victims:
-            message = f"fits in {best.domain} without evicting anything"
+            message = wording.fits_without_evicting(best.domain)
             return self._plan(Outcome.NOT_NEEDED, message, priority, weighed, best)
         pods = sum(len(u.pods) for u in best.victims)
         message = wording.eviction(pods, len(best.victims), best.domain, best.cost.describe())
         if len(weighed) > 1:
-            message += f"; {wording.counted(len(weighed) - 1, 'other domain')} weighed"
+            message += wording.others_weighed(len(weighed) - 1)
         return self._plan(Outcome.PLANNED, message, priority, weighed, best)
 
     def _plan(
@@ -446,14 +453,14 @@ def _early(tree: Sequence[GroupSpec], root: GroupSpec, budget: int) -> tuple[Out
     """Phase 1: why the unit does not preempt at all, if it does not."""
     invalid = [g.invalid for g in tree if g.invalid is not None]
     if invalid:
-        return Outcome.INVALID, f"invalid: {invalid[0]}"
+        return Outcome.INVALID, wording.preemptor_invalid(invalid[0])
     problems = [g.priority_problem for g in tree if g.priority_problem is not None]
     if problems:
-        return Outcome.PRIORITY_UNRESOLVED, f"priority unresolved: {problems[0]}"
+        return Outcome.PRIORITY_UNRESOLVED, wording.priority_unresolved(problems[0])
     if root.preemption_policy is PreemptionPolicy.NEVER:
-        return Outcome.POLICY_NEVER, "preemptionPolicy is Never"
+        return Outcome.POLICY_NEVER, wording.POLICY_NEVER
     if budget == 0:
-        return Outcome.DISABLED, "preemption.budget is 0"
+        return Outcome.DISABLED, wording.PREEMPTION_OFF
     return None
 
 
@@ -477,11 +484,3 @@ def _as_good(tiers: tuple[int, ...], reference: tuple[int, ...]) -> bool:
     return len(tiers) == len(reference) and all(
         t <= r for t, r in zip(tiers, reference, strict=True)
     )
-
-
-def _describe_bound(bound: Bound) -> str:
-    return f"highest victim priority {bound.top_priority}, {gpus_text(bound.gpu_milli)} GPUs"
-
-
-def _line(option: DomainOption) -> str:
-    return f"{option.domain}: {option.detail}"

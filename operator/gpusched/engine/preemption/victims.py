@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpusched.api.crds import DisruptionMode
+from gpusched.engine import wording
 from gpusched.engine.groups import GroupSpec, GroupTree
 from gpusched.engine.snapshot import Holding, Snapshot
 
@@ -190,10 +191,10 @@ def _facts(chain: tuple[GroupSpec, ...]) -> _GroupFacts | None:
     protected = None
     for group in chain:
         if group.invalid is not None:
-            protected = f"its group is invalid: {group.invalid}"
+            protected = wording.protected_invalid(group.invalid)
             break
         if group.priority_problem is not None:
-            protected = f"its priority is unresolved: {group.priority_problem}"
+            protected = wording.protected_priority(group.priority_problem)
             break
     return _GroupFacts(
         whole[-1] if whole else None,
@@ -263,7 +264,7 @@ def _foreign(
 
 
 def _foreign_reason(pod: str) -> str:
-    return f"{pod} was bound by another scheduler (evictOtherSchedulersPods off)"
+    return wording.other_schedulers_pod(pod)
 
 
 def budget_overrun(budgets: Sequence[DisruptionBudget], evicted: Iterable[str]) -> int:
