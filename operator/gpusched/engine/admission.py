@@ -9,22 +9,12 @@ then the group waits, saying which resources are short (`Shortfall`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from gpusched.engine.result import Shortfall
 from gpusched.engine.snapshot import Snapshot
 
 GPU = "nvidia.com/gpu"
 """Counted as the whole GPUs free (on device-plugin and DRA nodes alike)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Shortfall:
-    """One resource of ``minResources`` the cluster lacks: wanted, and free now (in the
-    resource's canonical unit: millicores, bytes, a count)."""
-
-    resource: str
-    wanted: int
-    free: int
 
 
 def shortfalls(snapshot: Snapshot, wanted: Sequence[tuple[str, int]]) -> tuple[Shortfall, ...]:

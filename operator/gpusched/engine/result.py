@@ -14,7 +14,6 @@ from typing import Any
 
 # The reasons are the API's vocabulary; re-exported for the rooms that read results.
 from gpusched.api.crds import Reason as Reason
-from gpusched.engine.admission import Shortfall
 from gpusched.engine.claims import ClaimAllocation
 
 ENGINE_REASONS = (
@@ -33,6 +32,16 @@ class Counted(StrEnum):
 
     PODS = "pods"
     CHILD_GROUPS = "child groups"
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """One resource of ``minResources`` the cluster lacks: wanted, and free now (in the
+    resource's canonical unit: millicores, bytes, a count)."""
+
+    resource: str
+    wanted: int
+    free: int
 
 
 @dataclass(frozen=True, slots=True)
