@@ -480,12 +480,9 @@ def _channel_domain(
         domain = str(parameters.get("domainID") or "")
         seen = domains.get(domain)
         if seen is not None and seen[0] != claim.metadata.namespace:
-            raise ClaimError(
-                f"ResourceClaim {claim.key}: spec.devices.config[{position}].opaque.parameters"
-                f".domainID names ComputeDomain {seen[0]}/{seen[1]}, in another namespace; the "
-                "NVIDIA driver prepares a channel only for a claim in its ComputeDomain's "
-                "namespace"
-            )
+            from gpusched.engine import wording  # wording reads results, which read claims
+
+            raise ClaimError(wording.channel_namespace(claim.key, position, *seen))
         return domain
     return ""
 
