@@ -12,6 +12,7 @@ from testing import dra
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
 from testing.harness import condition, events_for, group_status, running_operator
+from testing.manifests import TOPOLOGY
 from tests.integration.test_dra import NS, _all_bound, _claims, _devices, _gang, dra_nodes  # noqa: F401
 from tests.unit.engine.test_imex_channels import (
     CD_DRIVER,
@@ -320,21 +321,23 @@ def test_a_node_whose_gpus_name_different_cliques_hosts_nothing_clique_constrain
     kubeconfig: Path,
     dra_nodes: list[str],  # noqa: F811
 ) -> None:
-    """Both nodes labelled one clique; the first one's devices publish a per-device
-    ``clique`` of two values (the NVIDIA driver publishes no such attribute today: read where
-    one is): a clique-constrained gang lands on the other node only, and one needing both
-    stays pending with a reason naming the node and its cliques."""
+    """Both nodes labelled one clique; on the first, the node agent read two cliques from
+    NVML's fabric info (GPUs 4-7 in another; the NVIDIA DRA driver publishes no per-device
+    clique, so the agent's ``gpusched.io/gpu-topology`` annotation is where it shows): a
+    clique-constrained gang lands on the other node only, and one needing both stays pending
+    with a reason naming the node and its cliques."""
     label = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f.1"
     other = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f.2"
     mixed = dra_nodes[0]
+    plain = dra.topology()
     for node in dra_nodes:
-        api.patch("nodes", node, {"metadata": {"labels": {CLIQUE: label}}})
-        body = dra.resource_slice(node, generation=2)
-        for (index, _, _), device in zip(dra.gpus(), body["spec"]["devices"], strict=True):
-            value = other if node == mixed and index >= 4 else label
-            device["attributes"]["clique"] = {"string": value}
-        api.delete("resourceslices", body["metadata"]["name"], None, group="resource.k8s.io")
-        api.create(body)
+        gpus = tuple(
+            g.model_copy(update={"clique": other if node == mixed and g.index >= 4 else label})
+            for g in plain.gpus
+        )
+        annotation = plain.model_copy(update={"gpus": gpus}).to_annotation()
+        patch = {"labels": {CLIQUE: label}, "annotations": {TOPOLOGY: annotation}}
+        api.patch("nodes", node, {"metadata": patch})
     try:
         with running_operator(kubeconfig):
             small = _clique_gang(api, "fits", 2, 4)
@@ -358,5 +361,6 @@ def test_a_node_whose_gpus_name_different_cliques_hosts_nothing_clique_constrain
                 if (pods_found := api.get_or_none("pods", m, NS)) is not None
             )
     finally:
+        restored = {"labels": {CLIQUE: None}, "annotations": {TOPOLOGY: plain.to_annotation()}}
         for node in dra_nodes:
-            api.patch("nodes", node, {"metadata": {"labels": {CLIQUE: None}}})
+            api.patch("nodes", node, {"metadata": restored})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +91,23 @@ def _gpu(nvml: Any, index: int, handle: Any, bus: str, sysfs: Path) -> GpuInfo:
         model=_text(nvml.nvmlDeviceGetName(handle)),
         memory_mib=int(memory) // _MIB,
         numa=numa_node(sysfs, bus),
+        clique=fabric_clique(nvml, handle),
     )
+
+
+def fabric_clique(nvml: Any, handle: Any) -> str | None:
+    """``<ClusterUUID>.<CliqueID>`` from the GPU's fabric info, once its registration with the
+    NVLink fabric is complete and succeeded; ``None`` on a GPU without a fabric (a driver or
+    pynvml too old for the call, NVML_ERROR_NOT_SUPPORTED) or while it registers."""
+    errors = (AttributeError, getattr(nvml, "NVMLError", AttributeError))
+    try:
+        info = nvml.c_nvmlGpuFabricInfo_t()
+        nvml.nvmlDeviceGetGpuFabricInfo(handle, info)
+    except errors:
+        return None
+    if info.state != nvml.NVML_GPU_FABRIC_STATE_COMPLETED or info.status != nvml.NVML_SUCCESS:
+        return None
+    return f"{uuid.UUID(bytes=bytes(info.clusterUuid))}.{int(info.cliqueId)}"
 
 
 def numa_node(sysfs: Path, bus: str) -> int | None:

@@ -71,6 +71,12 @@ class GpuInfo(BaseModel):
     memory_mib: int | None = Field(default=None, alias="memoryMiB", ge=0)
     numa: int | None = Field(default=None, ge=0, le=4096)
     """NUMA node of the GPU's PCI device; ``None`` when unknown."""
+    clique: str | None = Field(default=None, max_length=128)
+    """The GPU's NVLink clique, ``<ClusterUUID>.<CliqueID>`` as NVML's GPU fabric info gives it
+    (the form of the node label ``nvidia.com/gpu.clique``); ``None`` when the GPU is on no
+    NVLink fabric, its fabric registration is not complete, or it is unknown. The NVIDIA DRA
+    driver publishes no per-device clique, so this annotation is where a node's GPUs are seen
+    to disagree."""
 
 
 class GpuTopology(BaseModel):

@@ -11,6 +11,8 @@ import numpy as np
 
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine import wording
+from gpusched.engine.channels import ChannelRule
+from gpusched.engine.devices import CHANNEL_RESOURCE
 from gpusched.engine.fit import broken_topology, partition_free, static_reason
 from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.policy import offered_gpus, one_numa_node
@@ -64,7 +66,14 @@ def node_check(
     listed = failing[shown].any(axis=0) if shown else np.zeros(chosen.size, dtype=np.bool_)
     others = int((failing[rest].any(axis=0) & ~listed).sum()) if rest else 0
     problems = _device_problems(snapshot, pod, chosen[~fits]) if pod.devices else ()
-    return NodeCheck(int(fitting.size), fitting_names, blockers, others, problems)
+    limits = _limits(pod) if capacity is not None and fitting.size else ()
+    return NodeCheck(int(fitting.size), fitting_names, blockers, others, problems, limits)
+
+
+def _limits(pod: PodRequest) -> tuple[ChannelRule, ...]:
+    """The rules that let a node take one copy of ``pod`` only: a channel pod's."""
+    claims_channel = pod.resources.get(CHANNEL_RESOURCE, 0) > 0
+    return (ChannelRule.ONE_POD_PER_NODE,) if claims_channel else ()
 
 
 def _device_problems(
@@ -128,7 +137,9 @@ def _failures(
             found.append((wording.no_node_has(name), ""))
             continue
         free = int(snapshot.allocatable[node, column] - snapshot.used[node, column])
-        if free < amount:
+        if free < amount and name == CHANNEL_RESOURCE:
+            found.append((wording.CHANNEL_TAKEN, wording.channel_taken("")))
+        elif free < amount:
             found.append((wording.insufficient(name), wording.short_of(name, free, amount)))
     gpu = _gpu_failure(snapshot, pod, node, numa)
     if gpu is not None:
@@ -201,7 +212,8 @@ def _failing_checks(
             check(wording.no_node_has(name), np.zeros(nodes.size, dtype=np.bool_))
             continue
         free = snapshot.allocatable[nodes, column] - snapshot.used[nodes, column]
-        check(wording.insufficient(name), free >= amount)
+        label = wording.CHANNEL_TAKEN if name == CHANNEL_RESOURCE else wording.insufficient(name)
+        check(label, free >= amount)
     if pod.gpus > 1:
         broken = broken_topology(snapshot)[nodes]
         check(wording.BROKEN_TOPOLOGY, ~broken, is_gpu=True)

@@ -41,10 +41,6 @@ a node would bind and never start."""
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 """The node label of its NVLink clique, ``<ClusterUUID>.<CliqueID>`` (all of a node's GPUs are
 in one clique; the ComputeDomain plugin refuses to start when they are not)."""
-CLIQUE_ATTRIBUTE = "clique"
-"""A per-device clique (``<ClusterUUID>.<CliqueID>``), read where a driver publishes one: the
-NVIDIA driver (2026-08) publishes none, only the node label; a node whose devices publish
-different cliques, or one other than its label, is in no clique domain (`NodeDevices.mixed`)."""
 GPU_DEVICE_NAME = re.compile(r"gpu-[0-9]+")
 """Whole-GPU devices; MIG devices (``gpu-0-mig-…``) are not whole GPUs and are left alone."""
 
@@ -75,7 +71,11 @@ class NodeDevices:
     partitions: Partitions | None = None
     """Its Fabric Manager partitions (`gpusched.engine.partitions`); None: not partitioned."""
     cliques: tuple[str, ...] = ()
-    """The distinct per-device cliques its GPUs publish (`CLIQUE_ATTRIBUTE`), sorted."""
+    """The distinct NVLink cliques of its GPUs, sorted, as the node agent reads them from NVML
+    (``clique`` of each GPU in the ``gpusched.io/gpu-topology`` annotation): the NVIDIA DRA
+    driver publishes no per-device clique, only GPU Feature Discovery's node label. A node
+    whose GPUs name different cliques, or one other than its label, is in no clique domain
+    (`mixed`); the driver's ComputeDomain plugin refuses to start on such a node."""
     shared: tuple[str, ...] = ()
     """Its GPU devices with ``allowMultipleAllocations`` (the driver's ConsumableShares):
     claims share them by capacity; gpusched allocates whole GPUs only and leaves them to
@@ -226,16 +226,14 @@ def node_devices(
     partitions = node_partitions(
         ((g.index, g.spec) for g in joined.devices.values()), NVIDIA_DRIVER
     )
-    cliques = tuple(
-        sorted(
-            {
-                str(found)
-                for g in joined.devices.values()
-                if (found := g.spec.attribute(NVIDIA_DRIVER, CLIQUE_ATTRIBUTE))
-            }
-        )
-    )
+    cliques = gpu_cliques(topology, joined.devices)
     return dataclasses.replace(joined, channels=channels, partitions=partitions, cliques=cliques)
+
+
+def gpu_cliques(topology: GpuTopology, devices: Iterable[int]) -> tuple[str, ...]:
+    """The distinct NVLink cliques the node agent read for the GPUs ``devices`` (indices)."""
+    clique_of = {g.index: g.clique for g in topology.gpus if g.clique}
+    return tuple(sorted({clique_of[i] for i in devices if i in clique_of}))
 
 
 def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) -> NodeDevices:
@@ -480,12 +478,9 @@ def _channel_domain(
         domain = str(parameters.get("domainID") or "")
         seen = domains.get(domain)
         if seen is not None and seen[0] != claim.metadata.namespace:
-            raise ClaimError(
-                f"ResourceClaim {claim.key}: spec.devices.config[{position}].opaque.parameters"
-                f".domainID names ComputeDomain {seen[0]}/{seen[1]}, in another namespace; the "
-                "NVIDIA driver prepares a channel only for a claim in its ComputeDomain's "
-                "namespace"
-            )
+            from gpusched.engine import wording  # wording reads results, which read claims
+
+            raise ClaimError(wording.channel_namespace(claim.key, position, *seen))
         return domain
     return ""
 

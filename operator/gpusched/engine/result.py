@@ -14,6 +14,7 @@ from typing import Any
 
 # The reasons are the API's vocabulary; re-exported for the rooms that read results.
 from gpusched.api.crds import Reason as Reason
+from gpusched.engine.channels import ChannelRule
 from gpusched.engine.claims import ClaimAllocation
 
 ENGINE_REASONS = (
@@ -71,6 +72,8 @@ class NodeCheck:
     """For a pod asking for DRA devices: (node, why) of nodes among those that did not take
     it whose devices cannot all be used (a slice not matching the topology, a pool still
     being published), up to a few."""
+    limits: tuple[ChannelRule, ...] = ()
+    """Rules that let each node that fits take one pod only (an IMEX channel pod)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from gpusched.engine.channels import ChannelRule
 from gpusched.engine.partitions import PartitionRefusal
 from gpusched.engine.result import (
     Attempt,
@@ -51,7 +52,8 @@ def node_reasons(check: NodeCheck) -> str:
     if check.fitting:
         more = ", …" if check.fitting > len(check.fitting_examples) else ""
         verb = "node fits" if check.fitting == 1 else "nodes fit"
-        parts.append(f"{check.fitting} {verb} ({', '.join(check.fitting_examples)}{more})")
+        limits = "".join(f"; one pod each: {channel_rule(r)}" for r in check.limits)
+        parts.append(f"{check.fitting} {verb} ({', '.join(check.fitting_examples)}{more}{limits})")
     for blocker in check.blockers:
         more = ", …" if blocker.nodes > len(blocker.examples) else ""
         parts.append(f"{blocker.nodes} {blocker.check}: {', '.join(blocker.examples)}{more}")
@@ -296,11 +298,39 @@ def fm_partition(refusal: PartitionRefusal) -> str:
     )
 
 
+CHANNEL_TAKEN = "IMEX channel taken"
+"""The node check a channel pod fails where another pod holds the node's channel."""
+
+
+def channel_rule(rule: ChannelRule) -> str:
+    """The NVIDIA driver's rule on IMEX channels, as a clause naming it."""
+    if rule is ChannelRule.ONE_POD_PER_NODE:
+        return "the NVIDIA driver prepares a node's IMEX channel for one pod at a time"
+    if rule is ChannelRule.ONE_DOMAIN_PER_NODE:
+        return "the NVIDIA driver lets a node serve one ComputeDomain at a time"
+    return "the NVIDIA driver prepares a channel only for a claim in its ComputeDomain's namespace"
+
+
+def channel_taken(holder: str) -> str:
+    """Why a node's channel is not free: who holds it, and the rule."""
+    held = f"held by {holder}" if holder else "held by another pod"
+    return f"{held}; {channel_rule(ChannelRule.ONE_POD_PER_NODE)}"
+
+
 def serves_other_domain(uid: str) -> str:
     """A node the ComputeDomain plugin labelled for another ComputeDomain than the pod's."""
     return (
-        f"it serves ComputeDomain {uid} (label resource.nvidia.com/computeDomain); a node "
-        "serves one ComputeDomain at a time"
+        f"it serves ComputeDomain {uid} (label resource.nvidia.com/computeDomain): "
+        f"{channel_rule(ChannelRule.ONE_DOMAIN_PER_NODE)}"
+    )
+
+
+def channel_namespace(claim: str, position: int, namespace: str, name: str) -> str:
+    """A channel claim whose config names a ComputeDomain of another namespace."""
+    return (
+        f"ResourceClaim {claim}: spec.devices.config[{position}].opaque.parameters.domainID "
+        f"names ComputeDomain {namespace}/{name}, in another namespace; "
+        f"{channel_rule(ChannelRule.CLAIM_NAMESPACE)}"
     )
 
 

@@ -7,10 +7,11 @@ matrix exactly. The agent running ``nvidia-smi`` and patching its Node are in
 tests/integration/test_agent.py (they start a process and a server).
 """
 
-# ruff: noqa: N802  (the fake keeps pynvml's names)
+# ruff: noqa: N802, N815  (the fake keeps pynvml's names)
 from __future__ import annotations
 
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -222,3 +223,47 @@ def test_agent_needs_a_node_name(
     monkeypatch.delenv("NODE_NAME", raising=False)
     assert main(["agent", "--once"]) == 2
     assert "NODE_NAME" in capsys.readouterr().err
+
+
+@dataclass
+class FabricInfo:
+    """pynvml's ``c_nvmlGpuFabricInfo_t``: filled in by ``nvmlDeviceGetGpuFabricInfo``."""
+
+    clusterUuid: bytes = b""
+    status: int = 0
+    cliqueId: int = 0
+    state: int = 0
+
+
+CLUSTER = "0b5f0ad2-6a8e-4a51-9a9c-1f2b3c4d5e6f"
+FABRIC_COMPLETED = 3
+
+
+@dataclass
+class FabricNvml(FakeNvml):
+    """The fake with an NVLink fabric: per GPU its (clique, fabric state)."""
+
+    fabric: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    c_nvmlGpuFabricInfo_t = FabricInfo
+    NVML_GPU_FABRIC_STATE_COMPLETED = FABRIC_COMPLETED
+    NVML_SUCCESS = 0
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: int, info: FabricInfo) -> int:
+        if handle not in self.fabric:
+            raise NVMLError("NVML_ERROR_NOT_SUPPORTED")
+        info.clusterUuid = uuid.UUID(CLUSTER).bytes
+        info.cliqueId, info.state = self.fabric[handle]
+        return 0
+
+
+def test_each_gpu_gets_its_nvlink_clique_once_its_fabric_registration_is_complete(
+    tmp_path: Path,
+) -> None:
+    want = capture("h100-sxm-4gpu-vm-8nic-phb.topo.txt")
+    # GPU 0 and 1 in clique 7; GPU 2 in clique 8; GPU 3 still registering; no fabric beyond.
+    fabric = {0: (7, FABRIC_COMPLETED), 1: (7, FABRIC_COMPLETED), 2: (8, FABRIC_COMPLETED)}
+    fabric[3] = (7, 1)
+    fake = FabricNvml(want, switch=True, fabric=fabric)
+    got = read_nvml(fake, sysfs_with_numa(tmp_path, want))
+    assert [g.clique for g in got.gpus] == [f"{CLUSTER}.7", f"{CLUSTER}.7", f"{CLUSTER}.8", None]

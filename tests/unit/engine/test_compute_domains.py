@@ -48,6 +48,7 @@ def test_a_channel_claim_in_another_namespace_than_its_compute_domain_is_refused
     (failure,) = result.unschedulable
     assert "spec.devices.config[0].opaque.parameters.domainID" in failure.message
     assert "ComputeDomain training/cd" in failure.message, failure.message
+    assert "only for a claim in its ComputeDomain's namespace" in failure.message, failure.message
 
 
 def test_a_channel_claim_in_its_compute_domains_namespace_is_placed() -> None:
@@ -74,3 +75,4 @@ def test_no_node_free_of_another_compute_domain_leaves_the_pod_pending_saying_wh
     assert result.bindings == []
     (failure,) = result.unschedulable
     assert "serves ComputeDomain uid-cd-2" in failure.message, failure.message
+    assert "lets a node serve one ComputeDomain at a time" in failure.message, failure.message

@@ -12,6 +12,7 @@ from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_resource_slice
 from gpusched.api.k8s import parse_node, parse_pod
 from gpusched.engine.build import build_snapshot
+from gpusched.engine.channels import ChannelRule
 from gpusched.engine.dra import DraCache, DraObjects, DraPod
 from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
@@ -137,6 +138,12 @@ def test_a_gang_needing_more_channel_pods_than_nodes_stays_pending() -> None:
     assert (attempt.fit, attempt.needed) == (2, 3)
     assert attempt.nodes is not None
     assert attempt.nodes.fitting_examples == ("n0 ×1", "n1 ×1"), decision.message
+    # Why one each is the driver's rule, kept as data and named in the message.
+    assert attempt.nodes.limits == (ChannelRule.ONE_POD_PER_NODE,)
+    assert (
+        "one pod each: the NVIDIA driver prepares a node's IMEX channel for one pod at a time"
+        in (decision.message)
+    ), decision.message
 
 
 def test_a_node_whose_channel_another_compute_domain_holds_is_skipped() -> None:
@@ -156,6 +163,29 @@ def test_a_node_whose_channel_another_compute_domain_holds_is_skipped() -> None:
     channel_pod(world, "solo", 1)
     result = world.run()
     assert [(b.pod, b.node) for b in result.bindings] == [(f"{NS}/solo", "n1")]
+
+
+def test_a_channel_pod_whose_only_node_has_its_channel_held_says_which_rule_keeps_it_off() -> None:
+    world = imex_world(1)
+    held = channel_claim("other-channel", domain="uid-cd-2")
+    held["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "channel", "driver": CD_DRIVER, "pool": "n0", "device": "channel-0"}
+                ]
+            }
+        },
+        "reservedFor": [{"resource": "pods", "name": "other", "uid": "uid-other"}],
+    }
+    world.claims.append(held)
+    channel_pod(world, "solo", 1)
+    result = world.run()
+    assert result.bindings == []
+    (failure,) = result.unschedulable
+    assert "1 IMEX channel taken: n0 (held by another pod; the NVIDIA driver prepares a node's" in (
+        failure.message
+    ), failure.message
 
 
 def test_a_channel_claim_being_written_holds_its_nodes_channel() -> None:

@@ -1,13 +1,15 @@
-"""A node whose GPUs name different NVLink cliques (where a driver publishes a per-device
-``clique`` attribute; the NVIDIA driver of 2026-08 publishes only the node label, and its
-ComputeDomain plugin refuses to start on such a node) is in no ``nvidia.com/gpu.clique``
-domain: nothing of a clique-constrained group lands there, and the group's reason names it."""
+"""A node whose GPUs name different NVLink cliques is in no ``nvidia.com/gpu.clique`` domain:
+nothing of a clique-constrained group lands there, and the group's reason names it. The NVIDIA
+DRA driver publishes no per-device clique (only GPU Feature Discovery's node label, and its
+ComputeDomain plugin refuses to start on such a node); the node agent reads each GPU's clique
+from NVML's fabric info into the ``gpusched.io/gpu-topology`` annotation, where it is seen."""
 
 from __future__ import annotations
 
 from gpusched.engine.result import Phase
 from testing import dra
 from testing.engine import gang
+from testing.manifests import TOPOLOGY
 from tests.unit.engine.test_dra_engine import NS, World
 
 CLIQUE = "nvidia.com/gpu.clique"
@@ -15,17 +17,21 @@ UUID = "0b5f0ad2-6a8e-4a51-9a9c-1f2b3c4d5e6f"
 
 
 def _world(*, n1_devices: tuple[str, str]) -> World:
-    """n1 and n2 labelled clique ``<uuid>.1``; n1's GPUs 0-3 publish ``n1_devices[0]`` and
-    4-7 ``n1_devices[1]``, n2's all publish the label's."""
+    """n1 and n2 labelled clique ``<uuid>.1``; the agent read ``n1_devices[0]`` for n1's GPUs
+    0-3 and ``n1_devices[1]`` for 4-7, the label's for all of n2's."""
     world = World()
     label = f"{UUID}.1"
     for name in ("n1", "n2"):
-        world.nodes.append(dra.node(name, {CLIQUE: label}))
-        body = dra.resource_slice(name)
-        for (index, _, _), device in zip(dra.gpus(), body["spec"]["devices"], strict=True):
-            value = n1_devices[index // 4] if name == "n1" else label
-            device["attributes"]["clique"] = {"string": value}
-        world.slices.append(body)
+        body = dra.node(name, {CLIQUE: label})
+        topology = dra.topology()
+        gpus = tuple(
+            g.model_copy(update={"clique": n1_devices[g.index // 4] if name == "n1" else label})
+            for g in topology.gpus
+        )
+        annotation = topology.model_copy(update={"gpus": gpus}).to_annotation()
+        body["metadata"]["annotations"][TOPOLOGY] = annotation
+        world.nodes.append(body)
+        world.slices.append(dra.resource_slice(name))
     return world
 
 
