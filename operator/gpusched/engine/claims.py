@@ -31,6 +31,7 @@ from gpusched.engine.devices import (
     class_checks,
 )
 from gpusched.engine.extended import ExtendedClaim, extended_claim
+from gpusched.engine.result import ClaimAllocation, DeviceChoice
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,38 +125,6 @@ class PodDevices:
     def joined(self) -> tuple[str, ...]:
         """The shared claims, allocated already, that the pod joins."""
         return tuple(c.key for c in self.claims if c.joins)
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceChoice:
-    """One device given to one request of a claim, as ``status.allocation`` records it."""
-
-    request: str
-    driver: str
-    pool: str
-    device: str
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimAllocation:
-    """A claim of a bound pod and the devices the engine chose for it; ``joins``: a shared
-    claim allocated already, which the pod only joins (no devices chosen)."""
-
-    claim: str
-    devices: tuple[DeviceChoice, ...] = ()
-    joins: bool = False
-
-    def to_dict(self) -> dict[str, object]:
-        found: dict[str, object] = {
-            "claim": self.claim,
-            "devices": [
-                {"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
-                for d in self.devices
-            ],
-        }
-        if self.joins:
-            found["joins"] = True
-        return found
 
 
 # ----- which claims a pod has -------------------------------------------------------------------

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from gpusched.api.dra import Device, DeviceClass, DeviceSelector, ResourceClaim, ResourceSlice
 from gpusched.api.topology import GpuTopology
+from gpusched.engine import wording
 from gpusched.engine.partitions import Partitions, node_partitions
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
@@ -478,8 +479,6 @@ def _channel_domain(
         domain = str(parameters.get("domainID") or "")
         seen = domains.get(domain)
         if seen is not None and seen[0] != claim.metadata.namespace:
-            from gpusched.engine import wording  # wording reads results, which read claims
-
             raise ClaimError(wording.channel_namespace(claim.key, position, *seen))
         return domain
     return ""

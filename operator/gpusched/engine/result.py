@@ -15,7 +15,6 @@ from typing import Any
 # The reasons are the API's vocabulary; re-exported for the rooms that read results.
 from gpusched.api.crds import Reason as Reason
 from gpusched.engine.channels import ChannelRule
-from gpusched.engine.claims import ClaimAllocation
 
 ENGINE_REASONS = (
     Reason.SCHEDULED,
@@ -33,6 +32,38 @@ class Counted(StrEnum):
 
     PODS = "pods"
     CHILD_GROUPS = "child groups"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceChoice:
+    """One device given to one request of a claim, as ``status.allocation`` records it."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """A claim of a bound pod and the devices the engine chose for it; ``joins``: a shared
+    claim allocated already, which the pod only joins (no devices chosen)."""
+
+    claim: str
+    devices: tuple[DeviceChoice, ...] = ()
+    joins: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        found: dict[str, object] = {
+            "claim": self.claim,
+            "devices": [
+                {"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
+                for d in self.devices
+            ],
+        }
+        if self.joins:
+            found["joins"] = True
+        return found
 
 
 @dataclass(frozen=True, slots=True)

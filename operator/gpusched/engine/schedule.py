@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gpusched.api.config import GPU_RESOURCE, NumaPolicy
 from gpusched.engine import wording
 from gpusched.engine.blockers import node_check
-from gpusched.engine.claims import ClaimAllocation, choose_devices
+from gpusched.engine.claims import choose_devices
 from gpusched.engine.collector import collector_paused
 from gpusched.engine.domains import root_domain
 from gpusched.engine.gpuset import choose_gpus
@@ -32,6 +32,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.result import (
     Attempt,
     Binding,
+    ClaimAllocation,
     GroupDecision,
     Phase,
     PodFailure,

@@ -11,12 +11,11 @@ from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_resource_slice
 from gpusched.api.k8s import parse_node, parse_pod
 from gpusched.engine.build import build_snapshot, topology_problem
-from gpusched.engine.claims import ClaimAllocation, DeviceChoice
 from gpusched.engine.dra import DraObjects, DraPod, dra_inputs
 from gpusched.engine.groups import GroupSpec
 from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
-from gpusched.engine.result import Phase, Reason, ScheduleResult
+from gpusched.engine.result import ClaimAllocation, DeviceChoice, Phase, Reason, ScheduleResult
 from gpusched.engine.schedule import schedule
 from testing import dra
 from testing.engine import gang
