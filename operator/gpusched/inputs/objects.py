@@ -104,7 +104,7 @@ class DraRead:
     """The NVIDIA driver's ComputeDomains, by uid: (namespace, name)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ClusterObjects:
     nodes: list[Node] = field(default_factory=list)
     pods: list[ReadPod] = field(default_factory=list)

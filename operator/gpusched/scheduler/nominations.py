@@ -75,7 +75,7 @@ class Mark:
         return mark if mark.size > 0 else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Place:
     """A `NOMINATION_ANNOTATION`: where the plan ``plan`` of ``root`` puts this pod."""
 
@@ -106,12 +106,12 @@ class Place:
         try:
             value = json.loads(raw)
             place = Place(
-                str(value["plan"]),
-                str(value["root"]),
-                int(value["pods"]),
-                str(value["node"]),
-                tuple(int(g) for g in value["gpus"]),
-                tuple(str(c) for c in value.get("claims") or ()),
+                plan=str(value["plan"]),
+                root=str(value["root"]),
+                pods=int(value["pods"]),
+                node=str(value["node"]),
+                gpus=tuple(int(g) for g in value["gpus"]),
+                claims=tuple(str(c) for c in value.get("claims") or ()),
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -126,12 +126,12 @@ def places(plan: PreemptionPlan, plan_id: str, claims: Iterable[tuple[str, str]]
     count = len(plan.bindings)
     return [
         Place(
-            plan_id,
-            plan.preemptor,
-            count,
-            b.node,
-            tuple(b.gpus),
-            tuple(sorted(set(by_node.get(b.node, ())))),
+            plan=plan_id,
+            root=plan.preemptor,
+            pods=count,
+            node=b.node,
+            gpus=tuple(b.gpus),
+            claims=tuple(sorted(set(by_node.get(b.node, ())))),
         )
         for b in plan.bindings
     ]
@@ -254,11 +254,11 @@ def _rebuild(
     claims = tuple(sorted({c for _, place in entries for c in place.claims}))
     victims = {key: state.pods[key].uid for key in marks}
     nomination = Nomination(
-        root,
-        {record.key: record.uid for record, _ in entries},
-        tuple(holdings),
-        victims,
-        now,
+        root=root,
+        pods={record.key: record.uid for record, _ in entries},
+        holdings=tuple(holdings),
+        victims=victims,
+        since=now,
         plan=plan_id,
         claims=claims,
     )

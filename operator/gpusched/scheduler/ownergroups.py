@@ -29,7 +29,7 @@ WATCHED_KINDS = frozenset({*SIZES, "Job"})
 """Owner kinds the operator watches: an unseen owner of these is waited for."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class OwnerGroups:
     namespaces: tuple[str, ...] = ()
     """``ownerGroups.namespaces``: where it is on (``*``: everywhere)."""

@@ -194,11 +194,11 @@ class Preemptor:
             victims[victim.pod] = record.uid
         claims = sorted({c for _, c in freed_claims(plan.victims)})
         nomination = Nomination(
-            plan.preemptor,
-            pods,
-            tuple(holdings),
-            victims,
-            self.clock(),
+            root=plan.preemptor,
+            pods=pods,
+            holdings=tuple(holdings),
+            victims=victims,
+            since=self.clock(),
             plan=uuid.uuid4().hex[:12],
             claims=tuple(claims),
         )
