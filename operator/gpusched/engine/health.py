@@ -11,7 +11,7 @@ from gpusched.api.config import SchedulerConfig, StaleTelemetry
 from gpusched.engine.nodes import NodeInfo, Statics
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSample:
     """Telemetry of one GPU (dcgm-exporter fields); ``None`` where the metric is missing."""
 

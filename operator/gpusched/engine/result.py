@@ -75,7 +75,7 @@ class ChildBound:
     """How many of them the domain could hold at once (at most ``children``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EmptyLabel:
     """Nodes that carry the group's topology key with an empty value, so are in no domain of
     it: NVIDIA's ``nvidia.com/gpu.clique`` is empty on a node whose NVLink fabric is not
@@ -116,7 +116,7 @@ class SegmentPlaced:
         return {"domain": self.domain, "pods": list(self.pods)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     """One domain tried for a group, or a reason that rules out every domain (``note``)."""
 
@@ -167,7 +167,7 @@ class Phase(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Binding:
     pod: str
     node: str
@@ -197,7 +197,7 @@ class Binding:
         return found
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupDecision:
     name: str
     kind: str

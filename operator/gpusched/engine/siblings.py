@@ -59,10 +59,10 @@ class Siblings:
             failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
             self.record.decisions.update(best.decisions)
             attempt = Attempt(
-                domain.name,
-                max(best.placed, 0),
-                group.minimum,
-                Counted.CHILD_GROUPS,
+                domain=domain.name,
+                fit=max(best.placed, 0),
+                needed=group.minimum,
+                counted=Counted.CHILD_GROUPS,
                 children=tuple((d.name, d.message) for d in failed[:3]),
             )
             message = wording.full(attempt)
@@ -79,7 +79,7 @@ class Siblings:
         children = self.planner.children(group)
         message = wording.placed(best.placed, len(children), Counted.CHILD_GROUPS, domain.name)
         self.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-        return True, Tried(Attempt(domain.name, fits=True))
+        return True, Tried(Attempt(domain=domain.name, fits=True))
 
     def _sibling_orders(
         self, group: GroupSpec, domain: Domain, best: _Best

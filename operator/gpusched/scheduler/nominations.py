@@ -271,14 +271,24 @@ def _rebuild(
         going[mark.unit] = going.get(mark.unit, 0) + (not record.deleting)
         sizes[mark.unit] = max(sizes.get(mark.unit, 0), mark.size)
         priority = record.request.priority if record.request is not None else 0
-        left.append(Victim(key, record.node or "", record.assigned or (), priority, mark.unit))
+        left.append(
+            Victim(
+                pod=key,
+                node=record.node or "",
+                gpus=record.assigned or (),
+                priority=priority,
+                unit=mark.unit,
+            )
+        )
     # A unit with fewer pods left untouched than it had when marked was started: it goes whole.
     started = frozenset(unit for unit, count in going.items() if count < sizes[unit])
-    bindings = tuple(Binding(h.pod.key, h.node, tuple(h.gpus or ())) for h in holdings)
+    bindings = tuple(
+        Binding(pod=h.pod.key, node=h.node, gpus=tuple(h.gpus or ())) for h in holdings
+    )
     plan = PreemptionPlan(
-        root,
-        Outcome.PLANNED,
-        f"taken over from a previous leader: waiting for {len(victims)} victims",
+        preemptor=root,
+        outcome=Outcome.PLANNED,
+        message=f"taken over from a previous leader: waiting for {len(victims)} victims",
         priority=_priority(state, root, entries),
         victims=tuple(left),
         bindings=bindings,

@@ -73,8 +73,8 @@ class OwnerGroups:
         except InvalidObjectError as error:
             name = f"Pod.{pod.name}"
             spec = GroupSpec(
-                foreign_key(GroupSource.OWNER, pod.namespace, name),
-                GroupKind.POD_GROUP,
+                key=foreign_key(GroupSource.OWNER, pod.namespace, name),
+                kind=GroupKind.POD_GROUP,
                 invalid=str(error),
             )
             return self._join(record, group_name(GroupSource.OWNER, name), spec)

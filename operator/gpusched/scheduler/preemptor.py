@@ -318,7 +318,10 @@ class Preemptor:
             self._forget(nomination, term)
             self.background.wake()
             return
-        bindings = [Binding(h.pod.key, h.node, tuple(h.gpus or ())) for h in nomination.holdings]
+        bindings = [
+            Binding(pod=h.pod.key, node=h.node, gpus=tuple(h.gpus or ()))
+            for h in nomination.holdings
+        ]
         logger.info("%s: victims gone, binding into the nominated room", nomination.root)
         self.binder.place(bindings, view, term)
         self.backoff.clear(nomination.root)
