@@ -419,7 +419,10 @@ class FaultProxy:
         headers: dict[str, str],
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, headers=headers)
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except (ConnectionError, aiohttp.ClientError):
+            return response  # the client went away before the answer began (it is stopping)
         watch = _Watch(response, request)
         self._watches.add(watch)
         try:

@@ -42,7 +42,7 @@ def test_the_scrape_carries_the_hand_counted_values(
     endpoint: tuple[str, QualityMetrics],
 ) -> None:
     url, metrics = endpoint
-    slow = Binding("ml/x", "node-c", (1, 5), "SYS", "NVLINK")
+    slow = Binding(pod="ml/x", node="node-c", gpus=(1, 5), link_tier="SYS", best_tier="NVLINK")
     metrics.update(known_cluster(), workload=MIX, bindings=[slow])
     got = scrape(url)
 

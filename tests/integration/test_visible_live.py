@@ -73,7 +73,12 @@ def test_a_pending_gang_pod_says_unschedulable_as_autoscalers_read_it_until_its_
         )
         found = pods(api)
         assert all(karpenter_would_provision(found[f"default/g-{i}"]) for i in range(2))
-        reason = condition(group_status(api, "g"))["message"]
+        # The group's status has its own sender: it may land after the pods' conditions.
+        reason = wait_for(
+            lambda: condition(group_status(api, "g")).get("message"),
+            timeout=30,
+            message=lambda: f"the group's condition: {condition(group_status(api, 'g'))}",
+        )
         assert scheduled(api, "g-0")["message"] == reason  # the group's reason, unchanged
         described = apiserver.plane.kubectl("describe", "pod", "g-0", "-n", "default")
         # describe shows the condition's type and status, the reason text in the Event

@@ -48,7 +48,7 @@ _MAX_NUMA = 4096
 """Same bound as `GpuInfo.numa`; checked here so the error names the row."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TopoMatrix:
     """What one ``nvidia-smi topo -m`` capture says.
 

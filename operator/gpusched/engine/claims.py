@@ -175,7 +175,7 @@ def held_claims(pod: Pod) -> list[str]:
 # ----- building a pod's devices from the API models ---------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimsSeen:
     """The DRA objects a pod's devices are built from, and what is in flight.
 
@@ -318,7 +318,9 @@ def _extended(pod: Pod, uid: str, gpus: int, seen: ClaimsSeen, stale: list[Stale
     checks = tuple(sorted(set(class_checks(device_class))))
     key = extended_key(pod)
     demands = tuple(
-        RequestDemand(key, request_name, count, checks, name)
+        RequestDemand(
+            claim=key, request=request_name, count=count, checks=checks, device_class=name
+        )
         for request_name, count in claim.requests
     )
     return PodDevices((ClaimDemand(key, demands),), claim)

@@ -46,7 +46,7 @@ GPU_DEVICE_NAME = re.compile(r"gpu-[0-9]+")
 """Whole-GPU devices; MIG devices (``gpu-0-mig-…``) are not whole GPUs and are left alone."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuDevice:
     """One GPU as both sides name it: our index, the driver's pool and device name."""
 
@@ -58,7 +58,7 @@ class GpuDevice:
     driver: str = NVIDIA_DRIVER
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeDevices:
     """A node's DRA GPUs, by topology index. ``gpu_count`` is the annotation's GPU count:
     indices without a device here exist but cannot be allocated (see ``problems``)."""
@@ -218,11 +218,20 @@ def node_devices(
     )
     if incomplete:
         count = len(topology.gpus) if topology else 0
-        return NodeDevices(node, count, {}, (incomplete,), channels, updating=True)
+        return NodeDevices(
+            node=node,
+            gpu_count=count,
+            devices={},
+            problems=(incomplete,),
+            channels=channels,
+            updating=True,
+        )
     if topology is None:
         why = topology_error or "it has no gpusched.io/gpu-topology annotation"
         message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"
-        return NodeDevices(node, 0, {}, (message,), channels)
+        return NodeDevices(
+            node=node, gpu_count=0, devices={}, problems=(message,), channels=channels
+        )
     joined = _join(node, pool, devices, topology)
     partitions = node_partitions(
         ((g.index, g.spec) for g in joined.devices.values()), NVIDIA_DRIVER
@@ -261,7 +270,9 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
         elif index in joined:
             problems.append(f"devices {joined[index].device} and {device.name} share uuid {uuid}")
         else:
-            joined[index] = GpuDevice(index, pool, device.name, str(uuid), device)
+            joined[index] = GpuDevice(
+                index=index, pool=pool, device=device.name, uuid=str(uuid), spec=device
+            )
     for gpu in topology.gpus:
         if gpu.index not in joined and gpu.index not in shared:
             problems.append(
@@ -269,7 +280,11 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
                 f"annotation is missing from its {NVIDIA_DRIVER} ResourceSlices; it is not used"
             )
     return NodeDevices(
-        node, len(topology.gpus), joined, tuple(problems), shared=tuple(shared_names)
+        node=node,
+        gpu_count=len(topology.gpus),
+        devices=joined,
+        problems=tuple(problems),
+        shared=tuple(shared_names),
     )
 
 
@@ -301,7 +316,7 @@ class Check:
         return f"device.attributes[{self.domain!r}].{self.attribute} == {self.value!r}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestDemand:
     """One request of one claim: ``count`` GPUs, each passing every check."""
 
@@ -436,11 +451,11 @@ def claim_demand(
         if channel is not None:
             domain = _channel_domain(claim, request.name, domains or {})
             demand = RequestDemand(
-                claim.key,
-                request.name,
-                0,
-                channel,
-                exact.device_class_name,
+                claim=claim.key,
+                request=request.name,
+                count=0,
+                checks=channel,
+                device_class=exact.device_class_name,
                 channel=True,
                 domain=domain,
             )
@@ -453,11 +468,11 @@ def claim_demand(
         _whole_gpus_only(checks, field, exact.device_class_name)
         demands.append(
             RequestDemand(
-                claim.key,
-                request.name,
-                exact.count,
-                tuple(sorted(set(checks))),
-                exact.device_class_name,
+                claim=claim.key,
+                request=request.name,
+                count=exact.count,
+                checks=tuple(sorted(set(checks))),
+                device_class=exact.device_class_name,
             )
         )
     return tuple(demands)

@@ -114,11 +114,18 @@ def empty_label(snapshot: Snapshot, parent: Domain, key: str) -> EmptyLabel | No
         return None
     names = tuple(snapshot.nodes[int(n)].name for n in inside[:3])
     if not others.size:
-        return EmptyLabel(key, int(inside.size), names)
+        return EmptyLabel(key=key, nodes=int(inside.size), examples=names)
     first = snapshot.nodes[int(others[0])]
     cliques = first.devices.mixed(first.labels.get(key)) if first.devices else ()
     mixed_names = tuple(snapshot.nodes[int(n)].name for n in others[:3])
-    return EmptyLabel(key, int(inside.size), names, int(others.size), mixed_names, cliques)
+    return EmptyLabel(
+        key=key,
+        nodes=int(inside.size),
+        examples=names,
+        mixed=int(others.size),
+        mixed_examples=mixed_names,
+        cliques=cliques,
+    )
 
 
 def _mixed_cliques(snapshot: Snapshot, key: str) -> BoolArray:

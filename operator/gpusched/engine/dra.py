@@ -163,9 +163,9 @@ class DraCache:
         inventory = self.inventory(nodes, objects)
         serving = serving_class(objects.classes, gpu_resource) if inventory else None
         seen = ClaimsSeen(
-            objects.claims,
-            objects.classes,
-            gpu_resource,
+            claims=objects.claims,
+            classes=objects.classes,
+            gpu_resource=gpu_resource,
             busy=busy or {},
             releasing=releasing,
             extended_class=serving,

@@ -152,7 +152,7 @@ CACHE_BYTES = 64 * 2**20
 openb's default trace has 81 GPU pod shapes (1,213 nodes)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Rows:
     """Per node, the weight-free parts of the measure (``seen``: the node stamps they are
     for, -1 none), and a value weighted by ``weights`` (``valued``: the stamps it is for).
@@ -192,7 +192,7 @@ class _Rows:
         return stale
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Cache:
     """The fragmentation cache of a snapshot's statics, shared by its copies. Its columns are
     every GPU task type any target workload asked for so far (the 95 % cut moves types in and

@@ -50,7 +50,7 @@ import functools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -147,7 +147,8 @@ def _check_request(
 # --- Ties: steps 1-3, memoised ------------------------------------------------------------------
 
 
-class _Ties(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Ties:
     """Equally good sets after steps 1-3, in lexicographic order of their index tuples."""
 
     members: IntArray
@@ -213,7 +214,14 @@ def _make_ties(
     members: IntArray, numa_nodes: IntArray, cost: int, worst: LinkTier, best: LinkTier
 ) -> _Ties:
     first = GpuChoice(tuple(members[0].tolist()), int(numa_nodes[0]), worst, best, cost)
-    return _Ties(members, numa_nodes, cost, worst, best, first)
+    return _Ties(
+        members=members,
+        numa_nodes=numa_nodes,
+        link_cost=cost,
+        worst_tier=worst,
+        best_possible_tier=best,
+        first=first,
+    )
 
 
 def _choice(ties: _Ties, i: int) -> GpuChoice:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +31,8 @@ EXACT_MAX_GPUS = 16
 """Nodes with at most this many GPUs get the exact answer; 2^16 subsets are about 1.3 MB."""
 
 
-class SubsetTables(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubsetTables:
     """Per-subset facts, indexed by the subset's bit mask."""
 
     link_cost: IntArray
@@ -206,7 +207,8 @@ def _lexicographic_by_size(k: int, subsets: IntArray, size: IntArray) -> tuple[I
     return tuple(ordered[edges[c] : edges[c + 1]] for c in range(k + 1))
 
 
-class ShapeGraph(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShapeGraph:
     """What the greedy needs of a large shape."""
 
     neighbours: tuple[int, ...]

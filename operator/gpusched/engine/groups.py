@@ -33,7 +33,7 @@ class GroupKind(StrEnum):
     COMPOSITE = "CompositePodGroup"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupSpec:
     """A PodGroup or CompositePodGroup reduced to its scheduling rules.
 

@@ -47,7 +47,7 @@ def foreign_key(source: GroupSource, namespace: str, name: str) -> str:
 
 def invalid_spec(source: GroupSource, kind: str, namespace: str, name: str, why: str) -> GroupSpec:
     """A foreign group that failed validation: its pods wait with the reason."""
-    return GroupSpec(foreign_key(source, namespace, name), GroupKind(kind), invalid=why)
+    return GroupSpec(key=foreign_key(source, namespace, name), kind=GroupKind(kind), invalid=why)
 
 
 def implicit_spec(namespace: str, ref: GroupRef, created: float) -> GroupSpec:
@@ -82,7 +82,7 @@ def implicit_specs(members: Members) -> list[GroupSpec]:
                 f"{other.total}, but Pod {first_key} says {first.total}; "
                 "the pods of one Kueue group must agree on its size"
             )
-            specs.append(GroupSpec(key, GroupKind.POD_GROUP, invalid=why))
+            specs.append(GroupSpec(key=key, kind=GroupKind.POD_GROUP, invalid=why))
             continue
         created = min(c for _, (_, c) in refs)
         specs.append(implicit_spec(GroupKey.parse(key).namespace, first, created))

@@ -12,7 +12,7 @@ from gpusched.engine import wording
 from gpusched.engine.nodes import NodeInfo, Statics
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSample:
     """Telemetry of one GPU (dcgm-exporter fields); ``None`` where the metric is missing."""
 

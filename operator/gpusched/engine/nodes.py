@@ -21,7 +21,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeInfo:
     """What never changes while a snapshot lives."""
 
@@ -53,7 +53,7 @@ class NodeInfo:
         return self.gpu_count if self.advertised_gpus is None else self.advertised_gpus
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Statics:
     nodes: tuple[NodeInfo, ...]
     index: dict[str, int]

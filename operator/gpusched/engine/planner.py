@@ -57,7 +57,7 @@ LABELS_SAMPLED = 200
 def _empty_line(snapshot: Snapshot, parent: Domain, key: str) -> Tried | None:
     """A report line naming the nodes of ``parent`` in no ``key`` domain for an empty value."""
     empty = empty_label(snapshot, parent, key)
-    return Tried(Attempt(None, empty_label=empty)) if empty is not None else None
+    return Tried(Attempt(domain=None, empty_label=empty)) if empty is not None else None
 
 
 class Planner:
@@ -133,13 +133,13 @@ class Planner:
                 if empty is not None:
                     return Candidates([], [empty])
                 note = self._no_label(group.topology_key, None)
-                return Candidates([], [Tried(Attempt(parent.name, note=note))])
+                return Candidates([], [Tried(Attempt(domain=parent.name, note=note))])
             if group.segment_size and group.kind is GroupKind.POD_GROUP:
                 return self._segment_candidates(group, parent, empty)
             pinned = pinned_domains(self.snapshot, group, parent, domains, self._bound_nodes(group))
             if isinstance(pinned, PinnedApart):
                 note = wording.pinned_apart(pinned)
-                return Candidates([], [Tried(Attempt(None, note=note))])
+                return Candidates([], [Tried(Attempt(domain=None, note=note))])
             domains = pinned
         if group.kind is GroupKind.POD_GROUP:
             found = self._order_pod_group_domains(group, domains)
@@ -148,7 +148,7 @@ class Planner:
             if missing is not None:
                 # Said on the composite, naming the child: the child's own decision is its
                 # parent's, so this is where a user reading either of them learns of the typo.
-                return Candidates([], [Tried(Attempt(parent.name, note=missing))])
+                return Candidates([], [Tried(Attempt(domain=parent.name, note=missing))])
             found = self._order_composite_domains(group, domains)
         if empty is not None:
             found.lines.insert(0, empty)
@@ -256,7 +256,7 @@ class Planner:
             capacity = copies(self.snapshot, pod, self.numa)
             return node_check(self.snapshot, pod, domain.nodes(), self.numa, capacity=capacity)
 
-        return Tried(Attempt(domain.name, estimate, needed, estimate=True), nodes)
+        return Tried(Attempt(domain=domain.name, fit=estimate, needed=needed, estimate=True), nodes)
 
     def _order_composite_domains(self, group: GroupSpec, domains: list[Domain]) -> Candidates:
         # Ordered by every resource the tree's pods request, exactly as a PodGroup's domains:
@@ -271,10 +271,10 @@ class Planner:
             if most < group.minimum:
                 self.record.explored += 1  # looked at and refused: a domain tried, without a trial
                 attempt = Attempt(
-                    domain.name,
-                    most,
-                    group.minimum,
-                    Counted.CHILD_GROUPS,
+                    domain=domain.name,
+                    fit=most,
+                    needed=group.minimum,
+                    counted=Counted.CHILD_GROUPS,
                     estimate=True,
                     bounds=bounds.describe(domain),
                 )
@@ -408,7 +408,7 @@ class Planner:
                 left_out,
                 segments=tuple(trial.segments),
             )
-            return True, Tried(Attempt(domain.name, fits=True))
+            return True, Tried(Attempt(domain=domain.name, fits=True))
         nodes = (
             node_check(snapshot, trial.failed[0], domain.nodes(), self.numa)
             if trial.failed
@@ -416,9 +416,9 @@ class Planner:
         )
         snapshot.rollback(checkpoint)
         attempt = Attempt(
-            domain.name,
-            trial.placed,
-            self.missing(group),
+            domain=domain.name,
+            fit=trial.placed,
+            needed=self.missing(group),
             nodes=nodes,
             no_pods=not trial.failed,
             segments=trial.count,
@@ -453,12 +453,14 @@ class Planner:
             message = wording.placed(placed, len(pods), Counted.PODS, domain.name)
             left_out = self._left_out(failed, domain)
             self.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain, left_out)
-            return True, Tried(Attempt(domain.name, fits=True))
+            return True, Tried(Attempt(domain=domain.name, fits=True))
         # Why the first pod that failed did not fit, on the cluster as the trial left it.
         nodes = node_check(snapshot, failed[0], domain.nodes(), self.numa) if failed else None
         snapshot.rollback(checkpoint)
         missing = self.missing(group)
-        attempt = Attempt(domain.name, placed, missing, nodes=nodes, no_pods=not failed)
+        attempt = Attempt(
+            domain=domain.name, fit=placed, needed=missing, nodes=nodes, no_pods=not failed
+        )
         return False, Tried(attempt)
 
     def _left_out(self, failed: list[PodRequest], domain: Domain) -> dict[str, str]:

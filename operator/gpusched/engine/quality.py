@@ -47,7 +47,7 @@ CLUSTER_LEVEL = "cluster"
 _TOLERATE_ALL = (Toleration(operator="Exists"),)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DomainQuality:
     """One topology domain (or the whole cluster)."""
 

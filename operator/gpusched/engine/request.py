@@ -20,7 +20,7 @@ from gpusched.engine.groups import GroupKey
 WHOLE_GPU_MILLI = 1000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodRequest:
     """A pod as the engine sees it.
 

@@ -133,7 +133,7 @@ class PinnedApart:
     parent: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EmptyLabel:
     """Nodes that carry the group's topology key with an empty value, so are in no domain of
     it: NVIDIA's ``nvidia.com/gpu.clique`` is empty on a node whose NVLink fabric is not
@@ -174,7 +174,7 @@ class SegmentPlaced:
         return {"domain": self.domain, "pods": list(self.pods)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     """One domain tried for a group, or a reason that rules out every domain (``note``)."""
 
@@ -230,7 +230,7 @@ class Phase(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Binding:
     pod: str
     node: str
@@ -260,7 +260,7 @@ class Binding:
         return found
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupDecision:
     name: str
     kind: str

@@ -48,7 +48,7 @@ the working snapshot as the unit finds it (what was bound plus what earlier unit
 It must not change the snapshot; ``explain`` copies it to measure hints on."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Unit:
     priority: int
     new: bool
@@ -181,7 +181,7 @@ def _claims_refused(
             for p, _ in found
         )
         tried = tuple(
-            Attempt(None, note=wording.claim_refused(key, why))
+            Attempt(domain=None, note=wording.claim_refused(key, why))
             for key, why in sorted((p.key, why) for p, why in found)
         )
         result.groups[index] = dataclasses.replace(
@@ -209,7 +209,13 @@ def _screen(
         if why is not None:
             invalid[group.key] = why
             result.groups.append(
-                GroupDecision(group.key, group.kind.value, Phase.PENDING, Reason.INVALID, why)
+                GroupDecision(
+                    name=group.key,
+                    kind=group.kind.value,
+                    phase=Phase.PENDING,
+                    reason=Reason.INVALID,
+                    message=why,
+                )
             )
     valid = [g for g in groups if g.key not in invalid]
     keep = []
@@ -324,8 +330,20 @@ def _units(
         priority = max((p.priority for p in pods), default=0)
         created = min([group.created, *(p.created for p in pods)])
         started = any(g.key in short for g in members)
-        units.append(_Unit(priority, not started, created, group.key, group, None))
-    units.extend(_Unit(p.priority, True, p.created, p.key, None, p) for p in loose)
+        units.append(
+            _Unit(
+                priority=priority,
+                new=not started,
+                created=created,
+                key=group.key,
+                group=group,
+                pod=None,
+            )
+        )
+    units.extend(
+        _Unit(priority=p.priority, new=True, created=p.created, key=p.key, group=None, pod=p)
+        for p in loose
+    )
     units.sort(key=lambda u: (-u.priority, u.new, u.created, u.key))
     return units
 
@@ -402,7 +420,15 @@ def _binding(snapshot: Snapshot, holding: Holding) -> Binding:
         chosen = choose_devices(holding.pod.devices, info.devices, holding.gpus)
         # A GPU the node does not publish is held for good (never chosen): nothing to say.
         devices = chosen if not isinstance(chosen, str) else ()
-    return Binding(holding.pod.key, info.name, holding.gpus, tier, best, notes, devices)
+    return Binding(
+        pod=holding.pod.key,
+        node=info.name,
+        gpus=holding.gpus,
+        link_tier=tier,
+        best_tier=best,
+        notes=notes,
+        devices=devices,
+    )
 
 
 def _link_tiers(

@@ -77,10 +77,10 @@ def place_children(host: Host, group: GroupSpec, domain: Domain) -> tuple[bool, 
         failed = [d for d in best.decisions.values() if d.phase is not Phase.SCHEDULED]
         host.record.decisions.update(best.decisions)
         attempt = Attempt(
-            domain.name,
-            max(best.placed, 0),
-            group.minimum,
-            Counted.CHILD_GROUPS,
+            domain=domain.name,
+            fit=max(best.placed, 0),
+            needed=group.minimum,
+            counted=Counted.CHILD_GROUPS,
             children=tuple((d.name, d.message) for d in failed[:3]),
         )
         message = wording.full(attempt)
@@ -97,7 +97,7 @@ def place_children(host: Host, group: GroupSpec, domain: Domain) -> tuple[bool, 
     children = host.children(group)
     message = wording.placed(best.placed, len(children), Counted.CHILD_GROUPS, domain.name)
     host.record.decide(group, Phase.SCHEDULED, Reason.SCHEDULED, message, domain)
-    return True, Tried(Attempt(domain.name, fits=True))
+    return True, Tried(Attempt(domain=domain.name, fits=True))
 
 
 def _sibling_orders(

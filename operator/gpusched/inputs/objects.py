@@ -105,7 +105,7 @@ class DraRead:
     """The NVIDIA driver's ComputeDomains, by uid: (namespace, name)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ClusterObjects:
     nodes: list[Node] = field(default_factory=list)
     pods: list[ReadPod] = field(default_factory=list)
@@ -165,7 +165,9 @@ class ClusterObjects:
                 name = group_name(GroupSource.OWNER, f"Pod.{pod.name}")
                 self.pods[index] = replace(read, request=replace(read.request, group=name))
                 key = foreign_key(GroupSource.OWNER, pod.namespace, f"Pod.{pod.name}")
-                self.owner_groups[key] = GroupSpec(key, GroupKind.POD_GROUP, invalid=str(error))
+                self.owner_groups[key] = GroupSpec(
+                    key=key, kind=GroupKind.POD_GROUP, invalid=str(error)
+                )
                 continue
             if top is None:
                 continue
@@ -334,7 +336,7 @@ class _Reader:
         except InvalidObjectError as error:
             if self.strict and _identity(document) is None:
                 raise  # not even a name: nothing to report it under
-            spec = GroupSpec(_key(document), kind, invalid=str(error))
+            spec = GroupSpec(key=_key(document), kind=kind, invalid=str(error))
             self.objects.invalid_groups.append(spec)
 
     def done(self) -> ClusterObjects:

@@ -63,7 +63,7 @@ FGD_DEFAULT = Sanity("fgd, default trace, unallocated GPU % at 100 % arrived", 4
 BEST_FIT_DEFAULT = Sanity("best-fit, default trace, unallocated GPU % at 100 % arrived", 7.14, 0.3)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Benchmark:
     """What to run; empty traces, policies or seeds mean the defaults (of ``quick`` or not)."""
 
@@ -82,7 +82,7 @@ class Benchmark:
 # ----- running ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class RunSummary:
     """What one run sends back from its worker."""
 

@@ -143,7 +143,7 @@ def _group_of(pod: Pod) -> str:
 # ----- phase 3: the report -------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class GroupReport:
     key: str
     kind: str
@@ -172,7 +172,7 @@ class GroupReport:
         }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Explanation:
     target: Target
     headline: str
@@ -260,9 +260,11 @@ def explain(run: Run, target: Target) -> Explanation:
         return _explain_pod(run, target)
     invalid = run.objects.invalid_workloads.get(target.key)
     if target.kind == "Workload" and invalid is not None:
-        return Explanation(target, f"Workload {target.key}: Invalid", [invalid])
+        return Explanation(
+            target=target, headline=f"Workload {target.key}: Invalid", pod_lines=[invalid]
+        )
     keys = _target_groups(run, target)
-    explanation = Explanation(target, _group_headline(run, target, keys))
+    explanation = Explanation(target=target, headline=_group_headline(run, target, keys))
     for key in keys:
         explanation.groups.append(_group_report(run, key))
         explanation.highlight.add(key)
@@ -351,7 +353,9 @@ def _summary(run: Run, spec: GroupSpec) -> str:
 def _group_report(run: Run, key: str) -> GroupReport:
     spec = run.groups[key]
     decision = run.decisions.get(key)
-    report = GroupReport(key, spec.kind.value, _summary(run, spec), decision)
+    report = GroupReport(
+        key=key, kind=spec.kind.value, summary=_summary(run, spec), decision=decision
+    )
     pending, _ = _members(run, key)
     report.placed = [run.bindings[p] for p in pending if p in run.bindings]
     if decision is not None and decision.phase is not Phase.SCHEDULED:
@@ -378,12 +382,12 @@ def _explain_pod(run: Run, target: Target) -> Explanation:
     key = target.key
     invalid = run.objects.invalid_pods.get(key)
     if invalid is not None:
-        return Explanation(target, f"Pod {key}: Invalid", [invalid])
+        return Explanation(target=target, headline=f"Pod {key}: Invalid", pod_lines=[invalid])
     pod = run.pods.get(key)
     if pod is None:
         raise ExplainError(f"Pod {key} not found")
     group_key = _group_of(pod) if pod.group else None
-    explanation = Explanation(target, f"Pod {key}: {_pod_state(run, pod)}")
+    explanation = Explanation(target=target, headline=f"Pod {key}: {_pod_state(run, pod)}")
     explanation.highlight.add(group_key or key)
     if group_key is not None:
         explanation.pod_lines.append(f"in PodGroup {group_key}")

@@ -92,7 +92,7 @@ def _renamed(pod: PodRequest, key: str) -> PodRequest:
     )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Replay:
     """One run's per-pod record, in arrival order."""
 
@@ -153,14 +153,14 @@ def replay(
     seconds = time.perf_counter() - start
     scale = 100.0 / capacity
     return Replay(
-        arrived * scale,
-        allocated * scale,
-        fragmented * scale,
-        placed,
-        seconds,
-        tiers.multi_gpu,
-        tiers.best,
-        tiers.misses,
+        arrived_pct=arrived * scale,
+        allocated_pct=allocated * scale,
+        fragmented_pct=fragmented * scale,
+        placed=placed,
+        seconds=seconds,
+        multi_gpu=tiers.multi_gpu,
+        best_tier=tiers.best,
+        tier_misses=tiers.misses,
     )
 
 

@@ -32,7 +32,7 @@ OTHER_SCHEDULER = "Pod (other scheduler, pending)"
 """How pending pods of another scheduler are counted among the ignored objects."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Run:
     """The engine's decision on everything pending, with what it was decided on."""
 

@@ -44,7 +44,7 @@ class _Refusal:
     attempt: float | None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Entry:
     failures: int = 0
     failed_at: float = 0.0

@@ -20,7 +20,7 @@ from gpusched.scheduler import metrics, quality_metrics
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.dra.view import View
-from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.views import DecideView
 
 Telemetry = Callable[[], Mapping[tuple[str, int], GpuSample] | None]
 TELEMETRY_HOLD_SECONDS = 1.0
@@ -38,8 +38,9 @@ WARM_SECONDS = 10.0
 class Decider:
     def __init__(
         self,
+        *,
         config: SchedulerConfig,
-        state: ClusterState,
+        state: DecideView,
         claims: ClaimAllocator,
         telemetry: Telemetry,
         clock: Clock,

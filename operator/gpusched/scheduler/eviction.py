@@ -393,4 +393,10 @@ def freed_claims(victims: Iterable[Victim]) -> list[tuple[str, str]]:
 
 def _victim_of(record: PodRecord, unit: str) -> Victim:
     priority = record.request.priority if record.request is not None else 0
-    return Victim(record.key, record.node or "", record.assigned or (), priority, unit)
+    return Victim(
+        pod=record.key,
+        node=record.node or "",
+        gpus=record.assigned or (),
+        priority=priority,
+        unit=unit,
+    )

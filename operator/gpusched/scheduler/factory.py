@@ -57,9 +57,16 @@ def build_scheduler(
     background = Background(clock)
     recorder = EventRecorder(api, settings.status_refresh_seconds, clock)
     outbox = StatusOutbox(api, settings.status_refresh_seconds, clock)
-    conditions = PodConditions(api=api, clock=clock, pending=unplaced(state))
-    reporter = Reporter(config, state, recorder, outbox, conditions)
     ledger = state.ledger
+    conditions = PodConditions(api=api, clock=clock, pending=unplaced(state, ledger))
+    reporter = Reporter(
+        config=config,
+        state=state,
+        ledger=ledger,
+        recorder=recorder,
+        outbox=outbox,
+        conditions=conditions,
+    )
     leadership = Leadership(
         leading,
         on_lost=(
@@ -125,9 +132,21 @@ def build_scheduler(
         state=state,
         leadership=leadership,
         resync=resync,
-        materializer=Materializer(state, api, clock, background, settings.initial_backoff_seconds),
+        materializer=Materializer(
+            state=state,
+            api=api,
+            clock=clock,
+            background=background,
+            retry_seconds=settings.initial_backoff_seconds,
+        ),
         backoff=backoff,
-        decider=Decider(config, state, allocator, telemetry or (lambda: None), clock),
+        decider=Decider(
+            config=config,
+            state=state,
+            claims=allocator,
+            telemetry=telemetry or (lambda: None),
+            clock=clock,
+        ),
         binder=binder,
         preemptor=preemptor,
         unknown=unknown,

@@ -27,7 +27,7 @@ from gpusched.api.grouprefs import GroupSource
 from gpusched.api.status import GroupPhase, GroupStatus
 from gpusched.engine.groups import GroupKind
 from gpusched.scheduler.nominations import Mark
-from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.views import OursView, Promises, Watched
 
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 COMPOSITE_INITIALLY_SCHEDULED = "CompositePodGroupInitiallyScheduled"
@@ -160,18 +160,18 @@ def _condition_of(previous: Mapping[str, Any], type_: str) -> Mapping[str, Any] 
     return None
 
 
-def preemptor_of(state: ClusterState, key: str) -> str | None:
+def preemptor_of(state: Watched, ledger: Promises, key: str) -> str | None:
     """The preemptor whose plan has marked pods of group ``key`` (or of a group under it)
     for eviction, None when none has."""
     for record in state.pods_of(state.descendants(key)):
-        mark = state.ledger.marked.get(record.pod.key)
+        mark = ledger.marked.get(record.pod.key)
         found = Mark.parse(mark) if mark is not None else None
         if found is not None:
             return found.preemptor
     return None
 
 
-def has_our_pods(state: ClusterState, key: str) -> bool:
+def has_our_pods(state: OursView, key: str) -> bool:
     """Whether a pod of group ``key`` (or of a group under it) is ours: only then is a
     foreign group's status ours to write (kube-scheduler, Volcano and coscheduling write
     their own groups')."""

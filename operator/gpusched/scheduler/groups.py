@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 Group = PodGroup | CompositePodGroup
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class GroupRecord:
     obj: Group | None
     spec: GroupSpec
@@ -53,7 +53,7 @@ class GroupRecord:
         return GroupSource.GPUSCHED if self.foreign is None else self.foreign.source
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class WorkloadRecord:
     key: str
     uid: str
@@ -65,7 +65,7 @@ class WorkloadRecord:
     """What its templates materialise to, computed once per spec generation."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class GroupBook:
     """PodGroups, CompositePodGroups and Workloads, parsed once per spec generation."""
 
@@ -101,7 +101,12 @@ class GroupBook:
             spec = GroupSpec(key=key, kind=kind, invalid=str(error))
             timeout = 0.0
         self.groups[key] = GroupRecord(
-            obj, spec, str(metadata.get("uid") or ""), generation, timeout, status
+            obj=obj,
+            spec=spec,
+            uid=str(metadata.get("uid") or ""),
+            generation=generation,
+            timeout_seconds=timeout,
+            raw_status=status,
         )
         self.groups_generation += 1
         self._changed(capacity=False)
@@ -144,7 +149,14 @@ class GroupBook:
         obj = found.group if found is not None else None
         uid = str(metadata.get("uid") or "")
         self.groups[key] = GroupRecord(
-            obj, spec, uid, generation, timeout, status, api_version, found
+            obj=obj,
+            spec=spec,
+            uid=uid,
+            generation=generation,
+            timeout_seconds=timeout,
+            raw_status=status,
+            api_version=api_version,
+            foreign=found,
         )
         if found is not None and found.unhonoured:
             logger.info(
@@ -252,7 +264,13 @@ class GroupBook:
             error = err
         groups = tuple(materialize(workload)) if workload is not None else ()
         record = WorkloadRecord(
-            key, str(metadata.get("uid") or ""), generation, workload, error, status, groups
+            key=key,
+            uid=str(metadata.get("uid") or ""),
+            generation=generation,
+            workload=workload,
+            error=error,
+            raw_status=status,
+            groups=groups,
         )
         self.workloads[key] = record
         return record

@@ -75,7 +75,7 @@ class Mark:
         return mark if mark.size > 0 else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Place:
     """A `NOMINATION_ANNOTATION`: where the plan ``plan`` of ``root`` puts this pod."""
 
@@ -106,12 +106,12 @@ class Place:
         try:
             value = json.loads(raw)
             place = Place(
-                str(value["plan"]),
-                str(value["root"]),
-                int(value["pods"]),
-                str(value["node"]),
-                tuple(int(g) for g in value["gpus"]),
-                tuple(str(c) for c in value.get("claims") or ()),
+                plan=str(value["plan"]),
+                root=str(value["root"]),
+                pods=int(value["pods"]),
+                node=str(value["node"]),
+                gpus=tuple(int(g) for g in value["gpus"]),
+                claims=tuple(str(c) for c in value.get("claims") or ()),
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -126,12 +126,12 @@ def places(plan: PreemptionPlan, plan_id: str, claims: Iterable[tuple[str, str]]
     count = len(plan.bindings)
     return [
         Place(
-            plan_id,
-            plan.preemptor,
-            count,
-            b.node,
-            tuple(b.gpus),
-            tuple(sorted(set(by_node.get(b.node, ())))),
+            plan=plan_id,
+            root=plan.preemptor,
+            pods=count,
+            node=b.node,
+            gpus=tuple(b.gpus),
+            claims=tuple(sorted(set(by_node.get(b.node, ())))),
         )
         for b in plan.bindings
     ]
@@ -254,11 +254,11 @@ def _rebuild(
     claims = tuple(sorted({c for _, place in entries for c in place.claims}))
     victims = {key: state.pods[key].uid for key in marks}
     nomination = Nomination(
-        root,
-        {record.key: record.uid for record, _ in entries},
-        tuple(holdings),
-        victims,
-        now,
+        root=root,
+        pods={record.key: record.uid for record, _ in entries},
+        holdings=tuple(holdings),
+        victims=victims,
+        since=now,
         plan=plan_id,
         claims=claims,
     )
@@ -271,14 +271,24 @@ def _rebuild(
         going[mark.unit] = going.get(mark.unit, 0) + (not record.deleting)
         sizes[mark.unit] = max(sizes.get(mark.unit, 0), mark.size)
         priority = record.request.priority if record.request is not None else 0
-        left.append(Victim(key, record.node or "", record.assigned or (), priority, mark.unit))
+        left.append(
+            Victim(
+                pod=key,
+                node=record.node or "",
+                gpus=record.assigned or (),
+                priority=priority,
+                unit=mark.unit,
+            )
+        )
     # A unit with fewer pods left untouched than it had when marked was started: it goes whole.
     started = frozenset(unit for unit, count in going.items() if count < sizes[unit])
-    bindings = tuple(Binding(h.pod.key, h.node, tuple(h.gpus or ())) for h in holdings)
+    bindings = tuple(
+        Binding(pod=h.pod.key, node=h.node, gpus=tuple(h.gpus or ())) for h in holdings
+    )
     plan = PreemptionPlan(
-        root,
-        Outcome.PLANNED,
-        f"taken over from a previous leader: waiting for {len(victims)} victims",
+        preemptor=root,
+        outcome=Outcome.PLANNED,
+        message=f"taken over from a previous leader: waiting for {len(victims)} victims",
         priority=_priority(state, root, entries),
         victims=tuple(left),
         bindings=bindings,

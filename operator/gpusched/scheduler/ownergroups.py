@@ -45,7 +45,7 @@ whatever ``ownerGroups.namespaces`` says)."""
 _POD_SPEC_KEYS = frozenset({"containers", "initContainers", "volumes"})
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class OwnerGroups:
     namespaces: tuple[str, ...] = ()
     """``ownerGroups.namespaces``: where it is on (``*``: everywhere)."""
@@ -121,8 +121,8 @@ class OwnerGroups:
         except InvalidObjectError as error:
             name = f"Pod.{pod.name}"
             spec = GroupSpec(
-                foreign_key(GroupSource.OWNER, pod.namespace, name),
-                GroupKind.POD_GROUP,
+                key=foreign_key(GroupSource.OWNER, pod.namespace, name),
+                kind=GroupKind.POD_GROUP,
                 invalid=str(error),
             )
             return self._join(record, group_name(GroupSource.OWNER, name), spec)

@@ -194,11 +194,11 @@ class Preemptor:
             victims[victim.pod] = record.uid
         claims = sorted({c for _, c in freed_claims(plan.victims)})
         nomination = Nomination(
-            plan.preemptor,
-            pods,
-            tuple(holdings),
-            victims,
-            self.clock(),
+            root=plan.preemptor,
+            pods=pods,
+            holdings=tuple(holdings),
+            victims=victims,
+            since=self.clock(),
             plan=uuid.uuid4().hex[:12],
             claims=tuple(claims),
         )
@@ -318,7 +318,10 @@ class Preemptor:
             self._forget(nomination, term)
             self.background.wake()
             return
-        bindings = [Binding(h.pod.key, h.node, tuple(h.gpus or ())) for h in nomination.holdings]
+        bindings = [
+            Binding(pod=h.pod.key, node=h.node, gpus=tuple(h.gpus or ()))
+            for h in nomination.holdings
+        ]
         logger.info("%s: victims gone, binding into the nominated room", nomination.root)
         self.binder.place(bindings, view, term)
         self.backoff.clear(nomination.root)

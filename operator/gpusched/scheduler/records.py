@@ -15,7 +15,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodRecord:
     """A watched pod, parsed once per change."""
 
@@ -57,7 +57,7 @@ class Reservation:
     holding: BoundPod
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Nomination:
     """Room held for a preemptor while its victims go: the freed GPUs count as the
     preemptor's pods' (``holdings``, where the plan put them), and the victims, on their

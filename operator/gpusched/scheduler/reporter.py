@@ -32,7 +32,6 @@ from gpusched.scheduler.podconditions import PodConditions
 from gpusched.scheduler.ports import ObjectRef
 from gpusched.scheduler.records import PodRecord
 from gpusched.scheduler.refs import group_ref, pod_ref, workload_ref
-from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.status import (
     Attempt,
     Counts,
@@ -45,6 +44,7 @@ from gpusched.scheduler.status import (
     pod_group_phase,
     workload_status,
 )
+from gpusched.scheduler.views import Promises, ReportView
 from gpusched.scheduler.waits import told
 
 logger = logging.getLogger(__name__)
@@ -58,14 +58,17 @@ NAMED_NODES = 10
 class Reporter:
     def __init__(
         self,
+        *,
         config: SchedulerConfig,
-        state: ClusterState,
+        state: ReportView,
+        ledger: Promises,
         recorder: EventRecorder,
         outbox: StatusOutbox,
         conditions: PodConditions,
     ) -> None:
         self.config = config
         self.state = state
+        self.ledger = ledger
         self.recorder = recorder
         self.outbox = outbox
         self.conditions = conditions
@@ -221,7 +224,7 @@ class Reporter:
         if group.foreign is None:
             return status.model_dump(mode="json", by_alias=True, exclude_none=True)
         previous = self.outbox.last(group_ref(group)) or group.raw_status
-        preempted_by = preemptor_of(self.state, group.spec.key)
+        preempted_by = preemptor_of(self.state, self.ledger, group.spec.key)
         body = their_status(
             group.source,
             group.spec.kind,
@@ -311,7 +314,7 @@ class Reporter:
     def _preempting(self, key: str, attempt: Attempt | None, wall: datetime) -> Attempt | None:
         """While room is nominated for the group's root, its status says so (which nodes,
         how many victims are still there) instead of the failure that led to preempting."""
-        nomination = self.state.ledger.nominations.get(self.state.root_of(key))
+        nomination = self.ledger.nominations.get(self.state.root_of(key))
         if nomination is None:
             return attempt
         tree = set(self.state.descendants(key))
@@ -341,7 +344,7 @@ class Reporter:
         waiting = sorted(
             p.pod.metadata.name for p in pods if p.node is None and not p.pod.is_terminal
         )
-        binding = any(p.key in self.state.ledger.reservations for p in pods)
+        binding = any(p.key in self.ledger.reservations for p in pods)
         return Partial(Reason.BINDING if binding else Reason.DEGRADED, minimum, tuple(waiting))
 
     def _timed_out(

@@ -61,7 +61,7 @@ MAX_GONE_UIDS = 10_000
 events a lagging watch can hold back."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ClusterState(GroupBook):
     """Nodes, pods, groups and Workloads as last watched, and the `Ledger` beside them."""
 
@@ -415,10 +415,10 @@ class ClusterState(GroupBook):
         self._store(
             key,
             PodRecord(
-                record.pod.model_copy(update={"spec": bound}),
-                record.uid,
-                record.request,
-                reservation.gpus,
+                pod=record.pod.model_copy(update={"spec": bound}),
+                uid=record.uid,
+                request=record.request,
+                assigned=reservation.gpus,
                 holding=reservation.holding,
                 version=record.version,  # still orders the name's older pods before it
             ),
@@ -497,7 +497,7 @@ def _pod_record(
     except InvalidObjectError as error:
         if pod.spec.node_name:
             logger.warning("bound pod %s not counted: %s", key, error)
-        return PodRecord(pod, uid, None, None, str(error))
+        return PodRecord(pod=pod, uid=uid, request=None, assigned=None, error=str(error))
     assigned = None
     if pod.spec.node_name:
         try:
@@ -509,7 +509,9 @@ def _pod_record(
     if pod.spec.node_name and not pod.is_terminal:
         holding = BoundPod(request, pod.spec.node_name, assigned)
     version = str(metadata_of(body).get("resourceVersion") or "")
-    return PodRecord(pod, uid, request, assigned, holding=holding, version=version)
+    return PodRecord(
+        pod=pod, uid=uid, request=request, assigned=assigned, holding=holding, version=version
+    )
 
 
 def _invalid_pod(key: str, uid: str, scheduler: str, error: str) -> PodRecord | None:
@@ -526,4 +528,4 @@ def _invalid_pod(key: str, uid: str, scheduler: str, error: str) -> PodRecord | 
         )
     except InvalidObjectError:
         return None
-    return PodRecord(stub, uid, None, None, error)
+    return PodRecord(pod=stub, uid=uid, request=None, assigned=None, error=error)

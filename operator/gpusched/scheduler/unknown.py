@@ -20,7 +20,7 @@ from gpusched.scheduler.refs import reserved_ref
 from gpusched.scheduler.views import ReadBackView
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Retry:
     """A bind to send again (or, with ``read_first``, a pod to read back first)."""
 
@@ -93,7 +93,12 @@ class UnknownBinds:
         if at_once:
             delay = 0.0  # a GET costs little, and its answer decides what comes next
         self._retries[key] = Retry(
-            ref, reservation, root, attempt + 1, self.clock() + delay, read_first
+            ref=ref,
+            reservation=reservation,
+            root=root,
+            attempts=attempt + 1,
+            next_try=self.clock() + delay,
+            read_first=read_first,
         )
         return True
 
@@ -157,7 +162,14 @@ class UnknownBinds:
             elif key not in self._retries:
                 root = self.state.root_of_request(reservation.request)
                 ref = reserved_ref(key, reservation)
-                self._retries[key] = Retry(ref, reservation, root, 1, now, read_first=True)
+                self._retries[key] = Retry(
+                    ref=ref,
+                    reservation=reservation,
+                    root=root,
+                    attempts=1,
+                    next_try=now,
+                    read_first=True,
+                )
 
     def next_tries(self) -> list[float]:
         """When each bind waiting to be sent again is due."""

@@ -15,7 +15,7 @@ from gpusched.engine.result import PodFailure, Reason
 from gpusched.scheduler.groups import GroupRecord
 from gpusched.scheduler.podconditions import UNSCHEDULABLE, WAITING_FOR_POD_GROUP, Wanted
 from gpusched.scheduler.records import PodRecord
-from gpusched.scheduler.state import ClusterState
+from gpusched.scheduler.views import Promises, Watched
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +62,12 @@ def _capacity(key: str | None, groups: Mapping[str, GroupRecord]) -> bool:
     )
 
 
-def unplaced(state: ClusterState) -> Callable[[str], bool]:
+def unplaced(state: Watched, ledger: Promises) -> Callable[[str], bool]:
     """Whether a pod still waits for a node, with none reserved for it: asked right before
     its condition is written (a pod bound since gets ``PodScheduled=True`` from its bind)."""
 
     def waiting(key: str) -> bool:
         record = state.pods.get(key)
-        return record is not None and record.node is None and key not in state.ledger.reservations
+        return record is not None and record.node is None and key not in ledger.reservations
 
     return waiting

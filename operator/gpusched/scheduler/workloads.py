@@ -10,8 +10,8 @@ import logging
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.groups import Group
 from gpusched.scheduler.ports import ApiError, ClusterApi
-from gpusched.scheduler.state import ClusterState
 from gpusched.scheduler.tasks import Background
+from gpusched.scheduler.views import WorkloadsView
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,8 @@ class Materializer:
 
     def __init__(
         self,
-        state: ClusterState,
+        *,
+        state: WorkloadsView,
         api: ClusterApi,
         clock: Clock,
         background: Background,

@@ -137,7 +137,14 @@ class TelemetryView(Mapping[tuple[str, int], GpuSample]):
     def __getitem__(self, key: tuple[str, int]) -> GpuSample:
         row = self._data.values[key]
         age = max(0.0, self._now - self._data.node_time[key[0]])
-        return GpuSample(row[0], row[1], row[2], row[3], row[4], age)
+        return GpuSample(
+            temperature_c=row[0],
+            fb_free_mib=row[1],
+            fb_used_mib=row[2],
+            utilization=row[3],
+            xid_errors=row[4],
+            age_seconds=age,
+        )
 
     def __iter__(self) -> Iterator[tuple[str, int]]:
         return iter(self._data.values)

@@ -11,7 +11,7 @@ from gpusched.telemetry.series import TelemetryData
 __all__ = ["TelemetryStatus", "describe_data"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TelemetryStatus:
     """The telemetry a scheduling cycle sees, as of ``now``."""
 
@@ -76,7 +76,9 @@ def describe_data(
     last_error: str | None = None,
 ) -> TelemetryStatus:
     if data is None:
-        return TelemetryStatus(source, up, max_age_seconds=max_age_seconds, last_error=last_error)
+        return TelemetryStatus(
+            source=source, up=up, max_age_seconds=max_age_seconds, last_error=last_error
+        )
     newest, oldest = data.newest_time(), data.oldest_time()
     return TelemetryStatus(
         source=source,

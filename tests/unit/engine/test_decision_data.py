@@ -33,14 +33,14 @@ def test_a_rack_too_small_says_how_many_fit_and_which_nodes_block() -> None:
     train = decision(result, "train")
     assert train.tried == (
         Attempt(
-            "z1/r1",
+            domain="z1/r1",
             fit=1,
             needed=2,
             estimate=True,
             nodes=NodeCheck(fitting=1, fitting_examples=("node-a ×1",), blockers=()),
         ),
         Attempt(
-            "z1/r2",
+            domain="z1/r2",
             fit=1,
             needed=2,
             estimate=True,

@@ -112,4 +112,4 @@ def test_the_children_list_is_the_callers_own() -> None:
 def test_a_key_renders_as_namespace_slash_name_and_parses_back(key: GroupKey, text: str) -> None:
     assert str(key) == text
     assert GroupKey.parse(text) == key
-    assert GroupSpec(text, gang("x", 1).kind).namespace == key.namespace
+    assert GroupSpec(key=text, kind=gang("x", 1).kind).namespace == key.namespace

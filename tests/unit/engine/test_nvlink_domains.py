@@ -48,7 +48,9 @@ def test_a_node_with_an_empty_clique_is_in_no_domain_and_the_report_names_it() -
     result = schedule(snapshot, pods, [gang("g", 3, topology=CLIQUE_LABEL)], Policy())
     found = decision(result, "g")
     assert (found.phase.value, found.reason.value) == ("Unschedulable", "Unschedulable")
-    assert found.tried[0].empty_label == EmptyLabel(CLIQUE_LABEL, 2, ("spare-0", "spare-1"))
+    assert found.tried[0].empty_label == EmptyLabel(
+        key=CLIQUE_LABEL, nodes=2, examples=("spare-0", "spare-1")
+    )
     assert (found.tried[1].domain, found.tried[1].fit, found.tried[1].needed) == (clique(0), 2, 3)
     assert found.attempts[0] == wording.empty_label(found.tried[0].empty_label)
     assert "in no nvidia.com/gpu.clique domain: 2 nodes have it empty (spare-0, spare-1)" in (
@@ -66,7 +68,9 @@ def test_only_nodes_with_an_empty_clique_say_so_rather_than_that_no_node_has_the
         Policy(),
     )
     found = decision(result, "g")
-    assert [a.empty_label for a in found.tried] == [EmptyLabel(CLIQUE_LABEL, 1, ("spare-0",))]
+    assert [a.empty_label for a in found.tried] == [
+        EmptyLabel(key=CLIQUE_LABEL, nodes=1, examples=("spare-0",))
+    ]
     assert "no node has label" not in found.message
 
 

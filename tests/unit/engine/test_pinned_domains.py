@@ -90,7 +90,7 @@ def test_a_segmented_gang_is_not_pinned_to_one_domain_of_its_key() -> None:
     snapshot = racks()
     root = root_domain(snapshot)
     racks_found = subdomains(snapshot, root, RACK)
-    whole = GroupSpec("default/train", GroupKind.POD_GROUP, minimum=4, topology_key=RACK)
+    whole = GroupSpec(key="default/train", kind=GroupKind.POD_GROUP, minimum=4, topology_key=RACK)
     segmented = dataclasses.replace(whole, segment_size=2)
 
     kept = pinned_domains(snapshot, segmented, root, racks_found, [0, 2])

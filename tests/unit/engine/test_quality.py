@@ -161,10 +161,10 @@ def test_excluded_gpus_are_counted_by_the_class_of_their_verdict() -> None:
 
 def test_link_tiers_count_given_against_best() -> None:
     bindings = [
-        Binding("ns/a", "n", (0, 1), "NVLINK", "NVLINK"),
-        Binding("ns/b", "n", (2, 5), "SYS", "NVLINK"),
-        Binding("ns/c", "n", (3, 4), "NVLINK", "NVLINK"),
-        Binding("ns/d", "n", (6,)),
+        Binding(pod="ns/a", node="n", gpus=(0, 1), link_tier="NVLINK", best_tier="NVLINK"),
+        Binding(pod="ns/b", node="n", gpus=(2, 5), link_tier="SYS", best_tier="NVLINK"),
+        Binding(pod="ns/c", node="n", gpus=(3, 4), link_tier="NVLINK", best_tier="NVLINK"),
+        Binding(pod="ns/d", node="n", gpus=(6,)),
     ]
     assert link_tiers(bindings) == {("NVLINK", "NVLINK"): 2, ("SYS", "NVLINK"): 1}
 
@@ -199,9 +199,15 @@ def test_bindings_are_counted_by_link_tier_across_updates() -> None:
     registry = CollectorRegistry()
     metrics = QualityMetrics(registry)
     snapshot = known_cluster()
-    slow = Binding("ns/b", "node-c", (2, 5), "SYS", "NVLINK")
+    slow = Binding(pod="ns/b", node="node-c", gpus=(2, 5), link_tier="SYS", best_tier="NVLINK")
     metrics.update(snapshot, bindings=[slow])
-    metrics.update(snapshot, bindings=[slow, Binding("ns/a", "node-a", (2, 3), "NVLINK", "NVLINK")])
+    metrics.update(
+        snapshot,
+        bindings=[
+            slow,
+            Binding(pod="ns/a", node="node-a", gpus=(2, 3), link_tier="NVLINK", best_tier="NVLINK"),
+        ],
+    )
     total = "gpusched_binding_link_tier_total"
     assert registry.get_sample_value(total, {"tier": "SYS", "best": "NVLINK"}) == 2
     assert registry.get_sample_value(total, {"tier": "NVLINK", "best": "NVLINK"}) == 1

@@ -12,14 +12,18 @@ from gpusched.scheduler.decisionlog import SUMMARY_SECONDS, DecisionLog
 from testing.clock import Clock
 
 FULL = GroupDecision(
-    "ml/train", "PodGroup", Phase.PENDING, Reason.UNSCHEDULABLE, "no placement in any domain: …"
+    name="ml/train",
+    kind="PodGroup",
+    phase=Phase.PENDING,
+    reason=Reason.UNSCHEDULABLE,
+    message="no placement in any domain: …",
 )
 PLACED = GroupDecision(
-    "ml/train",
-    "PodGroup",
-    Phase.SCHEDULED,
-    Reason.SCHEDULED,
-    "placed",
+    name="ml/train",
+    kind="PodGroup",
+    phase=Phase.SCHEDULED,
+    reason=Reason.SCHEDULED,
+    message="placed",
     placement={"topology.kubernetes.io/zone": "zone-a", "topology.example.com/rack": "rack-1"},
 )
 
@@ -38,7 +42,13 @@ def test_a_group_retried_91_times_logs_once_and_again_when_its_reason_changes(
     assert lines(caplog) == [
         "PodGroup ml/train: not placed (Unschedulable): no placement in any domain: …"
     ]
-    other = GroupDecision("ml/train", "PodGroup", Phase.PENDING, Reason.UNSCHEDULABLE, "another")
+    other = GroupDecision(
+        name="ml/train",
+        kind="PodGroup",
+        phase=Phase.PENDING,
+        reason=Reason.UNSCHEDULABLE,
+        message="another",
+    )
     log.outcome(other, 0)
     assert lines(caplog)[-1] == "PodGroup ml/train: not placed (Unschedulable): another"
 
@@ -51,7 +61,14 @@ def test_a_gang_counting_its_pods_logs_once_not_once_per_pod(
     for present in range(1, 8):
         message = f"{present} of 8 valid pods exist (minCount 8)"
         log.outcome(
-            GroupDecision("ml/g", "PodGroup", Phase.PENDING, Reason.WAITING_FOR_PODS, message), 0
+            GroupDecision(
+                name="ml/g",
+                kind="PodGroup",
+                phase=Phase.PENDING,
+                reason=Reason.WAITING_FOR_PODS,
+                message=message,
+            ),
+            0,
         )
     assert lines(caplog) == [
         "PodGroup ml/g: not placed (WaitingForPods): 1 of 8 valid pods exist (minCount 8)"

@@ -63,7 +63,9 @@ def test_a_lone_pods_nomination_and_its_reservation_are_told_apart_by_why() -> N
     # A pod without a group preempts for itself: its nomination is keyed by the pod's key.
     state = reserved_state()
     holding = BoundPod(state.ledger.reservations["default/p"].request, "a", (2, 3))
-    nomination = Nomination("default/p", {"default/p": ""}, (holding,), {}, 0.0)
+    nomination = Nomination(
+        root="default/p", pods={"default/p": ""}, holdings=(holding,), victims={}, since=0.0
+    )
     state.ledger.nominate(nomination)
     assert state.ledger.release("default/p", Release.PLAN_STALE) is nomination
     assert state.ledger.nominations == {}
@@ -79,7 +81,15 @@ def test_every_nomination_goes_when_leadership_is_lost_and_pods_are_pending_agai
         record = state.pods[f"default/{name}"]
         assert record.request is not None
         holding = BoundPod(record.request, "a", (gpu,))
-        state.ledger.nominate(Nomination(record.key, {record.key: record.uid}, (holding,), {}, 0))
+        state.ledger.nominate(
+            Nomination(
+                root=record.key,
+                pods={record.key: record.uid},
+                holdings=(holding,),
+                victims={},
+                since=0,
+            )
+        )
     assert state.pending() == []
     state.ledger.release_nominations(Release.LEADERSHIP_LOST)
     assert state.ledger.nominations == {}

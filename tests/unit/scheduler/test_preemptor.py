@@ -490,12 +490,12 @@ def claim_world() -> tuple[Scheduler, LoggingApi, FakeClaims, dict[str, Any]]:
         bodies[name]["metadata"]["uid"] = f"uid-{name}"
     scheduler.state.upsert_pod(bodies["w0"])
     plan = PreemptionPlan(
-        "ml/w0",
-        Outcome.PLANNED,
-        "old goes",
+        preemptor="ml/w0",
+        outcome=Outcome.PLANNED,
+        message="old goes",
         priority=100,
-        victims=(Victim("ml/old", "n1", (), 0, "ml/old"),),
-        bindings=(Binding("ml/w0", "n1", tuple(range(8))),),
+        victims=(Victim(pod="ml/old", node="n1", gpus=(), priority=0, unit="ml/old"),),
+        bindings=(Binding(pod="ml/w0", node="n1", gpus=tuple(range(8))),),
     )
     scheduler.loop.preemptor.preempt([plan], scheduler.leadership.term)
     return scheduler, api, claims, bodies["w1"]
@@ -548,17 +548,29 @@ async def test_a_plan_naming_a_victim_that_is_no_pod_nominates_nothing() -> None
     api, clock = FakeApi(), Clock()
     scheduler = full_cluster(api, clock)
     plan = PreemptionPlan(
-        "default/high",
-        Outcome.PLANNED,
-        "low1 and a claim go",
+        preemptor="default/high",
+        outcome=Outcome.PLANNED,
+        message="low1 and a claim go",
         priority=100,
         victims=(
-            Victim("default/low1-0", "a", tuple(range(8)), 1, "default/low1"),
-            Victim("ResourceClaim default/old", "b", tuple(range(8)), 0, "default/old"),
+            Victim(
+                pod="default/low1-0",
+                node="a",
+                gpus=tuple(range(8)),
+                priority=1,
+                unit="default/low1",
+            ),
+            Victim(
+                pod="ResourceClaim default/old",
+                node="b",
+                gpus=tuple(range(8)),
+                priority=0,
+                unit="default/old",
+            ),
         ),
         bindings=(
-            Binding("default/high-0", "a", tuple(range(8))),
-            Binding("default/high-1", "b", tuple(range(8))),
+            Binding(pod="default/high-0", node="a", gpus=tuple(range(8))),
+            Binding(pod="default/high-1", node="b", gpus=tuple(range(8))),
         ),
     )
     scheduler.loop.preemptor.preempt([plan], scheduler.leadership.term)

@@ -164,7 +164,14 @@ def test_duplicates_keep_the_worse_value_of_each_metric() -> None:
             *healthy("a", 0, XID_ERRORS="79"),
         ]
     )
-    assert data.view(0)["a", 0] == GpuSample(85.0, 1000.0, 79000.0, 99.0, 79.0, 0.0)
+    assert data.view(0)["a", 0] == GpuSample(
+        temperature_c=85.0,
+        fb_free_mib=1000.0,
+        fb_used_mib=79000.0,
+        utilization=99.0,
+        xid_errors=79.0,
+        age_seconds=0.0,
+    )
     assert data.skipped == {SkipReason.DUPLICATE: 10}
 
 
@@ -221,7 +228,14 @@ def test_complete_single_gpu_scrape() -> None:
     text = (DCGM / "dcgm-exporter-lke-rtx4000ada-1gpu-k8s-pod.metrics.txt").read_text()
     data = parse_exposition(text, TelemetryConfig())
     node = "lke529760-766837-0a634ab30000"
-    assert data.view(0)[node, 0] == GpuSample(48.0, 20015.0, 1.0, 0.0, 0.0, 0.0)
+    assert data.view(0)[node, 0] == GpuSample(
+        temperature_c=48.0,
+        fb_free_mib=20015.0,
+        fb_used_mib=1.0,
+        utilization=0.0,
+        xid_errors=0.0,
+        age_seconds=0.0,
+    )
     assert (data.metrics, dict(data.skipped)) == (METRICS, {})
 
 

@@ -20,7 +20,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import Holding, Snapshot
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Candidate:
     domain: Domain
     bound: Bound | None
@@ -114,7 +114,9 @@ class DomainBounds:
         present = np.flatnonzero(np.bincount(self.holding_piece[hit], minlength=len(self.pieces)))
         inside = [self.pieces[i] for i in present.tolist()]
         if not inside:
-            return Candidate(domain, None, [], "nothing of lower priority is held there")
+            return Candidate(
+                domain=domain, bound=None, units=[], short="nothing of lower priority is held there"
+            )
         freed_in = dict(zip([u.key for u in inside], freed_by[present].tolist(), strict=True))
         # The cheapest pieces, in order, until they cover what is missing: the priority the
         # last of them has is the least any plan there evicts.
@@ -127,13 +129,13 @@ class DomainBounds:
         else:
             freed = int(running[-1])
             short = wording.frees_too_little(gpus_text(freed + usable), gpus_text(demand))
-            return Candidate(domain, None, inside, short, freed=freed_in)
+            return Candidate(domain=domain, bound=None, units=inside, short=short, freed=freed_in)
         useful: dict[int, BoolArray] = {}
         floor = self._child_floor(domain, hit, inside, useful)
         if isinstance(floor, str):
-            return Candidate(domain, None, inside, floor, freed=freed_in)
+            return Candidate(domain=domain, bound=None, units=inside, short=floor, freed=freed_in)
         bound = Bound(max(top, floor), need)
-        return Candidate(domain, bound, inside, useful=useful, freed=freed_in)
+        return Candidate(domain=domain, bound=bound, units=inside, useful=useful, freed=freed_in)
 
     def _child_floor(
         self,

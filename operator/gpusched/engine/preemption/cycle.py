@@ -94,8 +94,8 @@ def _lone(
         taken.add(pod.key)  # a pod listed twice is one unit
         specs.append(
             GroupSpec(
-                pod.key,
-                GroupKind.POD_GROUP,
+                key=pod.key,
+                kind=GroupKind.POD_GROUP,
                 created=pod.created,
                 priority=pod.priority,
                 preemption_policy=pod.preemption_policy,

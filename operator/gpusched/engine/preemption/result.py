@@ -101,7 +101,7 @@ class Bound:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Victim:
     pod: str
     node: str
@@ -135,7 +135,7 @@ class DomainOption:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PreemptionPlan:
     """For whom, which victims, in which domain, why, what else was weighed, budget used.
 

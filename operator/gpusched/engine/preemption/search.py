@@ -424,12 +424,12 @@ class _Search:
         if found is not None:
             victims = tuple(
                 Victim(
-                    h.pod.key,
-                    self.work.nodes[h.node].name,
-                    tuple(sorted({*h.gpus, *(g for c in claims for g in c.gpus)})),
-                    u.priority,
-                    u.key,
-                    tuple(c.pod.key for c in claims),
+                    pod=h.pod.key,
+                    node=self.work.nodes[h.node].name,
+                    gpus=tuple(sorted({*h.gpus, *(g for c in claims for g in c.gpus)})),
+                    priority=u.priority,
+                    unit=u.key,
+                    claims=tuple(c.pod.key for c in claims),
                 )
                 for u in found.victims
                 for h, claims in u.credited()

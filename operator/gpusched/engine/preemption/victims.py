@@ -36,7 +36,7 @@ class DisruptionBudget:
     """Keys of the pods it selects."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvictionUnit:
     """Pods that are evicted together (see the module's docstring)."""
 
@@ -222,7 +222,14 @@ def _single(
         roots, protected = fact.roots, fact.protected
     if protected is None and not evict_foreign and pod.key in foreign:
         protected = _foreign_reason(pod.key)
-    return EvictionUnit(key, (holding,), priority, roots, pod.created, protected)
+    return EvictionUnit(
+        key=key,
+        holdings=(holding,),
+        priority=priority,
+        groups=roots,
+        created=pod.created,
+        protected=protected,
+    )
 
 
 def _unit(
@@ -247,7 +254,12 @@ def _unit(
     pods = tuple(h for h, _ in members)
     created = min(h.pod.created for h in pods)
     return EvictionUnit(
-        key, (*pods, *extra), max(priorities), frozenset(root_keys), created, protected
+        key=key,
+        holdings=(*pods, *extra),
+        priority=max(priorities),
+        groups=frozenset(root_keys),
+        created=created,
+        protected=protected,
     )
 
 

@@ -25,7 +25,7 @@ WRITE_CONCURRENCY = 16
 """Claims of one gang written at the same time (each claim's own writes stay in order)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimWrite:
     """The allocation of one claim for one pod."""
 
@@ -165,7 +165,14 @@ class ClaimAllocator:
             pool = allocation.devices[0].pool if allocation.devices else node
             writes.append(
                 ClaimWrite(
-                    claim.key, pod, uid, node, pool, results, claim.demands, devices.extended
+                    key=claim.key,
+                    pod=pod,
+                    uid=uid,
+                    node=node,
+                    pool=pool,
+                    results=results,
+                    demands=claim.demands,
+                    extended=devices.extended,
                 )
             )
         for write in writes:
@@ -180,7 +187,9 @@ class ClaimAllocator:
         results = tuple(
             (r.request, r.device) for r in (allocation.devices.results if allocation else ())
         )
-        return ClaimWrite(key, pod, uid, node, "", results, (), joins=True)
+        return ClaimWrite(
+            key=key, pod=pod, uid=uid, node=node, pool="", results=results, demands=(), joins=True
+        )
 
     def _taken(self) -> set[tuple[str, str]]:
         taken = {(w.pool, d) for w in self.writes.values() for d in w.devices}

@@ -61,7 +61,7 @@ class ClaimApi(Protocol):
         """Patches (strategic merge) the pod's status."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ClaimBook:
     slices: dict[str, ResourceSlice] = field(default_factory=dict)
     classes: dict[str, DeviceClass] = field(default_factory=dict)
