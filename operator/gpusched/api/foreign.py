@@ -63,7 +63,7 @@ _UPSTREAM_SPEC_KEYS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForeignGroup:
     """A foreign group read as ours: ``group`` has the object's own name; the engine keys it
     by ``grouprefs.group_name(source, name)``."""
@@ -193,7 +193,15 @@ def parse_foreign(raw: Mapping[str, Any]) -> ForeignGroup:
         group = parse_pod_group(ours) if kind == "PodGroup" else parse_composite_pod_group(ours)
     except InvalidObjectError as error:
         raise InvalidObjectError(obj, _their_field(source, error.field), error.message) from None
-    return ForeignGroup(source, api_version, group, unhonoured, min_resources, task_minimums, basic)
+    return ForeignGroup(
+        source=source,
+        api_version=api_version,
+        group=group,
+        unhonoured=unhonoured,
+        min_resources=min_resources,
+        task_minimums=task_minimums,
+        basic=basic,
+    )
 
 
 def _upstream(

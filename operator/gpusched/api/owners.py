@@ -43,7 +43,7 @@ OwnerKey = tuple[str, str, str]
 """(API group/Kind, namespace, name) of an owner, as ``ownerReferences`` name it."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TopOwner:
     """The top owner of a pod and the gang it makes."""
 
@@ -118,7 +118,12 @@ def _sized(kind: str, name: str, body: Mapping[str, Any] | None) -> TopOwner:
         spec.get("startupPolicy") == "LeaderReady" or LWS_EXCLUSIVE_ANNOTATION in annotations
     )
     return TopOwner(
-        kind, name, max(size, 1), known, topology if isinstance(topology, str) else None, staged
+        kind=kind,
+        name=name,
+        size=max(size, 1),
+        known=known,
+        topology_key=topology if isinstance(topology, str) else None,
+        staged=staged,
     )
 
 

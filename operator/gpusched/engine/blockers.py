@@ -67,7 +67,14 @@ def node_check(
     others = int((failing[rest].any(axis=0) & ~listed).sum()) if rest else 0
     problems = _device_problems(snapshot, pod, chosen[~fits]) if pod.devices else ()
     limits = _limits(pod) if capacity is not None and fitting.size else ()
-    return NodeCheck(int(fitting.size), fitting_names, blockers, others, problems, limits)
+    return NodeCheck(
+        fitting=int(fitting.size),
+        fitting_examples=fitting_names,
+        blockers=blockers,
+        others=others,
+        device_problems=problems,
+        limits=limits,
+    )
 
 
 def _limits(pod: PodRequest) -> tuple[ChannelRule, ...]:

@@ -319,24 +319,38 @@ class Planner:
         if group.kind is GroupKind.COMPOSITE:
             children = self.children(group)
             if len(children) < group.minimum:
-                return Waiting(Counted.CHILD_GROUPS, len(children), group.minimum)
+                return Waiting(
+                    counted=Counted.CHILD_GROUPS, present=len(children), minimum=group.minimum
+                )
             ready = sum(1 for child in children if self.waiting(child) is None)
             if ready < group.minimum:
-                return Waiting(Counted.CHILD_GROUPS, ready, group.minimum, ready=True)
+                return Waiting(
+                    counted=Counted.CHILD_GROUPS, present=ready, minimum=group.minimum, ready=True
+                )
             return None
         present = len(self.pods.get(group.key, [])) + len(self.bound.get(group.key, []))
         gated = self.gated.get(group.key, 0)
         if group.gang and present < group.minimum:
-            return Waiting(Counted.PODS, present, group.minimum, gated=gated)
+            return Waiting(
+                counted=Counted.PODS, present=present, minimum=group.minimum, gated=gated
+            )
         if not present:
-            return Waiting(Counted.PODS, 0, None, gated=gated)
+            return Waiting(counted=Counted.PODS, present=0, minimum=None, gated=gated)
         short_tasks = self._tasks_short(group, placed=None)
         if short_tasks:
-            return Waiting(Counted.PODS, present, group.minimum, gated=gated, tasks=short_tasks)
+            return Waiting(
+                counted=Counted.PODS,
+                present=present,
+                minimum=group.minimum,
+                gated=gated,
+                tasks=short_tasks,
+            )
         if group.min_resources and not self.bound.get(group.key):
             short = shortfalls(self.snapshot, group.min_resources)
             if short:
-                return Waiting(Counted.PODS, present, group.minimum, short=short)
+                return Waiting(
+                    counted=Counted.PODS, present=present, minimum=group.minimum, short=short
+                )
         return None
 
     def _tasks_short(

@@ -20,7 +20,7 @@ _DEFAULTS = SchedulerConfig()
 """The settings' defaults, read from the one model that documents them."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
     """The settings one engine run decides under; ``Policy()`` is the defaults of
     `SchedulerConfig`, `Policy.of` takes them from a loaded configuration."""

@@ -87,7 +87,7 @@ class Blocker:
     """Up to two of those nodes, each with its figures: ``node-a (1000m free, needs 4000m)``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeCheck:
     """Why the nodes of a domain do not take a pod: how many do, then the checks the others
     fail, most nodes first (then by check)."""
@@ -204,7 +204,7 @@ class Attempt:
     """For a segmented gang's trial: the segments that landed whole."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Waiting:
     """What a group short of pods (or of child groups) waits for."""
 

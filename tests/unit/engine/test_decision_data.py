@@ -67,7 +67,7 @@ def test_a_gang_short_of_pods_says_what_it_waits_for_gated_pods_apart() -> None:
     gated = dataclasses.replace(pod("g-0", gpus=1, group="train"), gates=("quota",))
     pods = [*members("w", 2, gpus=1, group="train"), gated]
     result = schedule(snapshot, pods, [gang("train", 4)], Policy())
-    want = Waiting(Counted.PODS, present=2, minimum=4, gated=1)
+    want = Waiting(counted=Counted.PODS, present=2, minimum=4, gated=1)
     assert decision(result, "train").waiting == want
 
 
@@ -76,7 +76,7 @@ def test_children_waiting_with_their_parent_carry_its_wait_and_name_it() -> None
     groups = [composite("job", 2), gang("leader", 1, parent="job")]
     result = schedule(snapshot, [pod("l-0", group="leader")], groups, Policy())
     job, leader = decision(result, "job"), decision(result, "leader")
-    want = Waiting(Counted.CHILD_GROUPS, present=1, minimum=2)
+    want = Waiting(counted=Counted.CHILD_GROUPS, present=1, minimum=2)
     assert (job.waiting, job.inherited_from) == (want, None)
     assert (leader.waiting, leader.inherited_from) == (want, "default/job")
 
