@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from gpusched.api.dra import DeviceClass, ResourceClaim
 from gpusched.api.k8s import Pod
 from gpusched.api.selectors import NodeSelectorTerm
+from gpusched.engine import wording
 from gpusched.engine.devices import (
     COMPUTE_DOMAIN_DRIVER,
     NVIDIA_DRIVER,
@@ -151,8 +152,7 @@ def claim_keys(pod: Pod) -> list[str]:
             continue
         if entry.name not in made:
             raise ClaimWaitingError(
-                f"waiting for the ResourceClaim of {entry.name} (from ResourceClaimTemplate "
-                f"{entry.resource_claim_template_name}) to be created"
+                wording.template_claim_pending(entry.name, entry.resource_claim_template_name)
             )
         name = made[entry.name]
         if name:  # None: the template decided the pod needs no claim
@@ -234,10 +234,7 @@ def pod_devices(
     stale: list[Stale] = []
     try:
         if by_template and (gpus > 0 or gpu_milli > 0):
-            raise ClaimError(
-                f"the pod asks for {seen.gpu_resource} besides ResourceClaims; gpusched "
-                "places GPUs of one kind per pod: ask for them all through its claims"
-            )
+            raise ClaimError(wording.gpus_besides_claims(seen.gpu_resource))
         if by_template:
             return _claimed(pod, uid, group_key, seen, stale, allocating)
         assert seen.extended_class is not None
@@ -264,30 +261,23 @@ def _claimed(
     for key in claim_keys(pod):
         claim = seen.claims.get(key)
         if claim is None:
-            raise ClaimWaitingError(f"waiting for ResourceClaim {key} to exist")
+            raise ClaimWaitingError(wording.claim_missing(key))
         if claim.metadata.deletion_timestamp is not None:
-            raise ClaimError(f"ResourceClaim {key} is being deleted")
+            raise ClaimError(wording.claim_deleting(key))
         if key in seen.releasing:
-            raise ClaimWaitingError(f"ResourceClaim {key} is being released")
+            raise ClaimWaitingError(wording.claim_releasing(key))
         if claim.reserved_for_pod(uid) and key not in seen.busy:
             stale.append(Stale(key, uid, claim.metadata.resource_version))
-            raise ClaimWaitingError(
-                f"ResourceClaim {key} is reserved for this pod by a scheduler that never "
-                "bound it; releasing it"
-            )
+            raise ClaimWaitingError(wording.claim_reserved_unbound(key))
         if key in seen.busy:
-            raise ClaimWaitingError(f"ResourceClaim {key} is being allocated")
+            raise ClaimWaitingError(wording.claim_allocating(key))
         if claim.status.allocation is not None:
             claims.append(ClaimDemand(key, (), joins=True))
             terms = and_terms(terms, _allocation_terms(claim))
             continue
         first, first_group = allocating.setdefault(key, (pod.key, group_key))
         if first != pod.key and group_key is not None and group_key == first_group:
-            raise ClaimError(
-                f"ResourceClaim {key} is shared with {first} of the same gang and is not "
-                "allocated yet; gpusched places pods on a shared claim once it is allocated, "
-                "so let one pod outside the gang (or one gang member alone) allocate it first"
-            )
+            raise ClaimError(wording.claim_shared_in_gang(key, first))
         claims.append(ClaimDemand(key, claim_demand(claim, seen.classes, seen.compute_domains)))
     return PodDevices(tuple(claims), node_terms=terms)
 
@@ -301,20 +291,14 @@ def _extended(pod: Pod, uid: str, gpus: int, seen: ClaimsSeen, stale: list[Stale
     found = (seen.extended_claims or {}).get(uid)
     if found is not None:
         if found.key in seen.busy:
-            raise ClaimWaitingError(f"ResourceClaim {found.key} is being allocated")
+            raise ClaimWaitingError(wording.claim_allocating(found.key))
         if found.metadata.deletion_timestamp is None:
             stale.append(Stale(found.key, uid, found.metadata.resource_version))
-        raise ClaimWaitingError(
-            f"ResourceClaim {found.key} was made for this pod's {seen.gpu_resource} by an "
-            "attempt that never bound it; deleting it"
-        )
+        raise ClaimWaitingError(wording.extended_claim_unbound(found.key, seen.gpu_resource))
     name = device_class.metadata.name
     claim = extended_claim(pod, uid, seen.gpu_resource, name)
     if claim.count != gpus:
-        raise ClaimError(
-            f"the containers' {seen.gpu_resource} requests come to {claim.count} devices "
-            f"for a pod that needs {gpus}; gpusched does not guess which to allocate"
-        )
+        raise ClaimError(wording.extended_count_mismatch(seen.gpu_resource, claim.count, gpus))
     checks = tuple(sorted(set(class_checks(device_class))))
     key = extended_key(pod)
     demands = tuple(
@@ -338,9 +322,7 @@ def _allocation_terms(claim: ResourceClaim) -> tuple[NodeSelectorTerm, ...] | No
             for term in selector.get("nodeSelectorTerms") or []
         )
     except ValidationError as error:
-        raise ClaimError(
-            f"ResourceClaim {claim.key}: status.allocation.nodeSelector cannot be read: {error}"
-        ) from None
+        raise ClaimError(wording.allocation_selector_unreadable(claim.key, error)) from None
 
 
 def and_terms(
@@ -373,11 +355,11 @@ def choose_devices(
     if node is None:
         if devices.extended is not None:
             return ()
-        return f"the node publishes no {NVIDIA_DRIVER} devices"
+        return wording.no_devices_published(NVIDIA_DRIVER)
     chosen = [node.devices.get(i) for i in gpus]
     queue = [d for d in chosen if d is not None]
     if len(queue) != len(chosen) or len(queue) != devices.gpus:
-        return f"GPUs {list(gpus)} of {node.node} are not all published as devices"
+        return wording.gpus_not_published(gpus, node.node)
     found: list[ClaimAllocation] = []
     for claim in devices.claims:
         if claim.joins:
@@ -388,9 +370,7 @@ def choose_devices(
             if demand.channel:
                 channel = node.channel(demand.checks)
                 if channel is None:
-                    return (
-                        f"{node.node} publishes no {COMPUTE_DOMAIN_DRIVER} channel for {claim.key}"
-                    )
+                    return wording.no_channel_for(node.node, COMPUTE_DOMAIN_DRIVER, claim.key)
                 results.append(
                     DeviceChoice(demand.request, COMPUTE_DOMAIN_DRIVER, channel[0], channel[1])
                 )

@@ -89,14 +89,7 @@ class NodeDevices:
     @property
     def explained(self) -> str:
         """Why some of its GPUs are not placed by gpusched: its problems and shared devices."""
-        notes = list(self.problems)
-        if self.shared:
-            notes.append(
-                f"devices {', '.join(self.shared)} allow multiple allocations (the driver's "
-                "ConsumableShares, shared by capacity); gpusched allocates whole GPUs only "
-                "and leaves them to kube-scheduler"
-            )
-        return "; ".join(notes)
+        return wording.device_notes(self.problems, self.shared)
 
     def mixed(self, label: str | None) -> tuple[str, ...]:
         """The cliques its GPUs and its ``nvidia.com/gpu.clique`` label (``label``) name,
@@ -134,7 +127,7 @@ class NodeDevices:
     @property
     def problem(self) -> str:
         """Why the node's devices cannot all be used ('' when they can)."""
-        return "; ".join(self.problems)
+        return wording.device_notes(self.problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,19 +175,11 @@ def current_devices(slices: Iterable[ResourceSlice], node: str) -> tuple[list[De
         return [], "", ""
     pool = pools[0]
     if len(pools) > 1:
-        names = ", ".join(p.name for p in pools)
-        return (
-            [],
-            pool.name,
-            f"it publishes {NVIDIA_DRIVER} devices in {len(pools)} pools ({names}); "
-            "gpusched expects one",
-        )
+        names = [p.name for p in pools]
+        return [], pool.name, wording.many_pools(NVIDIA_DRIVER, names)
     if not pool.complete:
         published = pool.expected - pool.missing
-        problem = (
-            f"its {NVIDIA_DRIVER} pool {pool.name} has {published} of {pool.expected} "
-            "ResourceSlices of its newest generation published; waiting for the rest"
-        )
+        problem = wording.pool_updating(NVIDIA_DRIVER, pool.name, published, pool.expected)
         return [], pool.name, problem
     return list(pool.devices), pool.name, ""
 
@@ -227,8 +212,8 @@ def node_devices(
             updating=True,
         )
     if topology is None:
-        why = topology_error or "it has no gpusched.io/gpu-topology annotation"
-        message = f"its {NVIDIA_DRIVER} devices cannot be matched to GPUs by UUID: {why}"
+        why = topology_error or wording.NO_TOPOLOGY
+        message = wording.devices_unmatched(NVIDIA_DRIVER, why)
         return NodeDevices(
             node=node, gpu_count=0, devices={}, problems=(message,), channels=channels
         )
@@ -263,22 +248,16 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
             shared.add(index)
             shared_names.append(device.name)
         elif index is None:
-            problems.append(
-                f"device {device.name} (uuid {uuid or 'missing'}) matches no GPU in its "
-                "gpusched.io/gpu-topology annotation; it is not allocated"
-            )
+            problems.append(wording.device_without_gpu(device.name, uuid))
         elif index in joined:
-            problems.append(f"devices {joined[index].device} and {device.name} share uuid {uuid}")
+            problems.append(wording.shared_uuid(joined[index].device, device.name, uuid))
         else:
             joined[index] = GpuDevice(
                 index=index, pool=pool, device=device.name, uuid=str(uuid), spec=device
             )
     for gpu in topology.gpus:
         if gpu.index not in joined and gpu.index not in shared:
-            problems.append(
-                f"GPU {gpu.index} ({gpu.uuid or 'no uuid'}) of its gpusched.io/gpu-topology "
-                f"annotation is missing from its {NVIDIA_DRIVER} ResourceSlices; it is not used"
-            )
+            problems.append(wording.gpu_without_device(gpu.index, gpu.uuid, NVIDIA_DRIVER))
     return NodeDevices(
         node=node,
         gpu_count=len(topology.gpus),
@@ -311,9 +290,7 @@ class Check:
         return found == self.value
 
     def __str__(self) -> str:
-        if not self.attribute:
-            return f"device.driver == {self.value!r}"
-        return f"device.attributes[{self.domain!r}].{self.attribute} == {self.value!r}"
+        return wording.cel_equality(self.domain, self.attribute, self.value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -368,11 +345,7 @@ def _clause(clause: str, expression: str) -> Check:
         return Check(NVIDIA_DRIVER, "", driver.group(1) or driver.group(2) or "")
     match = _ATTRIBUTE.fullmatch(clause)
     if match is None:
-        raise ClaimError(
-            f"CEL selector {expression!r} is beyond what gpusched evaluates (&&-joined "
-            "equalities on device.driver and device.attributes[...]): "
-            f"{clause!r}"
-        )
+        raise ClaimError(wording.cel_beyond(expression, clause))
     domain_a, domain_b, dotted, quoted_a, quoted_b, str_a, str_b, number, boolean = match.groups()
     value: str | int | bool
     if number is not None:
@@ -389,7 +362,7 @@ def _selector_checks(selectors: Iterable[DeviceSelector], where: str) -> list[Ch
     checks: list[Check] = []
     for selector in selectors:
         if selector.cel is None:
-            raise ClaimError(f"{where} has a selector that is not CEL")
+            raise ClaimError(wording.selector_not_cel(where))
         checks.extend(parse_selector(selector.cel.expression))
     return checks
 
@@ -397,17 +370,14 @@ def _selector_checks(selectors: Iterable[DeviceSelector], where: str) -> list[Ch
 def class_checks(device_class: DeviceClass) -> tuple[Check, ...]:
     """The class's checks; raises `ClaimError` unless they pin the NVIDIA driver (another
     driver's devices are allocated by their own claims' scheduler, not guessed at here)."""
-    where = f"DeviceClass {device_class.metadata.name}"
+    where = wording.device_class_label(device_class.metadata.name)
     checks = _selector_checks(device_class.spec.selectors, where)
     drivers = {c.value for c in checks if not c.attribute} | {
         c.domain for c in checks if c.attribute and c.domain != "resource.kubernetes.io"
     }
     if drivers != {NVIDIA_DRIVER}:
-        named = ", ".join(sorted(map(str, drivers))) or "no driver"
-        raise ClaimError(
-            f"{where} selects {named}; gpusched allocates only {NVIDIA_DRIVER} GPUs "
-            "(other drivers' devices are left to their own claims)"
-        )
+        named = sorted(map(str, drivers))
+        raise ClaimError(wording.other_drivers(where, named, NVIDIA_DRIVER))
     return tuple(checks)
 
 
@@ -424,29 +394,25 @@ def claim_demand(
 ) -> tuple[RequestDemand, ...]:
     """Every request of ``claim`` as GPUs to find; raises `ClaimError` naming the field.
     ``domains``: the ComputeDomains seen, by uid: (namespace, name)."""
-    where = f"ResourceClaim {claim.key}"
+    where = wording.claim_label(claim.key)
     devices = claim.spec.devices
     if devices.constraints:
-        raise ClaimError(f"{where}: spec.devices.constraints are not supported by gpusched")
+        raise ClaimError(wording.constraints_unsupported(where))
     demands: list[RequestDemand] = []
     for request in devices.requests:
         exact = request.exactly
-        field = f"{where}: request {request.name}"
+        field = wording.request_label(where, request.name)
         if exact is None:
-            raise ClaimError(f"{field}: firstAvailable is not supported by gpusched")
+            raise ClaimError(wording.first_available_unsupported(field))
         if exact.allocation_mode != "ExactCount":
-            raise ClaimError(f"{field}: allocationMode {exact.allocation_mode} is not supported")
+            raise ClaimError(wording.allocation_mode_unsupported(field, exact.allocation_mode))
         if exact.admin_access:
-            raise ClaimError(f"{field}: adminAccess is not supported by gpusched")
+            raise ClaimError(wording.admin_access_unsupported(field))
         if exact.capacity:
-            raise ClaimError(
-                f"{field}: capacity (a share of a device allowing multiple allocations) is not "
-                "supported by gpusched, which allocates whole GPUs; leave such claims to "
-                "kube-scheduler"
-            )
+            raise ClaimError(wording.capacity_unsupported(field))
         device_class = classes.get(exact.device_class_name)
         if device_class is None:
-            raise ClaimError(f"{field}: DeviceClass {exact.device_class_name} does not exist")
+            raise ClaimError(wording.device_class_missing(field, exact.device_class_name))
         channel = _channel_checks(device_class, exact.selectors, field, exact.count)
         if channel is not None:
             domain = _channel_domain(claim, request.name, domains or {})
@@ -504,7 +470,7 @@ def _channel_checks(
 ) -> tuple[Check, ...] | None:
     """The checks of a request for an IMEX channel (a class selecting
     `COMPUTE_DOMAIN_DRIVER` devices of type ``channel``); None for any other request."""
-    where = f"DeviceClass {device_class.metadata.name}"
+    where = wording.device_class_label(device_class.metadata.name)
     checks = [*_selector_checks(device_class.spec.selectors, where)]
     drivers = {c.value for c in checks if not c.attribute} | {
         c.domain for c in checks if c.attribute and c.domain != "resource.kubernetes.io"
@@ -513,13 +479,10 @@ def _channel_checks(
     if drivers != {COMPUTE_DOMAIN_DRIVER} or kinds != {"channel"}:
         return None
     if count != 1:
-        raise ClaimError(f"{field}: {count} IMEX channels; a pod takes its node's one channel")
+        raise ClaimError(wording.channels_counted(field, count))
     checks.extend(_selector_checks(selectors, field))
     if Check(COMPUTE_DOMAIN_DRIVER, "id", 0) not in checks:
-        raise ClaimError(
-            f"{field}: gpusched allocates the default IMEX channel (id 0, DeviceClass "
-            "compute-domain-default-channel.nvidia.com) only"
-        )
+        raise ClaimError(wording.default_channel_only(field))
     return tuple(sorted(set(checks)))
 
 
@@ -546,9 +509,7 @@ def _whole_gpus_only(checks: Iterable[Check], field: str, class_name: str) -> No
     other = sorted(str(k) for k in kinds if k != WHOLE_GPU_TYPE)
     if other:
         raise ClaimError(
-            f"{field}: DeviceClass {class_name} selects {NVIDIA_DRIVER} devices of type "
-            f"{', '.join(repr(k) for k in other)}; gpusched allocates whole GPUs (type "
-            f"{WHOLE_GPU_TYPE!r}) only, so MIG slices and other partitions are not placed"
+            wording.not_whole_gpus(field, class_name, NVIDIA_DRIVER, other, WHOLE_GPU_TYPE)
         )
 
 

@@ -16,6 +16,7 @@ from gpusched.api.foreign import ForeignGroup
 from gpusched.api.grouprefs import KUEUE_TOTAL_ANNOTATION, GroupRef, GroupSource, group_name
 from gpusched.api.owners import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL, TopOwner
 from gpusched.api.priority import PriorityClass
+from gpusched.engine import wording
 from gpusched.engine.groups import GroupKey, GroupKind, GroupSpec
 
 
@@ -77,10 +78,8 @@ def implicit_specs(members: Members) -> list[GroupSpec]:
         disagreeing = [(k, ref) for k, (ref, _) in refs if ref.total != first.total]
         if disagreeing:
             other_key, other = disagreeing[0]
-            why = (
-                f"Pod {other_key}: metadata.annotations[{KUEUE_TOTAL_ANNOTATION}]: "
-                f"{other.total}, but Pod {first_key} says {first.total}; "
-                "the pods of one Kueue group must agree on its size"
+            why = wording.kueue_size_disagrees(
+                other_key, KUEUE_TOTAL_ANNOTATION, other.total, first_key, first.total
             )
             specs.append(GroupSpec(key=key, kind=GroupKind.POD_GROUP, invalid=why))
             continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpusched.api.dra import ResourceClaim
+from gpusched.engine import wording
 from gpusched.engine.devices import (
     CHANNEL_RESOURCE,
     COMPUTE_DOMAIN_DRIVER,
@@ -110,7 +111,7 @@ class ClaimHoldings:
         if hit is not None and hit[0] == marker:
             return hit[1]
         request = PodRequest(
-            key=f"GPUs not published by {NVIDIA_DRIVER} on {devices.node}",
+            key=wording.unpublished_gpus(NVIDIA_DRIVER, devices.node),
             resources={},
             gpus=len(devices.unusable),
             reserved_for=(),

@@ -124,7 +124,7 @@ class PodRequest:
         if share is not None:
             if gpus > 1:
                 raise InvalidObjectError(
-                    f"Pod {pod.key}",
+                    wording.pod_label(pod.key),
                     f"metadata.annotations[{GPU_MILLI_ANNOTATION}]",
                     wording.share_of_many(gpus, gpu_resource),
                 )

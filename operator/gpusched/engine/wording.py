@@ -606,3 +606,240 @@ def gpu_count_mismatch(node: str, field: str, described: int, count: int, resour
 
 def share_of_many(gpus: int, resource: str) -> str:
     return f"a GPU share applies to one GPU, but the pod requests {gpus} {resource}"
+
+
+# ----- DRA devices and claims ------------------------------------------------------------------
+
+
+NO_TOPOLOGY = "it has no gpusched.io/gpu-topology annotation"
+
+
+def device_notes(problems: Sequence[str], shared: Sequence[str] = ()) -> str:
+    """Why some of a node's GPUs are not placed by gpusched: its problems, then the devices
+    shared by capacity (``shared``, device names) that gpusched leaves to kube-scheduler."""
+    notes = list(problems)
+    if shared:
+        notes.append(
+            f"devices {', '.join(shared)} allow multiple allocations (the driver's "
+            "ConsumableShares, shared by capacity); gpusched allocates whole GPUs only "
+            "and leaves them to kube-scheduler"
+        )
+    return "; ".join(notes)
+
+
+def many_pools(driver: str, pools: Sequence[str]) -> str:
+    return (
+        f"it publishes {driver} devices in {len(pools)} pools ({', '.join(pools)}); "
+        "gpusched expects one"
+    )
+
+
+def pool_updating(driver: str, pool: str, published: int, expected: int) -> str:
+    return (
+        f"its {driver} pool {pool} has {published} of {expected} "
+        "ResourceSlices of its newest generation published; waiting for the rest"
+    )
+
+
+def devices_unmatched(driver: str, why: str) -> str:
+    return f"its {driver} devices cannot be matched to GPUs by UUID: {why}"
+
+
+def device_without_gpu(device: str, uuid: object) -> str:
+    return (
+        f"device {device} (uuid {uuid or 'missing'}) matches no GPU in its "
+        "gpusched.io/gpu-topology annotation; it is not allocated"
+    )
+
+
+def shared_uuid(first: str, second: str, uuid: object) -> str:
+    return f"devices {first} and {second} share uuid {uuid}"
+
+
+def gpu_without_device(index: int, uuid: str | None, driver: str) -> str:
+    return (
+        f"GPU {index} ({uuid or 'no uuid'}) of its gpusched.io/gpu-topology "
+        f"annotation is missing from its {driver} ResourceSlices; it is not used"
+    )
+
+
+def cel_equality(domain: str, attribute: str, value: str | int | bool) -> str:
+    """A selector check as the CEL it was read from (``attribute`` '' for the driver)."""
+    if not attribute:
+        return f"device.driver == {value!r}"
+    return f"device.attributes[{domain!r}].{attribute} == {value!r}"
+
+
+def cel_beyond(expression: str, clause: str) -> str:
+    return (
+        f"CEL selector {expression!r} is beyond what gpusched evaluates (&&-joined "
+        "equalities on device.driver and device.attributes[...]): "
+        f"{clause!r}"
+    )
+
+
+def device_class_label(name: str) -> str:
+    return f"DeviceClass {name}"
+
+
+def claim_label(key: str) -> str:
+    return f"ResourceClaim {key}"
+
+
+def request_label(where: str, request: str) -> str:
+    return f"{where}: request {request}"
+
+
+def pod_label(key: str) -> str:
+    return f"Pod {key}"
+
+
+def selector_not_cel(where: str) -> str:
+    return f"{where} has a selector that is not CEL"
+
+
+def other_drivers(where: str, drivers: Sequence[str], driver: str) -> str:
+    named = ", ".join(drivers) or "no driver"
+    return (
+        f"{where} selects {named}; gpusched allocates only {driver} GPUs "
+        "(other drivers' devices are left to their own claims)"
+    )
+
+
+def constraints_unsupported(where: str) -> str:
+    return f"{where}: spec.devices.constraints are not supported by gpusched"
+
+
+def first_available_unsupported(field: str) -> str:
+    return f"{field}: firstAvailable is not supported by gpusched"
+
+
+def allocation_mode_unsupported(field: str, mode: str) -> str:
+    return f"{field}: allocationMode {mode} is not supported"
+
+
+def admin_access_unsupported(field: str) -> str:
+    return f"{field}: adminAccess is not supported by gpusched"
+
+
+def capacity_unsupported(field: str) -> str:
+    return (
+        f"{field}: capacity (a share of a device allowing multiple allocations) is not "
+        "supported by gpusched, which allocates whole GPUs; leave such claims to "
+        "kube-scheduler"
+    )
+
+
+def device_class_missing(field: str, name: str) -> str:
+    return f"{field}: DeviceClass {name} does not exist"
+
+
+def channels_counted(field: str, count: int) -> str:
+    return f"{field}: {count} IMEX channels; a pod takes its node's one channel"
+
+
+def default_channel_only(field: str) -> str:
+    return (
+        f"{field}: gpusched allocates the default IMEX channel (id 0, DeviceClass "
+        "compute-domain-default-channel.nvidia.com) only"
+    )
+
+
+def not_whole_gpus(
+    field: str, class_name: str, driver: str, kinds: Sequence[str], whole: str
+) -> str:
+    return (
+        f"{field}: DeviceClass {class_name} selects {driver} devices of type "
+        f"{', '.join(repr(k) for k in kinds)}; gpusched allocates whole GPUs (type "
+        f"{whole!r}) only, so MIG slices and other partitions are not placed"
+    )
+
+
+def template_claim_pending(entry: str, template: str | None) -> str:
+    return (
+        f"waiting for the ResourceClaim of {entry} (from ResourceClaimTemplate "
+        f"{template}) to be created"
+    )
+
+
+def gpus_besides_claims(resource: str) -> str:
+    return (
+        f"the pod asks for {resource} besides ResourceClaims; gpusched "
+        "places GPUs of one kind per pod: ask for them all through its claims"
+    )
+
+
+def claim_missing(key: str) -> str:
+    return f"waiting for ResourceClaim {key} to exist"
+
+
+def claim_deleting(key: str) -> str:
+    return f"ResourceClaim {key} is being deleted"
+
+
+def claim_releasing(key: str) -> str:
+    return f"ResourceClaim {key} is being released"
+
+
+def claim_reserved_unbound(key: str) -> str:
+    return (
+        f"ResourceClaim {key} is reserved for this pod by a scheduler that never "
+        "bound it; releasing it"
+    )
+
+
+def claim_allocating(key: str) -> str:
+    return f"ResourceClaim {key} is being allocated"
+
+
+def claim_shared_in_gang(key: str, first: str) -> str:
+    return (
+        f"ResourceClaim {key} is shared with {first} of the same gang and is not "
+        "allocated yet; gpusched places pods on a shared claim once it is allocated, "
+        "so let one pod outside the gang (or one gang member alone) allocate it first"
+    )
+
+
+def extended_claim_unbound(key: str, resource: str) -> str:
+    return (
+        f"ResourceClaim {key} was made for this pod's {resource} by an "
+        "attempt that never bound it; deleting it"
+    )
+
+
+def extended_count_mismatch(resource: str, count: int, gpus: int) -> str:
+    return (
+        f"the containers' {resource} requests come to {count} devices "
+        f"for a pod that needs {gpus}; gpusched does not guess which to allocate"
+    )
+
+
+def allocation_selector_unreadable(key: str, error: object) -> str:
+    return f"ResourceClaim {key}: status.allocation.nodeSelector cannot be read: {error}"
+
+
+def no_devices_published(driver: str) -> str:
+    return f"the node publishes no {driver} devices"
+
+
+def gpus_not_published(gpus: Sequence[int], node: str) -> str:
+    return f"GPUs {list(gpus)} of {node} are not all published as devices"
+
+
+def no_channel_for(node: str, driver: str, claim: str) -> str:
+    return f"{node} publishes no {driver} channel for {claim}"
+
+
+def unpublished_gpus(driver: str, node: str) -> str:
+    """Stands, as the holder's name, for a node's GPUs its DRA driver does not publish."""
+    return f"GPUs not published by {driver} on {node}"
+
+
+def kueue_size_disagrees(
+    other: str, annotation: str, other_total: int | None, first: str, first_total: int | None
+) -> str:
+    return (
+        f"Pod {other}: metadata.annotations[{annotation}]: "
+        f"{other_total}, but Pod {first} says {first_total}; "
+        "the pods of one Kueue group must agree on its size"
+    )
