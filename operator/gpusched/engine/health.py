@@ -52,7 +52,7 @@ def apply_telemetry(
                 excluded = True
     if excluded and config.telemetry.exclude_whole_node:
         statics.gpu_usable[base : base + info.gpu_count] = False
-        statics.node_notes.setdefault(n, []).append("excluded: a GPU failed a telemetry check")
+        statics.node_notes.setdefault(n, []).append(wording.NODE_EXCLUDED)
     if info.topology_error:
         statics.node_notes.setdefault(n, []).append(info.topology_error)
 

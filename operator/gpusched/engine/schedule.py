@@ -395,10 +395,10 @@ def _left_pending(pod: PodRequest, decision: GroupDecision | None) -> PodFailure
     """Why a pod of a group stays pending: its group's reason, or, in a placed group, why
     the pod itself did not fit beside the others."""
     if decision is None:  # every group the planner reached has a decision; a guard only
-        return PodFailure(pod.key, Reason.UNSCHEDULABLE, "its group was not attempted")
+        return PodFailure(pod.key, Reason.UNSCHEDULABLE, wording.GROUP_NOT_ATTEMPTED)
     if decision.phase is not Phase.SCHEDULED:
         return PodFailure(pod.key, decision.reason, decision.message)
-    why = decision.left_out.get(pod.key, "not placed beside its group's other pods")
+    why = decision.left_out.get(pod.key, wording.NOT_BESIDE_GROUP)
     return PodFailure(pod.key, Reason.UNSCHEDULABLE, why)
 
 

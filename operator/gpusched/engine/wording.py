@@ -32,6 +32,14 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 
 BROKEN_TOPOLOGY = "invalid GPU topology annotation: single-GPU pods only"
 NO_GPU_SHARE = "no GPU with enough milli-GPU free"
+NODE_EXCLUDED = "excluded: a GPU failed a telemetry check"
+NOT_BESIDE_GROUP = "not placed beside its group's other pods"
+GROUP_NOT_ATTEMPTED = "its group was not attempted"
+
+# What a preemption trial found short of a plan.
+NOTHING_LOWER_HELD = "nothing of lower priority is held there"
+NOT_ATTEMPTED = "not attempted"
+WORSE_LINKS = "fits only on worse GPU links"
 
 
 def insufficient(resource: str) -> str:

@@ -114,9 +114,7 @@ class DomainBounds:
         present = np.flatnonzero(np.bincount(self.holding_piece[hit], minlength=len(self.pieces)))
         inside = [self.pieces[i] for i in present.tolist()]
         if not inside:
-            return Candidate(
-                domain=domain, bound=None, units=[], short="nothing of lower priority is held there"
-            )
+            return Candidate(domain=domain, bound=None, units=[], short=wording.NOTHING_LOWER_HELD)
         freed_in = dict(zip([u.key for u in inside], freed_by[present].tolist(), strict=True))
         # The cheapest pieces, in order, until they cover what is missing: the priority the
         # last of them has is the least any plan there evicts.

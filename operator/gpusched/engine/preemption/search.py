@@ -368,10 +368,10 @@ class _Search:
         decision = next((d for d in result.groups if d.name == self.root.key), None)
         if decision is None or decision.phase is not Phase.SCHEDULED:
             scratch.rollback(checkpoint)
-            return decision.message if decision is not None else "not attempted"
+            return decision.message if decision is not None else wording.NOT_ATTEMPTED
         if tiers is not None and not _as_good(_tiers(result.bindings), tiers):
             scratch.rollback(checkpoint)
-            return "fits only on worse GPU links"
+            return wording.WORSE_LINKS
         victims = reprieve(scratch, self.budgets, aside, result.bindings)
         placement = dict(decision.placement)
         return _Found(
