@@ -661,3 +661,96 @@ def test_a_rayclusters_pods_made_by_kuberay_are_one_gang_of_head_and_workers_by_
         placed = all_bound(api, ray, 4)
         workers = [p for p in placed if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
         assert len({placement_of(p)[0] for p in workers}) == 3  # type: ignore[index]
+
+
+def test_a_leader_ready_leader_worker_set_has_its_leader_bound_alone_then_its_workers_as_one_gang(
+    workload_crds: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # LWS's controller (played: it does not run here) makes a LeaderReady LeaderWorkerSet's
+    # workers' StatefulSet only once the leader is Ready: one gang of `size` would wait for
+    # ever. The leader is bound alone; its 3 workers are one gang of `size - 1`.
+    api = racks
+    config = {"ownerGroups": {"namespaces": [NAMESPACE]}}
+    sets = f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets"
+    labels = {"leaderworkerset.sigs.k8s.io/name": "lws"}
+
+    def statefulset(name: str, owner: dict[str, Any]) -> dict[str, Any]:
+        response = api.http.post(
+            sets,
+            json={
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "ownerReferences": [controller_ref(owner)],
+                },
+                "spec": {
+                    "serviceName": "lws",
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [gpu_container(4)]},
+                    },
+                },
+            },
+        )
+        assert response.status_code < 300, response.text
+        return dict(response.json())
+
+    def lws_pod(name: str, owner: dict[str, Any], worker: int) -> Any:
+        member = {
+            **labels,
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        }
+        return api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": member,
+                    "ownerReferences": [controller_ref(owner)],
+                },
+                "spec": {"schedulerName": "gpusched", "containers": [gpu_container(4)]},
+            }
+        )
+
+    try:
+        with running_operator(kubeconfig, config):
+            template = {"spec": {"containers": [{"name": "w", "image": "r.example/w:1"}]}}
+            lws = create_owner(
+                api,
+                "leaderworkerset.x-k8s.io/v1",
+                "leaderworkersets",
+                {
+                    "kind": "LeaderWorkerSet",
+                    "metadata": {"name": "lws"},
+                    "spec": {
+                        "replicas": 1,
+                        "startupPolicy": "LeaderReady",
+                        "leaderWorkerTemplate": {"size": 4, "workerTemplate": template},
+                    },
+                },
+            )
+            leader = lws_pod("lws-0", statefulset("lws", lws), 0)
+            all_bound(api, statefulset_owner(leader), 1)
+
+            workers = statefulset("lws-0", leader)
+            for index in (1, 2):
+                lws_pod(f"lws-0-{index}", workers, index)
+            nothing_bound_each_told(api, [workers], 2, "2 of 3 valid pods exist")
+
+            lws_pod("lws-0-3", workers, 3)
+            assert len(all_bound(api, workers, 3)) == 3
+    finally:
+        api.http.request("DELETE", sets)
+
+
+def statefulset_owner(pod: dict[str, Any]) -> dict[str, Any]:
+    """A stand-in owner naming `pod`'s controller by uid (for `owned_by`)."""
+    (ref,) = pod["metadata"]["ownerReferences"]
+    return {"metadata": {"uid": ref["uid"]}}
