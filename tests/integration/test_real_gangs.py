@@ -5,7 +5,11 @@ under the scheduler name it forces, Kueue's plain-pod group as Kueue admits and 
 Job's `basic` Workload (not a gang, and not an owner group). No object of a group is written
 here by hand: the test writes what a user writes (a Job, a RayCluster, pods with Kueue's
 labels, Kueue's queues) and
-asserts where gpusched bound what the controller made, and what it wrote back.
+asserts where gpusched bound what the controller made, and what it wrote back. The owners
+whose controllers do not run here (JobSet, the training operator, the mpi-operator) are
+played: the test writes what their controller writes (the JobSet's Jobs, a PyTorchJob's pods,
+an MPIJob's workers and launcher Job, each owned by its owner as the controller sets it), and
+the real Job controller makes the Jobs' pods.
 
 The clusters are small; where a story needs "only one rack has room for the whole gang" it is
 the same shape as tests/integration/test_gang_sources.py (8 GPUs a node):
@@ -438,3 +442,315 @@ def test_a_kueue_group_lands_whole_inside_the_node_labels_kueue_injects(
     finally:
         for plural in ("clusterqueues", "resourceflavors"):
             api.http.request("DELETE", f"{kinds}/{plural}/rack-2")
+
+
+def create_owner(api: ApiClient, api_version: str, plural: str, body: dict[str, Any]) -> Any:
+    """A custom object (a CRD the harness serves) created as its user writes it."""
+    body = {"apiVersion": api_version, **body}
+    body["metadata"].setdefault("namespace", NAMESPACE)
+    response = api.http.post(f"/apis/{api_version}/namespaces/{NAMESPACE}/{plural}", json=body)
+    assert response.status_code < 300, response.text
+    return response.json()
+
+
+def controller_ref(owner: dict[str, Any]) -> dict[str, Any]:
+    """The ``ownerReferences`` entry a controller writes on what it makes for `owner`."""
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def gpu_container(gpus: int) -> dict[str, Any]:
+    return {
+        "name": "train",
+        "image": "registry.example/train:1",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def nothing_bound_each_told(
+    api: ApiClient, owners: list[dict[str, Any]], count: int, saying: str = ""
+) -> None:
+    """Waits until each of the `count` pods of `owners` has gpusched's reason, with `saying` in
+    it; none is bound."""
+
+    def told() -> bool:
+        found = [p for p in api.list("pods", NAMESPACE) if any(owned_by(p, o) for o in owners)]
+        reasons = [waiting_reason(api, p["metadata"]["name"]) for p in found]
+        return len(found) == count and all(reason and saying in reason for reason in reasons)
+
+    wait_for(
+        told,
+        PATIENCE,
+        interval=0.2,
+        message=lambda: f"{saying!r} on each of {count} pods: {dump(api.list('pods', NAMESPACE))}",
+    )
+    assert [p for o in owners for p in bound(api, o)] == [], "a part of the gang was bound"
+
+
+def jobset_job(jobset: dict[str, Any], replicated: str, index: int, size: int) -> dict[str, Any]:
+    """The Job the JobSet controller makes for replica `index` of `replicated`: its name, labels
+    and annotations, and an owner reference to the JobSet as its controller."""
+    name = jobset["metadata"]["name"]
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": name,
+        "jobset.sigs.k8s.io/replicatedjob-name": replicated,
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(size),
+        "jobset.sigs.k8s.io/job-index": str(index),
+        "jobset.sigs.k8s.io/restart-attempt": "0",
+    }
+    job = gpu_job(f"{name}-{replicated}-{index}", 2, 4)
+    job["metadata"]["labels"] = labels
+    job["metadata"]["ownerReferences"] = [controller_ref(jobset)]
+    job["spec"]["template"]["metadata"] = {"labels": dict(labels)}
+    return job
+
+
+def test_a_jobsets_jobs_made_by_the_real_job_controller_are_one_gang_over_all_its_jobs(
+    job_controller: RealCluster, workload_crds: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # JobSet → Job → Pod: the test writes the JobSet and the two Jobs its controller makes
+    # (owned by it); the real Job controller makes the pods, which name no group. With owner
+    # groups on, the JobSet is one gang of 2 Jobs × 2 pods, in one rack (its annotation).
+    api = racks
+    api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+    config = {"ownerGroups": {"namespaces": [NAMESPACE]}}
+    with running_operator(kubeconfig, config):
+        template = {"spec": gpu_job("t", 2, 4)["spec"]}
+        jobset = create_owner(
+            api,
+            "jobset.x-k8s.io/v1alpha2",
+            "jobsets",
+            {
+                "kind": "JobSet",
+                "metadata": {
+                    "name": "js",
+                    "annotations": {"scheduling.gpusched.io/topology-key": RACK},
+                },
+                "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": template}]},
+            },
+        )
+        first = api.create(jobset_job(jobset, "w", 0, 2))
+        # Two pods of 4 GPUs fit on any node; the JobSet's other Job has made none yet.
+        nothing_bound_each_told(api, [first], 2, "2 of 4 valid pods exist")
+
+        second = api.create(jobset_job(jobset, "w", 1, 2))
+        placed = [*all_bound(api, first, 2), *all_bound(api, second, 2)]
+        assert all("schedulingGroup" not in p["spec"] for p in placed)
+        assert domains(api, keys(placed), RACK) == {"rack-2"}
+
+
+def test_a_pytorchjobs_and_an_mpijobs_pods_are_each_one_gang_sized_from_their_replica_specs(
+    job_controller: RealCluster, workload_crds: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # The pods the training operator makes for a PyTorchJob (Master + Workers, owned by it)
+    # and the mpi-operator for an MPIJob (Workers owned by it, the Launcher a Job it owns, whose
+    # pod the real Job controller makes). Each is one gang of its replica specs' sum: nothing
+    # is bound while one pod of it is missing, though what is there fits.
+    api = racks
+    api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+    config = {"ownerGroups": {"namespaces": [NAMESPACE]}}
+
+    def replica(count: int, gpus: int) -> dict[str, Any]:
+        template = {"spec": {"schedulerName": "gpusched", "containers": [gpu_container(gpus)]}}
+        return {"replicas": count, "template": template}
+
+    def member(name: str, owner: dict[str, Any], labels: dict[str, str], gpus: int) -> Any:
+        return api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": labels,
+                    "ownerReferences": [controller_ref(owner)],
+                },
+                "spec": {"schedulerName": "gpusched", "containers": [gpu_container(gpus)]},
+            }
+        )
+
+    with running_operator(kubeconfig, config):
+        torch = create_owner(
+            api,
+            "kubeflow.org/v1",
+            "pytorchjobs",
+            {
+                "kind": "PyTorchJob",
+                "metadata": {"name": "pt"},
+                "spec": {"pytorchReplicaSpecs": {"Master": replica(1, 4), "Worker": replica(3, 4)}},
+            },
+        )
+
+        def torch_pod(role: str, index: int) -> Any:
+            labels = {
+                "training.kubeflow.org/job-name": "pt",
+                "training.kubeflow.org/replica-type": role,
+                "training.kubeflow.org/replica-index": str(index),
+            }
+            return member(f"pt-{role}-{index}", torch, labels, 4)
+
+        for role, index in (("master", 0), ("worker", 0), ("worker", 1)):
+            torch_pod(role, index)
+        nothing_bound_each_told(api, [torch], 3, "3 of 4 valid pods exist")
+
+        mpi = create_owner(
+            api,
+            "kubeflow.org/v2beta1",
+            "mpijobs",
+            {
+                "kind": "MPIJob",
+                "metadata": {"name": "mpi"},
+                "spec": {"mpiReplicaSpecs": {"Launcher": replica(1, 0), "Worker": replica(2, 4)}},
+            },
+        )
+        for index in range(2):
+            member(
+                f"mpi-worker-{index}",
+                mpi,
+                {
+                    "training.kubeflow.org/job-name": "mpi",
+                    "training.kubeflow.org/job-role": "worker",
+                    "training.kubeflow.org/replica-index": str(index),
+                },
+                4,
+            )
+        nothing_bound_each_told(api, [mpi], 2, "2 of 3 valid pods exist")
+
+        launcher = gpu_job("mpi-launcher", 1, 0)
+        launcher["metadata"]["ownerReferences"] = [controller_ref(mpi)]
+        launcher = api.create(launcher)
+        placed = [*all_bound(api, mpi, 2), *all_bound(api, launcher, 1)]
+        assert len(placed) == 3
+        assert bound(api, torch) == [], "the PyTorchJob's 3 of 4 pods were bound"
+
+        torch_pod("worker", 2)
+        assert len(all_bound(api, torch, 4)) == 4
+
+
+def test_a_rayclusters_pods_made_by_kuberay_are_one_gang_of_head_and_workers_by_owner(
+    kuberay: KubeRay, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # The real KubeRay operator, on a RayCluster without its gang label: no PodGroup, pods that
+    # name no group, owned by the RayCluster, under the scheduler name KubeRay forces. With
+    # owner groups on, gpusched makes the RayCluster one gang of 1 head + 3 workers: 2 workers
+    # of 8 GPUs would fit, none is bound.
+    api = racks
+    config = {
+        "ownerGroups": {"namespaces": [NAMESPACE]},
+        "schedulerNameAliases": [KubeRay.SCHEDULER_NAME],
+    }
+    with running_operator(kubeconfig, config):
+        body = ray_cluster("rayowner", workers=3)
+        del body["metadata"]["labels"][KubeRay.GANG_LABEL]
+        for group in (body["spec"]["headGroupSpec"], *body["spec"]["workerGroupSpecs"]):
+            group["template"]["spec"]["schedulerName"] = "gpusched"
+        ray = api.create(body)
+        members = pods_of(api, ray, 4)
+        assert all(KubeRay.POD_GROUP_LABEL not in p["metadata"]["labels"] for p in members)
+        # KubeRay's batch scheduler forces its name even without the gang label: the alias.
+        assert {p["spec"]["schedulerName"] for p in members} == {KubeRay.SCHEDULER_NAME}
+        nothing_bound_each_told(api, [ray], 4)
+
+        api.create(gpu_node("n2-2", "zone-a", "rack-2"))
+        placed = all_bound(api, ray, 4)
+        workers = [p for p in placed if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
+        assert len({placement_of(p)[0] for p in workers}) == 3  # type: ignore[index]
+
+
+def test_a_leader_ready_leader_worker_set_has_its_leader_bound_alone_then_its_workers_as_one_gang(
+    workload_crds: RealCluster, racks: ApiClient, kubeconfig: Path
+) -> None:
+    # LWS's controller (played: it does not run here) makes a LeaderReady LeaderWorkerSet's
+    # workers' StatefulSet only once the leader is Ready: one gang of `size` would wait for
+    # ever. The leader is bound alone; its 3 workers are one gang of `size - 1`.
+    api = racks
+    config = {"ownerGroups": {"namespaces": [NAMESPACE]}}
+    sets = f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets"
+    labels = {"leaderworkerset.sigs.k8s.io/name": "lws"}
+
+    def statefulset(name: str, owner: dict[str, Any]) -> dict[str, Any]:
+        response = api.http.post(
+            sets,
+            json={
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "ownerReferences": [controller_ref(owner)],
+                },
+                "spec": {
+                    "serviceName": "lws",
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [gpu_container(4)]},
+                    },
+                },
+            },
+        )
+        assert response.status_code < 300, response.text
+        return dict(response.json())
+
+    def lws_pod(name: str, owner: dict[str, Any], worker: int) -> Any:
+        member = {
+            **labels,
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        }
+        return api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": member,
+                    "ownerReferences": [controller_ref(owner)],
+                },
+                "spec": {"schedulerName": "gpusched", "containers": [gpu_container(4)]},
+            }
+        )
+
+    try:
+        with running_operator(kubeconfig, config):
+            template = {"spec": {"containers": [{"name": "w", "image": "r.example/w:1"}]}}
+            lws = create_owner(
+                api,
+                "leaderworkerset.x-k8s.io/v1",
+                "leaderworkersets",
+                {
+                    "kind": "LeaderWorkerSet",
+                    "metadata": {"name": "lws"},
+                    "spec": {
+                        "replicas": 1,
+                        "startupPolicy": "LeaderReady",
+                        "leaderWorkerTemplate": {"size": 4, "workerTemplate": template},
+                    },
+                },
+            )
+            leader = lws_pod("lws-0", statefulset("lws", lws), 0)
+            all_bound(api, statefulset_owner(leader), 1)
+
+            workers = statefulset("lws-0", leader)
+            for index in (1, 2):
+                lws_pod(f"lws-0-{index}", workers, index)
+            nothing_bound_each_told(api, [workers], 2, "2 of 3 valid pods exist")
+
+            lws_pod("lws-0-3", workers, 3)
+            assert len(all_bound(api, workers, 3)) == 3
+    finally:
+        api.http.request("DELETE", sets)
+
+
+def statefulset_owner(pod: dict[str, Any]) -> dict[str, Any]:
+    """A stand-in owner naming `pod`'s controller by uid (for `owned_by`)."""
+    (ref,) = pod["metadata"]["ownerReferences"]
+    return {"metadata": {"uid": ref["uid"]}}
