@@ -31,9 +31,10 @@ from gpusched.engine.claims import (
     extended_claims,
     pod_devices,
     serving_class,
+    with_shared_memory,
 )
 from gpusched.engine.devices import NodeDevices, node_devices
-from gpusched.engine.holdings import ClaimHoldings
+from gpusched.engine.holdings import Busy, ClaimHoldings
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 
@@ -138,7 +139,7 @@ class DraCache:
         self,
         objects: DraObjects,
         inventory: Mapping[str, NodeDevices],
-        busy: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+        busy: Mapping[str, Busy] | None = None,
     ) -> list[BoundPod]:
         """What the claims hold (and, ``busy``, claims being written: claim → pool,
         devices), and the GPUs each DRA node does not publish."""
@@ -154,7 +155,7 @@ class DraCache:
         pods: Mapping[str, PodSource],
         *,
         gpu_resource: str,
-        busy: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+        busy: Mapping[str, Busy] | None = None,
         releasing: Collection[str] = (),
     ) -> DraInputs:
         """Everything DRA the engine is given for one decision on ``ready`` (``pods``: the
@@ -173,6 +174,7 @@ class DraCache:
             compute_domains=objects.compute_domains,
         )
         allocating: dict[str, tuple[str, str | None]] = {}
+        shares = [s for d in inventory.values() for s in d.shares]
         stale: list[Stale] = []
         requests: list[PodRequest] = []
         for request in ready:
@@ -194,6 +196,7 @@ class DraCache:
                 requests.append(request)
                 continue
             stale.extend(devices.stale)
+            devices = with_shared_memory(devices, shares)
             requests.append(self._request(request, devices))
         held = self.held(objects, inventory, busy)
         return DraInputs(inventory, held, requests, stale)

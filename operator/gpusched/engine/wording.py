@@ -606,3 +606,63 @@ def gpu_count_mismatch(node: str, field: str, described: int, count: int, resour
 
 def share_of_many(gpus: int, resource: str) -> str:
     return f"a GPU share applies to one GPU, but the pod requests {gpus} {resource}"
+
+
+# ----- devices shared by capacity (`gpusched.engine.shares`) -----------------------------------
+
+
+def shared_devices(names: Sequence[str]) -> str:
+    """A node's devices several claims share by capacity: never whole GPUs."""
+    return (
+        f"devices {', '.join(names)} allow multiple allocations (the driver's "
+        "ConsumableShares): claims share them by memory capacity, never as whole GPUs"
+    )
+
+
+def share_unsupported(field: str, count: int, capacities: Sequence[str]) -> str:
+    """A request naming capacity beyond one device's memory."""
+    return (
+        f"{field}: capacity requests {', '.join(capacities) or 'nothing'} of {count} devices; "
+        "gpusched places a request for memory of one shared device only"
+    )
+
+
+def share_amounts(claim: str, request: str, found: int) -> str:
+    """A share request whose consumption the shared devices do not agree on (or none has)."""
+    if not found:
+        return (
+            f"ResourceClaim {claim}: request {request} asks for capacity, and no node "
+            "publishes devices shared by capacity"
+        )
+    return (
+        f"ResourceClaim {claim}: request {request} would consume different amounts of the "
+        f"{found} shared devices (their request policies differ, or some refuse it); "
+        "gpusched counts one amount per request"
+    )
+
+
+def _bytes(amount: int) -> str:
+    return f"{amount // 2**20}Mi" if amount % 2**20 == 0 else f"{amount}"
+
+
+def device_share_short(device: str, wanted: int, free: int, outside: bool) -> str:
+    """No shared device of a node has room for a request (the closest one named)."""
+    if not device:
+        return "it publishes no devices shared by capacity"
+    if outside:
+        return f"its shared device {device} does not allow a request of {_bytes(wanted)} memory"
+    return (
+        f"its shared device {device} has {_bytes(free)} of memory left, the claim "
+        f"consumes {_bytes(wanted)}"
+    )
+
+
+SHARE_SHORT = "not enough memory left on its shared devices"
+"""The node check of a pod's share of a device (`gpusched.engine.shares.SHARE_RESOURCE`)."""
+
+
+def share_left(free: int, wanted: int) -> str:
+    return (
+        f"its shared devices have {_bytes(free)} of memory left, the pod's claims "
+        f"consume {_bytes(wanted)}"
+    )

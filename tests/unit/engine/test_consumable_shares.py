@@ -1,6 +1,6 @@
 """Devices the NVIDIA DRA driver publishes with ``allowMultipleAllocations`` (its
 ``ConsumableShares`` gate; DRAConsumableCapacity upstream): several claims share such a device
-by its capacity. gpusched allocates whole GPUs only, so a shared device is never counted as a
+by its capacity: a shared device is never counted as a
 whole free GPU (nor twice, for the several claims sharing it), a claim asking for a capacity
 share is refused naming the field, and the node's problems say why its devices are left out."""
 
@@ -75,14 +75,93 @@ def test_shared_devices_are_no_topology_problem_of_the_node() -> None:
     assert topology_problem(node, found) is None
 
 
-def test_a_claim_for_a_capacity_share_is_refused_naming_the_field() -> None:
-    world = World()
-    world.dra_node("n1", shared=(0, 1))
-    world.claim_pod("share", 1)
+MI = 2**20
+DEVICE_MI = 81559
+"""The memory capacity `dra.consumable_shares` publishes per shared device, in Mi."""
+
+
+def share_pod(world: World, name: str, memory: str | None) -> None:
+    """A pod whose claim asks for ``memory`` of one shared device (None: names no memory)."""
+    world.claim_pod(name, 1)
+    requests = {"memory": memory} if memory is not None else {}
     world.claims[-1]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {
-        "requests": {"memory": "10Gi"}
+        "requests": requests
     }
+
+
+def _one_shared() -> World:
+    world = World()
+    world.dra_node("n1", shared=(0,))
+    return world
+
+
+def test_two_claims_share_one_device_and_a_third_over_its_capacity_does_not_fit() -> None:
+    world = _one_shared()
+    for name in ("a", "b", "c"):
+        share_pod(world, name, "30000Mi")
+    result = world.run()
+    placed = {b.pod: b for b in result.bindings}
+    assert len(placed) == 2, result
+    shared = f"gpu-{MINOR[0]}"
+    for binding in placed.values():
+        assert binding.gpus == ()
+        (allocation,) = binding.devices
+        (device,) = allocation.devices
+        assert (device.device, device.consumed) == (shared, 30000 * MI)
+    (failure,) = result.unschedulable
+    assert failure.pod not in placed
+    left = DEVICE_MI - 60000
+    assert f"have {left}Mi of memory left, the pod's claims consume 30000Mi" in failure.message, (
+        failure.message
+    )
+
+
+def test_what_allocated_claims_consumed_is_not_free() -> None:
+    world = _one_shared()
+    sharing(world, "share-a", 0)
+    sharing(world, "share-b", 0)
+    left = DEVICE_MI - 2 * 10240
+    share_pod(world, "over", f"{left + 1}Mi")
     result = world.run()
     assert result.bindings == []
     (failure,) = result.unschedulable
-    assert "request gpus: capacity" in failure.message, failure.message
+    assert f"have {left}Mi of memory left" in failure.message, failure.message
+    world.pods.pop()
+    world.claims.pop()
+    share_pod(world, "exact", f"{left}Mi")
+    (binding,) = world.run().bindings
+    assert binding.devices[0].devices[0].consumed == left * MI
+
+
+def test_a_claim_naming_no_memory_consumes_the_request_policy_default() -> None:
+    """The driver's default is the whole device: a second claim, however small, waits."""
+    world = _one_shared()
+    share_pod(world, "whole", None)
+    (binding,) = world.run().bindings
+    assert binding.devices[0].devices[0].consumed == DEVICE_MI * MI
+    world = _one_shared()
+    share_pod(world, "small", "1Mi")
+    share_pod(world, "whole", None)
+    result = world.run()
+    assert [b.pod for b in result.bindings] == ["ml/small"]
+    (failure,) = result.unschedulable
+    assert f"have {DEVICE_MI - 1}Mi of memory left, the pod's claims consume {DEVICE_MI}Mi" in (
+        failure.message
+    ), failure.message
+
+
+def test_a_request_is_rounded_up_to_the_policy_step() -> None:
+    world = _one_shared()
+    share_pod(world, "odd", "1500Ki")  # 1.46Mi: the driver's step is 1Mi
+    (binding,) = world.run().bindings
+    assert binding.devices[0].devices[0].consumed == 2 * MI
+
+
+def test_a_capacity_request_of_several_devices_is_refused_naming_the_field() -> None:
+    world = _one_shared()
+    share_pod(world, "two", "10Gi")
+    world.claims[-1]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    result = world.run()
+    assert result.bindings == []
+    (failure,) = result.unschedulable
+    assert "request gpus: capacity requests memory of 2 devices" in failure.message
