@@ -391,7 +391,7 @@ class ClaimAllocator:
             }
             if request in consumed:  # a device shared by capacity: what this claim takes
                 result["shareID"] = str(uuid.uuid4())
-                result["consumedCapacity"] = {MEMORY: str(consumed[request])}
+                result["consumedCapacity"] = {MEMORY: _quantity(consumed[request])}
             results.append(result)
         config: list[dict[str, Any]] = []
         for demand in write.demands:
@@ -429,6 +429,15 @@ class ClaimAllocator:
         if config:
             allocation["devices"]["config"] = config
         return allocation
+
+
+def _quantity(amount: int) -> str:
+    """Bytes as a binary quantity, the way the API server writes it back (``30000Mi``)."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = 1024 ** ("KMGTPE".index(suffix[0]) + 1)
+        if amount and amount % unit == 0:
+            return f"{amount // unit}{suffix}"
+    return str(amount)
 
 
 def _bytes(memory: str | int) -> int:
