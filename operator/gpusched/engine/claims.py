@@ -33,7 +33,7 @@ from gpusched.engine.devices import (
 )
 from gpusched.engine.extended import ExtendedClaim, extended_claim
 from gpusched.engine.result import ClaimAllocation, DeviceChoice
-from gpusched.engine.shares import SharedDevice, ShareProblem, common_amount, pick
+from gpusched.engine.shares import SharedDevice, ShareProblem, amounts, pick
 
 
 def with_shared_memory(devices: PodDevices, shares: Sequence[SharedDevice]) -> PodDevices:
@@ -47,9 +47,11 @@ def with_shared_memory(devices: PodDevices, shares: Sequence[SharedDevice]) -> P
         for demand in claim.demands:
             if not demand.share:
                 continue
-            amount = common_amount(shares, demand.memory)
+            found = amounts(shares, demand.memory)
+            amount = found.pop() if len(found) == 1 else None
             if amount is None:
-                why = wording.share_amounts(claim.key, demand.request, len(shares))
+                too_big = not found and demand.memory is not None
+                why = wording.share_amounts(claim.key, demand.request, len(shares), too_big)
                 return PodDevices(refusal=Refusal(why), stale=devices.stale)
             total += amount
     return replace(devices, shared_memory=total)

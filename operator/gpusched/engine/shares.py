@@ -85,25 +85,22 @@ def shared_device(pool: str, device: Device) -> SharedDevice | str:
 def consumed(device: SharedDevice, wanted: int | None) -> int | None:
     """What a request of ``wanted`` bytes (None: it names none) consumes of ``device``: the
     default, or the request raised to the range's minimum and rounded up to its step; None
-    when the policy does not allow it."""
+    when the policy does not allow it or the device has not that much."""
     if wanted is None:
         return device.default
     amount = max(wanted, device.low)
     if device.step > 0:
         over = (amount - device.low) % device.step
         amount += (device.step - over) if over else 0
-    if device.high is not None and amount > device.high:
+    if amount > device.capacity or (device.high is not None and amount > device.high):
         return None
     return amount
 
 
-def common_amount(devices: Iterable[SharedDevice], wanted: int | None) -> int | None:
-    """What the request consumes on every one of ``devices`` when that is one amount (the
-    engine counts it before it knows the node); None when they disagree or none allows it."""
-    amounts = {consumed(d, wanted) for d in devices}
-    if len(amounts) != 1:
-        return None
-    return amounts.pop()
+def amounts(devices: Iterable[SharedDevice], wanted: int | None) -> set[int | None]:
+    """What the request consumes on each of ``devices`` (None where one does not allow it):
+    the engine counts one amount per request, before it knows the node."""
+    return {consumed(d, wanted) for d in devices}
 
 
 def pick(

@@ -627,8 +627,14 @@ def share_unsupported(field: str, count: int, capacities: Sequence[str]) -> str:
     )
 
 
-def share_amounts(claim: str, request: str, found: int) -> str:
-    """A share request whose consumption the shared devices do not agree on (or none has)."""
+def share_amounts(claim: str, request: str, found: int, too_big: bool) -> str:
+    """A share request whose consumption the shared devices do not agree on (or none has;
+    ``too_big``: every one refuses it)."""
+    if too_big:
+        return (
+            f"ResourceClaim {claim}: request {request} asks for more memory than any of the "
+            f"{found} shared devices has or its request policy allows"
+        )
     if not found:
         return (
             f"ResourceClaim {claim}: request {request} asks for capacity, and no node "
