@@ -255,10 +255,9 @@ def test_claims_share_a_device_by_memory_and_one_over_its_capacity_waits(
                 if e["reason"] == "FailedScheduling"
             )
 
-        left = 81559 - 2 * 30000
-        assert wait_for(
-            lambda: f"have {left}Mi of memory left" in reason(), timeout=60, message=reason
-        )
+        # 81559 - 2 * 30000 = 21559Mi is left of each device: no piece a claim fits in
+        said = "have 0Mi of memory left in pieces its claims fit, the pod's claims consume 30000Mi"
+        assert wait_for(lambda: said in reason(), timeout=60, message=reason)
         assert len(bound()) == 4, "nothing more bound meanwhile"
     results = [
         r

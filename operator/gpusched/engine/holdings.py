@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from gpusched.api.dra import ResourceClaim
 from gpusched.api.quantity import parse_bytes
+from gpusched.engine import wording
 from gpusched.engine.devices import (
     CHANNEL_RESOURCE,
     COMPUTE_DOMAIN_DRIVER,
@@ -157,6 +158,44 @@ def _channel_holding(
     )
     request = PodRequest(
         key=claim_holding(key), resources={CHANNEL_RESOURCE: 1}, reserved_for=owners
+    )
+    return BoundPod(request, node.node, ())
+
+
+def share_used(
+    claims: Mapping[str, ResourceClaim],
+    inventory: Mapping[str, NodeDevices],
+    busy: Mapping[str, Busy],
+) -> dict[tuple[str, str], int]:
+    """Bytes consumed of each shared (pool, device): by allocated claims (their
+    ``consumedCapacity``, else the device's default) and by claims being written."""
+    used: dict[tuple[str, str], int] = {}
+    for claim in claims.values():
+        allocation = claim.status.allocation
+        for result in allocation.devices.results if allocation is not None else ():
+            found = _share_node(result.pool, result.device, inventory)
+            if result.driver != NVIDIA_DRIVER or found is None:
+                continue
+            memory = (result.consumed_capacity or {}).get(MEMORY)
+            try:
+                amount = parse_bytes(memory) if memory is not None else found[1].default
+            except ValueError:
+                amount = found[1].default
+            key = (result.pool, result.device)
+            used[key] = used.get(key, 0) + amount
+    for entry in busy.values():
+        if len(entry) > 2 and len(entry[1]) == 1:  # one shared device being written
+            key = (entry[0], entry[1][0])
+            used[key] = used.get(key, 0) + entry[2]
+    return used
+
+
+def stranded_holding(node: NodeDevices, lost: int) -> BoundPod:
+    """Memory of ``node``'s shared devices no pending request can use (`shares.stranded`)."""
+    request = PodRequest(
+        key=wording.stranded_memory(node.node),
+        resources={SHARE_RESOURCE: lost},
+        reserved_for=(),
     )
     return BoundPod(request, node.node, ())
 

@@ -103,6 +103,27 @@ def amounts(devices: Iterable[SharedDevice], wanted: int | None) -> set[int | No
     return {consumed(d, wanted) for d in devices}
 
 
+def stranded(
+    devices: Iterable[SharedDevice], used: Mapping[tuple[str, str], int], sizes: set[int]
+) -> int:
+    """The memory of ``devices`` no pending request can use, given what ``used`` consumes of
+    each and the ``sizes`` (bytes) pending requests consume: where they are all one size, what
+    is left of each device beyond a whole number of them; else what is left of a device too
+    small for the smallest. Counted as held, it keeps the node's total from promising memory
+    spread over several devices that no one device has (exact when the sizes are one)."""
+    if not sizes or 0 in sizes:
+        return 0
+    smallest = min(sizes)
+    lost = 0
+    for device in devices:
+        left = max(0, device.capacity - used.get((device.pool, device.device), 0))
+        if len(sizes) == 1:
+            lost += left % smallest
+        elif left < smallest:
+            lost += left
+    return lost
+
+
 def pick(
     devices: Iterable[SharedDevice], wanted: int | None, used: Mapping[tuple[str, str], int]
 ) -> tuple[SharedDevice, int] | ShareProblem:

@@ -669,6 +669,11 @@ SHARE_SHORT = "not enough memory left on its shared devices"
 
 def share_left(free: int, wanted: int) -> str:
     return (
-        f"its shared devices have {_bytes(free)} of memory left, the pod's claims "
-        f"consume {_bytes(wanted)}"
+        f"its shared devices have {_bytes(free)} of memory left in pieces its claims fit, "
+        f"the pod's claims consume {_bytes(wanted)}"
     )
+
+
+def stranded_memory(node: str) -> str:
+    """What holds the memory of a node's shared devices no pending claim can use."""
+    return f"memory of shared devices on {node} too small for the pending claims"

@@ -115,10 +115,10 @@ def test_two_claims_share_one_device_and_a_third_over_its_capacity_does_not_fit(
         assert (device.device, device.consumed) == (shared, 30000 * MI)
     (failure,) = result.unschedulable
     assert failure.pod not in placed
-    left = DEVICE_MI - 60000
-    assert f"have {left}Mi of memory left, the pod's claims consume 30000Mi" in failure.message, (
+    # 21559Mi is left of the device, too little for a third: none of it is offered
+    assert "have 0Mi of memory left in pieces its claims fit, the pod's claims consume 30000Mi" in (
         failure.message
-    )
+    ), failure.message
 
 
 def test_what_allocated_claims_consumed_is_not_free() -> None:
@@ -130,7 +130,7 @@ def test_what_allocated_claims_consumed_is_not_free() -> None:
     result = world.run()
     assert result.bindings == []
     (failure,) = result.unschedulable
-    assert f"have {left}Mi of memory left" in failure.message, failure.message
+    assert "have 0Mi of memory left in pieces" in failure.message, failure.message
     world.pods.pop()
     world.claims.pop()
     share_pod(world, "exact", f"{left}Mi")
@@ -150,9 +150,7 @@ def test_a_claim_naming_no_memory_consumes_the_request_policy_default() -> None:
     result = world.run()
     assert [b.pod for b in result.bindings] == ["ml/small"]
     (failure,) = result.unschedulable
-    assert f"have {DEVICE_MI - 1}Mi of memory left, the pod's claims consume {DEVICE_MI}Mi" in (
-        failure.message
-    ), failure.message
+    assert f"the pod's claims consume {DEVICE_MI}Mi" in failure.message, failure.message
 
 
 def test_a_request_is_rounded_up_to_the_policy_step() -> None:
@@ -197,7 +195,16 @@ def test_a_claim_being_written_holds_its_memory() -> None:
     result = schedule(snapshot, inputs.ready, [], Policy())
     assert result.bindings == []
     (failure,) = result.unschedulable
-    assert f"have {DEVICE_MI - 60000}Mi of memory left" in failure.message, failure.message
+    assert "have 0Mi of memory left in pieces" in failure.message, failure.message
+    inputs = DraCache().build(
+        {n.name: n for n in nodes},
+        objects,
+        [PodRequest.from_pod(p) for p in pods],
+        sources,
+        gpu_resource=GPU_RESOURCE,
+    )
+    snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
+    assert len(schedule(snapshot, inputs.ready, [], Policy()).bindings) == 1
 
 
 def test_a_request_over_one_device_is_refused_though_the_node_has_more_in_all() -> None:
@@ -210,3 +217,39 @@ def test_a_request_over_one_device_is_refused_though_the_node_has_more_in_all() 
     assert "request gpus asks for more memory than any of the 2 shared devices" in (
         failure.message
     ), failure.message
+
+
+def test_memory_spread_over_two_devices_is_not_promised_to_a_claim_no_one_device_fits() -> None:
+    """Two shared devices of 81559Mi: three claims of 50000Mi add up to less than the node's
+    163118Mi, but each device holds one; the third does not fit, rather than be placed and
+    refused at its write, decision after decision."""
+    world = World()
+    world.dra_node("n1", shared=(0, 1))
+    for name in ("a", "b", "c"):
+        share_pod(world, name, "50000Mi")
+    result = world.run()
+    assert len(result.bindings) == 2, result
+    (failure,) = result.unschedulable
+    assert "have 0Mi of memory left in pieces its claims fit, the pod's claims consume 50000Mi" in (
+        failure.message
+    ), failure.message
+
+
+def test_what_allocated_claims_leave_on_each_device_counts_for_claims_of_one_size() -> None:
+    """One 50000Mi claim allocated on each device (31559Mi left on each, 63118Mi in all): a
+    claim of 40000Mi fits nowhere, one of 30000Mi fits twice."""
+    world = World()
+    world.dra_node("n1", shared=(0, 1))
+    for index in (0, 1):
+        sharing(world, f"held-{index}", index)
+        result = world.claims[-1]["status"]["allocation"]["devices"]["results"][0]
+        result["consumedCapacity"] = {"memory": "50000Mi"}
+    share_pod(world, "big", "40000Mi")
+    assert world.run().bindings == []
+    world.pods.pop()
+    world.claims.pop()
+    for name in ("x", "y", "z"):
+        share_pod(world, name, "30000Mi")
+    result = world.run()
+    assert len(result.bindings) == 2, result
+    assert len(result.unschedulable) == 1, result
