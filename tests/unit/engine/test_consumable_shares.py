@@ -1,8 +1,10 @@
 """Devices the NVIDIA DRA driver publishes with ``allowMultipleAllocations`` (its
 ``ConsumableShares`` gate; DRAConsumableCapacity upstream): several claims share such a device
-by its capacity: a shared device is never counted as a
-whole free GPU (nor twice, for the several claims sharing it), a claim asking for a capacity
-share is refused naming the field, and the node's problems say why its devices are left out."""
+by its memory capacity. A shared device is never counted as a whole free GPU (nor twice, for
+the several claims sharing it); a claim naming ``capacity`` takes memory of one shared device
+(its request, or the ``requestPolicy`` default, rounded up to the step) while the device has
+room, counting what allocated claims, claims being written and pods placed beside it consume;
+one that does not fit gets a reason saying how much is left."""
 
 from __future__ import annotations
 
