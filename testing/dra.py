@@ -186,9 +186,17 @@ def device_class(
 
 
 def claim_spec(
-    count: int, *, device_class_name: str = CLASS, selectors: tuple[str, ...] = ()
+    count: int,
+    *,
+    device_class_name: str = CLASS,
+    selectors: tuple[str, ...] = (),
+    memory: str | None = None,
 ) -> dict[str, Any]:
+    """``memory``: the request asks for that much of one shared device (DRA consumable
+    capacity, ``capacity.requests.memory``)."""
     exactly: dict[str, Any] = {"deviceClassName": device_class_name, "count": count}
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"memory": memory}}
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
     return {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from gpusched.api.quantity import parse_bytes
 from testing import dra
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
-from testing.harness import condition, events_for, group_status, running_operator
+from testing.harness import condition, events_for, group_status, pods, running_operator
 from testing.manifests import TOPOLOGY
 from tests.integration.test_dra import NS, _all_bound, _claims, _devices, _gang, dra_nodes  # noqa: F401
 from tests.unit.engine.test_imex_channels import (
@@ -218,6 +219,62 @@ def test_devices_shared_by_capacity_are_left_out_and_the_whole_gpus_placed(
     sets = [found for c in _claims(api) if (found := _devices(c)) is not None]
     assert len(sets) == 2, sets
     assert all(sorted(gpus) == [2, 3, 4, 5, 6, 7] for _, gpus in sets), sets
+
+
+def test_claims_share_a_device_by_memory_and_one_over_its_capacity_waits(
+    apiserver: RealCluster,
+    api: ApiClient,
+    kubeconfig: Path,
+    dra_nodes: list[str],  # noqa: F811
+) -> None:
+    """GPU 0 of each node published as the driver's ConsumableShares publishes it (81559Mi of
+    memory, 1Mi steps): five pods each claiming 30000Mi of one shared device; two share each
+    node's device, written with the ``consumedCapacity`` and ``shareID`` the API server asks
+    for, and the fifth is refused saying how much memory is left."""
+    for node in dra_nodes:
+        body = dra.resource_slice(node, shared=(0,), generation=2)
+        api.delete("resourceslices", body["metadata"]["name"], None, group="resource.k8s.io")
+        api.create(body)
+    api.create(dra.claim_template("share", NS, 1, memory="30000Mi"))
+    names = [f"share-{i}" for i in range(5)]
+    for name in names:
+        api.create(dra.pod(name, NS, template="share"))
+    with running_operator(kubeconfig):
+
+        def bound() -> list[str]:
+            found = pods(api, NS)
+            return [n for n in names if found.get(f"{NS}/{n}", {}).get("spec", {}).get("nodeName")]
+
+        wait_for(lambda: len(bound()) == 4, timeout=90, message=lambda: str(bound()))
+        (waiting,) = set(names) - set(bound())
+
+        def reason() -> str:
+            return " ".join(
+                e["message"]
+                for e in events_for(api, waiting, NS)
+                if e["reason"] == "FailedScheduling"
+            )
+
+        # 81559 - 2 * 30000 = 21559Mi is left of each device: no piece a claim fits in
+        said = "have 0Mi of memory left in pieces its claims fit, the pod's claims consume 30000Mi"
+        assert wait_for(lambda: said in reason(), timeout=60, message=reason)
+        assert len(bound()) == 4, "nothing more bound meanwhile"
+    results = [
+        r
+        for c in _claims(api)
+        if (c.get("status") or {}).get("allocation")
+        for r in c["status"]["allocation"]["devices"]["results"]
+    ]
+    assert len(results) == 4, results
+    by_device: dict[tuple[str, str], int] = {}
+    for result in results:
+        assert dra.index_of_device(result["device"]) == 0, result
+        assert parse_bytes(result["consumedCapacity"]["memory"]) == 30000 * 2**20, result
+        assert result["shareID"], result
+        key = (result["pool"], result["device"])
+        by_device[key] = by_device.get(key, 0) + 1
+    assert sorted(by_device.values()) == [2, 2], by_device
+    assert len({r["shareID"] for r in results}) == 4, results
 
 
 CD_LABEL = "resource.nvidia.com/computeDomain"

@@ -95,6 +95,9 @@ class DeviceAttribute(_Model):
 
 class DeviceCapacity(_Model):
     value: str | int
+    request_policy: dict[str, Any] | None = Field(default=None, alias="requestPolicy")
+    """DRAConsumableCapacity: what a claim may consume of a shared device (``default``,
+    ``validRange`` with ``min``/``max``/``step``, or ``validValues``)."""
 
 
 class Device(_Model):
@@ -201,6 +204,9 @@ class DeviceResult(_Model):
     driver: str
     pool: str
     device: str
+    consumed_capacity: dict[str, str | int] | None = Field(default=None, alias="consumedCapacity")
+    """DRAConsumableCapacity: what the claim consumes of a shared device."""
+    share_id: str | None = Field(default=None, alias="shareID")
 
 
 class DeviceAllocation(_Model):

@@ -18,6 +18,7 @@ from gpusched.engine.nodes import BoolArray, IntArray
 from gpusched.engine.policy import offered_gpus, one_numa_node
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Blocker, NodeCheck
+from gpusched.engine.shares import SHARE_RESOURCE
 from gpusched.engine.snapshot import Snapshot
 
 CHECKS_SHOWN = 4
@@ -146,6 +147,8 @@ def _failures(
         free = int(snapshot.allocatable[node, column] - snapshot.used[node, column])
         if free < amount and name == CHANNEL_RESOURCE:
             found.append((wording.CHANNEL_TAKEN, wording.channel_taken("")))
+        elif free < amount and name == SHARE_RESOURCE:
+            found.append((wording.SHARE_SHORT, wording.share_left(free, amount)))
         elif free < amount:
             found.append((wording.insufficient(name), wording.short_of(name, free, amount)))
     gpu = _gpu_failure(snapshot, pod, node, numa)
@@ -219,7 +222,13 @@ def _failing_checks(
             check(wording.no_node_has(name), np.zeros(nodes.size, dtype=np.bool_))
             continue
         free = snapshot.allocatable[nodes, column] - snapshot.used[nodes, column]
-        label = wording.CHANNEL_TAKEN if name == CHANNEL_RESOURCE else wording.insufficient(name)
+        label = (
+            wording.CHANNEL_TAKEN
+            if name == CHANNEL_RESOURCE
+            else wording.SHARE_SHORT
+            if name == SHARE_RESOURCE
+            else wording.insufficient(name)
+        )
         check(label, free >= amount)
     if pod.gpus > 1:
         broken = broken_topology(snapshot)[nodes]

@@ -19,6 +19,7 @@ from gpusched.engine.devices import CHANNEL_RESOURCE, NodeDevices, default_chann
 from gpusched.engine.gpushape import NodeShape
 from gpusched.engine.health import GpuSample, apply_telemetry
 from gpusched.engine.nodes import IntArray, NodeInfo, Statics
+from gpusched.engine.shares import SHARE_RESOURCE
 from gpusched.engine.snapshot import BoundPod, Snapshot, add_bound
 
 BASE_RESOURCES = ("cpu", "memory", "pods")
@@ -189,7 +190,10 @@ def _build_statics(
 def _with_channel(allocatable: dict[str, int], devices: NodeDevices | None) -> dict[str, int]:
     """A node's allocatable resources with its default IMEX channel (`CHANNEL_RESOURCE`)."""
     channel = default_channel(devices)
-    return {**allocatable, CHANNEL_RESOURCE: channel} if channel else allocatable
+    found = {**allocatable, CHANNEL_RESOURCE: channel} if channel else allocatable
+    if devices is not None and devices.shares:  # the memory of its shared devices
+        found = {**found, SHARE_RESOURCE: sum(s.capacity for s in devices.shares)}
+    return found
 
 
 def _columns(allocatables: Sequence[Mapping[str, int]]) -> dict[str, int]:

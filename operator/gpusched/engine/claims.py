@@ -13,7 +13,7 @@ way for the operator and for ``simulate``.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 from pydantic import ValidationError
 
@@ -33,6 +33,28 @@ from gpusched.engine.devices import (
 )
 from gpusched.engine.extended import ExtendedClaim, extended_claim
 from gpusched.engine.result import ClaimAllocation, DeviceChoice
+from gpusched.engine.shares import SharedDevice, ShareProblem, amounts, pick
+
+
+def with_shared_memory(devices: PodDevices, shares: Sequence[SharedDevice]) -> PodDevices:
+    """``devices`` with the memory its share requests consume (`PodDevices.shared_memory`),
+    as every one of ``shares`` (the cluster's shared devices) counts it; refused with the
+    reason when they disagree or there are none."""
+    if devices.refusal is not None or not devices.shares:
+        return devices
+    total = 0
+    for claim in devices.claims:
+        for demand in claim.demands:
+            if not demand.share:
+                continue
+            found = amounts(shares, demand.memory)
+            amount = found.pop() if len(found) == 1 else None
+            if amount is None:
+                too_big = not found and demand.memory is not None
+                why = wording.share_amounts(claim.key, demand.request, len(shares), too_big)
+                return PodDevices(refusal=Refusal(why), stale=devices.stale)
+            total += amount
+    return replace(devices, shared_memory=total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +99,10 @@ class PodDevices:
     """Where the shared claims it joins were allocated (None: anywhere)."""
     refusal: Refusal | None = None
     stale: tuple[Stale, ...] = ()
+    _: KW_ONLY
+    shared_memory: int = 0
+    """Bytes its share requests consume of shared devices (`gpusched.engine.shares`), as
+    every shared device counts them (`with_shared_memory`)."""
 
     @property
     def gpus(self) -> int:
@@ -120,7 +146,13 @@ class PodDevices:
             repr(self.node_terms),
             (self.gpus, self.gpu_claims),  # a Fabric Manager partition of that many, one claim
             self.compute_domains,
+            self.shares > 0,
         )
+
+    @property
+    def shares(self) -> int:
+        """Its requests for some memory of one shared device."""
+        return sum(1 for c in self.claims for d in c.demands if d.share)
 
     @property
     def joined(self) -> tuple[str, ...]:
@@ -347,11 +379,17 @@ def and_terms(
 
 
 def choose_devices(
-    devices: PodDevices, node: NodeDevices | None, gpus: Sequence[int]
+    devices: PodDevices,
+    node: NodeDevices | None,
+    gpus: Sequence[int],
+    used: Mapping[tuple[str, str], int] | None = None,
 ) -> tuple[ClaimAllocation, ...] | str:
     """The devices of GPUs ``gpus`` (in that order) given to the pod's claims, request by
     request; or why they cannot be (a GPU the node does not publish as a device). On a
-    device-plugin node an extended-resource pod gets none: the kubelet gives it its GPUs."""
+    device-plugin node an extended-resource pod gets none: the kubelet gives it its GPUs.
+    A share request takes the first shared device with room, ``used``: what is consumed of
+    each (pool, device) already."""
+    used = dict(used or {})
     if node is None:
         if devices.extended is not None:
             return ()
@@ -373,6 +411,19 @@ def choose_devices(
                     return wording.no_channel_for(node.node, COMPUTE_DOMAIN_DRIVER, claim.key)
                 results.append(
                     DeviceChoice(demand.request, COMPUTE_DOMAIN_DRIVER, channel[0], channel[1])
+                )
+                continue
+            if demand.share:
+                picked = pick(node.shares, demand.memory, used)
+                if isinstance(picked, ShareProblem):
+                    return wording.device_share_short(
+                        picked.device, picked.wanted, picked.free, picked.outside
+                    )
+                share, amount = picked
+                key = (share.pool, share.device)
+                used = {**used, key: used.get(key, 0) + amount}
+                results.append(
+                    DeviceChoice(demand.request, NVIDIA_DRIVER, share.pool, share.device, amount)
                 )
                 continue
             for _ in range(demand.count):

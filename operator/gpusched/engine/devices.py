@@ -24,10 +24,19 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpusched.api.dra import Device, DeviceClass, DeviceSelector, ResourceClaim, ResourceSlice
+from gpusched.api.dra import (
+    Device,
+    DeviceClass,
+    DeviceSelector,
+    ExactDeviceRequest,
+    ResourceClaim,
+    ResourceSlice,
+)
+from gpusched.api.quantity import parse_bytes
 from gpusched.api.topology import GpuTopology
 from gpusched.engine import wording
 from gpusched.engine.partitions import Partitions, node_partitions
+from gpusched.engine.shares import MEMORY, SharedDevice, shared_device
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 """The NVIDIA DRA driver: one ResourceSlice pool per node, devices ``gpu-<minor>``."""
@@ -79,16 +88,19 @@ class NodeDevices:
     (`mixed`); the driver's ComputeDomain plugin refuses to start on such a node."""
     shared: tuple[str, ...] = ()
     """Its GPU devices with ``allowMultipleAllocations`` (the driver's ConsumableShares):
-    claims share them by capacity; gpusched allocates whole GPUs only and leaves them to
-    kube-scheduler, so they are never counted as free GPUs (nor twice for their claims).
-    Not a `problem`: nothing is wrong with the node's topology."""
+    claims share them by capacity (`shares`), so they are never counted as free whole GPUs
+    (nor twice for their claims). Not a `problem`: nothing is wrong with the node's topology."""
+    shares: tuple[SharedDevice, ...] = ()
+    """Those shared devices by capacity (`gpusched.engine.shares`), for claims that ask for
+    some of a device's memory."""
     updating: bool = False
     """Its pool is half-way through an update (not all slices of its newest generation
     published): nothing is allocated there meanwhile, and nothing is wrong either."""
 
     @property
     def explained(self) -> str:
-        """Why some of its GPUs are not placed by gpusched: its problems and shared devices."""
+        """Why some of its GPUs are not placed by gpusched as whole GPUs: its problems and
+        its shared devices (placed by capacity, `gpusched.engine.shares`)."""
         return wording.device_notes(self.problems, self.shared)
 
     def mixed(self, label: str | None) -> tuple[str, ...]:
@@ -121,6 +133,9 @@ class NodeDevices:
         for check in sorted(set(checks)):
             for gpu in self.devices.values():
                 if not check.passes(gpu.driver, gpu.spec):
+                    return check
+            for share in self.shares:
+                if not check.passes(NVIDIA_DRIVER, share.spec):
                     return check
         return None
 
@@ -237,6 +252,7 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
     problems: list[str] = []
     shared: set[int | None] = set()
     shared_names: list[str] = []
+    shares: list[SharedDevice] = []
     for device in sorted(devices, key=lambda d: d.name):
         if not GPU_DEVICE_NAME.fullmatch(device.name):
             continue
@@ -247,6 +263,11 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
             # so never counted as one, nor twice by the several claims that share it.
             shared.add(index)
             shared_names.append(device.name)
+            found = shared_device(pool, device)
+            if isinstance(found, str):
+                problems.append(found)
+            else:
+                shares.append(found)
         elif index is None:
             problems.append(wording.device_without_gpu(device.name, uuid))
         elif index in joined:
@@ -264,6 +285,7 @@ def _join(node: str, pool: str, devices: list[Device], topology: GpuTopology) ->
         devices=joined,
         problems=tuple(problems),
         shared=tuple(shared_names),
+        shares=tuple(shares),
     )
 
 
@@ -308,6 +330,10 @@ class RequestDemand:
     domain: str = ""
     """For a channel: the uid of its ComputeDomain (the ``domainID`` of the claim's
     ``ComputeDomainChannelConfig``), '' when the claim names none."""
+    share: bool = False
+    """Some memory of one shared device (`gpusched.engine.shares`), not whole GPUs: ``count``
+    is 0 and ``memory`` the bytes it names (None: the device's default)."""
+    memory: int | None = None
 
 
 class ClaimError(Exception):
@@ -408,8 +434,6 @@ def claim_demand(
             raise ClaimError(wording.allocation_mode_unsupported(field, exact.allocation_mode))
         if exact.admin_access:
             raise ClaimError(wording.admin_access_unsupported(field))
-        if exact.capacity:
-            raise ClaimError(wording.capacity_unsupported(field))
         device_class = classes.get(exact.device_class_name)
         if device_class is None:
             raise ClaimError(wording.device_class_missing(field, exact.device_class_name))
@@ -432,6 +456,9 @@ def claim_demand(
             *_selector_checks(exact.selectors, field),
         )
         _whole_gpus_only(checks, field, exact.device_class_name)
+        if exact.capacity is not None:
+            demands.append(_share_demand(claim.key, request.name, exact, checks, field))
+            continue
         demands.append(
             RequestDemand(
                 claim=claim.key,
@@ -442,6 +469,31 @@ def claim_demand(
             )
         )
     return tuple(demands)
+
+
+def _share_demand(
+    claim: str, request: str, exact: ExactDeviceRequest, checks: Iterable[Check], field: str
+) -> RequestDemand:
+    """A request naming ``capacity``: some memory of one shared device."""
+    requests = exact.capacity.get("requests") if isinstance(exact.capacity, Mapping) else None
+    requests = requests or {}
+    if exact.count != 1 or not isinstance(requests, Mapping) or set(requests) - {MEMORY}:
+        raise ClaimError(wording.share_unsupported(field, exact.count, sorted(map(str, requests))))
+    memory: int | None = None
+    if MEMORY in requests:
+        try:
+            memory = parse_bytes(requests[MEMORY])
+        except (ValueError, TypeError) as error:
+            raise ClaimError(f"{field}: capacity.requests.memory: {error}") from None
+    return RequestDemand(
+        claim=claim,
+        request=request,
+        count=0,
+        checks=tuple(sorted(set(checks))),
+        device_class=exact.device_class_name,
+        share=True,
+        memory=memory,
+    )
 
 
 def _channel_domain(

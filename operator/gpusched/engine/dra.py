@@ -31,10 +31,12 @@ from gpusched.engine.claims import (
     extended_claims,
     pod_devices,
     serving_class,
+    with_shared_memory,
 )
 from gpusched.engine.devices import NodeDevices, node_devices
-from gpusched.engine.holdings import ClaimHoldings
+from gpusched.engine.holdings import Busy, ClaimHoldings, share_used, stranded_holding
 from gpusched.engine.request import PodRequest
+from gpusched.engine.shares import SharedDevice, amounts, stranded
 from gpusched.engine.snapshot import BoundPod
 
 
@@ -138,7 +140,7 @@ class DraCache:
         self,
         objects: DraObjects,
         inventory: Mapping[str, NodeDevices],
-        busy: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+        busy: Mapping[str, Busy] | None = None,
     ) -> list[BoundPod]:
         """What the claims hold (and, ``busy``, claims being written: claim → pool,
         devices), and the GPUs each DRA node does not publish."""
@@ -154,7 +156,7 @@ class DraCache:
         pods: Mapping[str, PodSource],
         *,
         gpu_resource: str,
-        busy: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+        busy: Mapping[str, Busy] | None = None,
         releasing: Collection[str] = (),
     ) -> DraInputs:
         """Everything DRA the engine is given for one decision on ``ready`` (``pods``: the
@@ -173,6 +175,7 @@ class DraCache:
             compute_domains=objects.compute_domains,
         )
         allocating: dict[str, tuple[str, str | None]] = {}
+        shares = [s for d in inventory.values() for s in d.shares]
         stale: list[Stale] = []
         requests: list[PodRequest] = []
         for request in ready:
@@ -194,8 +197,11 @@ class DraCache:
                 requests.append(request)
                 continue
             stale.extend(devices.stale)
+            devices = with_shared_memory(devices, shares)
             requests.append(self._request(request, devices))
         held = self.held(objects, inventory, busy)
+        if shares:
+            held.extend(_stranded(objects, inventory, busy or {}, requests, shares))
         return DraInputs(inventory, held, requests, stale)
 
     def _request(self, request: PodRequest, devices: PodDevices) -> PodRequest:
@@ -218,6 +224,34 @@ def dra_inputs(
     return DraCache().build(
         {n.name: n for n in nodes}, objects, ready, pods, gpu_resource=gpu_resource
     )
+
+
+def _stranded(
+    objects: DraObjects,
+    inventory: Mapping[str, NodeDevices],
+    busy: Mapping[str, Busy],
+    requests: Iterable[PodRequest],
+    shares: Sequence[SharedDevice],
+) -> list[BoundPod]:
+    """What of each node's shared devices no pending share request can use, as held."""
+    sizes = {
+        size
+        for r in requests
+        if r.devices is not None and r.devices.refusal is None
+        for c in r.devices.claims
+        for d in c.demands
+        if d.share
+        and len(found := amounts(shares, d.memory)) == 1
+        and (size := found.pop()) is not None
+    }
+    if not sizes:
+        return []
+    used = share_used(objects.claims, inventory, busy)
+    return [
+        stranded_holding(node, lost)
+        for node in inventory.values()
+        if node.shares and (lost := stranded(node.shares, used, sizes))
+    ]
 
 
 def _topology(node: Node) -> tuple[GpuTopology | None, str | None]:

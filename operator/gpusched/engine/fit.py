@@ -67,7 +67,7 @@ def device_reason(node: NodeInfo, pod: PodRequest) -> str | None:
         return wording.joined_elsewhere(wanted.joined)
     if devices is None:
         return None if wanted.extended is not None else wording.NO_DRA_DEVICES
-    if not devices.devices:
+    if not devices.devices and not (devices.shares and wanted.shares and not wanted.gpus):
         return wording.DRA_DEVICES_UNUSABLE
     failing = devices.failing(wanted.checks)
     if failing is not None:

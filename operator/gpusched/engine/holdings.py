@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpusched.api.dra import ResourceClaim
+from gpusched.api.quantity import parse_bytes
 from gpusched.engine import wording
 from gpusched.engine.devices import (
     CHANNEL_RESOURCE,
@@ -19,7 +20,12 @@ from gpusched.engine.devices import (
     NodeDevices,
 )
 from gpusched.engine.request import PodRequest
+from gpusched.engine.shares import MEMORY, SHARE_RESOURCE, SharedDevice
 from gpusched.engine.snapshot import BoundPod
+
+Busy = tuple[str, tuple[str, ...]] | tuple[str, tuple[str, ...], int]
+"""A claim being written: its pool and devices, and (shared devices) the bytes of memory it
+consumes."""
 
 
 class ClaimHoldings:
@@ -33,7 +39,7 @@ class ClaimHoldings:
         self,
         claims: Mapping[str, ResourceClaim],
         inventory: Mapping[str, NodeDevices],
-        busy: Mapping[str, tuple[str, tuple[str, ...]]],
+        busy: Mapping[str, Busy],
     ) -> list[BoundPod]:
         """Every claim holding NVIDIA devices: allocated ones, whether their pods still run
         or not (kube-controller-manager frees them, not we), and those being written now."""
@@ -52,6 +58,11 @@ class ClaimHoldings:
                 held.append(channel)
                 seen.add(key)
                 continue
+            share = _share_holding(key, claim, inventory)
+            if share is not None:
+                held.append(share)
+                seen.add(key)
+                continue
             if devices and len(pools) == 1:
                 owners = tuple(
                     f"{claim.metadata.namespace}/{r.name}"
@@ -62,7 +73,12 @@ class ClaimHoldings:
                 if holding is not None:
                     held.append(holding)
                     seen.add(key)
-        for key, (node, devices) in busy.items():
+        for key, entry in busy.items():
+            node, devices = entry[0], entry[1]
+            consumed = entry[2] if len(entry) > 2 else 0
+            if consumed and key not in seen:  # memory of a shared device, being written
+                held.append(_busy_share(key, node, consumed, inventory))
+                continue
             channel = _busy_channel(key, node, devices, inventory)
             if channel is not None and key not in seen:
                 held.append(channel)  # a channel claim being written: its node's channel
@@ -144,6 +160,99 @@ def _channel_holding(
         key=claim_holding(key), resources={CHANNEL_RESOURCE: 1}, reserved_for=owners
     )
     return BoundPod(request, node.node, ())
+
+
+def share_used(
+    claims: Mapping[str, ResourceClaim],
+    inventory: Mapping[str, NodeDevices],
+    busy: Mapping[str, Busy],
+) -> dict[tuple[str, str], int]:
+    """Bytes consumed of each shared (pool, device): by allocated claims (their
+    ``consumedCapacity``, else the device's default) and by claims being written."""
+    used: dict[tuple[str, str], int] = {}
+    for claim in claims.values():
+        allocation = claim.status.allocation
+        for result in allocation.devices.results if allocation is not None else ():
+            found = _share_node(result.pool, result.device, inventory)
+            if result.driver != NVIDIA_DRIVER or found is None:
+                continue
+            memory = (result.consumed_capacity or {}).get(MEMORY)
+            try:
+                amount = parse_bytes(memory) if memory is not None else found[1].default
+            except ValueError:
+                amount = found[1].default
+            key = (result.pool, result.device)
+            used[key] = used.get(key, 0) + amount
+    for entry in busy.values():
+        if len(entry) > 2 and len(entry[1]) == 1:  # one shared device being written
+            key = (entry[0], entry[1][0])
+            used[key] = used.get(key, 0) + entry[2]
+    return used
+
+
+def stranded_holding(node: NodeDevices, lost: int) -> BoundPod:
+    """Memory of ``node``'s shared devices no pending request can use (`shares.stranded`)."""
+    request = PodRequest(
+        key=wording.stranded_memory(node.node),
+        resources={SHARE_RESOURCE: lost},
+        reserved_for=(),
+    )
+    return BoundPod(request, node.node, ())
+
+
+def _share_holding(
+    key: str, claim: ResourceClaim, inventory: Mapping[str, NodeDevices]
+) -> BoundPod | None:
+    """What an allocated claim holds of devices shared by capacity (only such devices): the
+    memory its ``consumedCapacity`` records (the device's default where it records none)."""
+    allocation = claim.status.allocation
+    results = (
+        [r for r in allocation.devices.results if r.driver == NVIDIA_DRIVER] if allocation else []
+    )
+    if not results:
+        return None
+    total, node = 0, None
+    for result in results:
+        found = _share_node(result.pool, result.device, inventory)
+        if found is None:
+            return None
+        node, share = found
+        memory = (result.consumed_capacity or {}).get(MEMORY)
+        try:
+            total += parse_bytes(memory) if memory is not None else share.default
+        except ValueError:
+            total += share.default
+    assert node is not None
+    owners = tuple(
+        f"{claim.metadata.namespace}/{r.name}"
+        for r in claim.status.reserved_for
+        if r.resource == "pods" and not r.api_group
+    )
+    request = PodRequest(
+        key=claim_holding(key), resources={SHARE_RESOURCE: total}, reserved_for=owners
+    )
+    return BoundPod(request, node.node, ())
+
+
+def _busy_share(
+    key: str, pool: str, consumed: int, inventory: Mapping[str, NodeDevices]
+) -> BoundPod:
+    """The memory a claim being written takes of a shared device (no eviction frees it)."""
+    node = next((d.node for d in inventory.values() if any(s.pool == pool for s in d.shares)), "")
+    request = PodRequest(
+        key=claim_holding(key), resources={SHARE_RESOURCE: consumed}, reserved_for=()
+    )
+    return BoundPod(request, node, ())
+
+
+def _share_node(
+    pool: str, device: str, inventory: Mapping[str, NodeDevices]
+) -> tuple[NodeDevices, SharedDevice] | None:
+    for devices in inventory.values():
+        for share in devices.shares:
+            if share.pool == pool and share.device == device:
+                return devices, share
+    return None
 
 
 def _busy_channel(

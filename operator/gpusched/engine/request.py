@@ -16,6 +16,7 @@ from gpusched.engine import wording
 from gpusched.engine.claims import PodDevices
 from gpusched.engine.devices import CHANNEL_RESOURCE
 from gpusched.engine.groups import GroupKey
+from gpusched.engine.shares import SHARE_RESOURCE
 
 WHOLE_GPU_MILLI = 1000
 
@@ -100,6 +101,8 @@ class PodRequest:
         resources = self.resources
         if devices.channels:  # the node's one IMEX channel, counted as a resource
             resources = {**resources, CHANNEL_RESOURCE: devices.channels}
+        if devices.shared_memory:  # memory of shared devices, counted as a resource
+            resources = {**resources, SHARE_RESOURCE: devices.shared_memory}
         return dataclasses.replace(
             self, devices=devices, gpus=self.gpus + devices.gpus, gpu_milli=0, resources=resources
         )

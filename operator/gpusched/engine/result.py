@@ -42,6 +42,8 @@ class DeviceChoice:
     driver: str
     pool: str
     device: str
+    consumed: int = 0
+    """Bytes of memory it consumes of a device shared by capacity (0: a whole device)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ class ClaimAllocation:
             "claim": self.claim,
             "devices": [
                 {"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
+                | ({"consumedMemory": d.consumed} if d.consumed else {})
                 for d in self.devices
             ],
         }

@@ -623,15 +623,11 @@ NO_TOPOLOGY = "it has no gpusched.io/gpu-topology annotation"
 
 
 def device_notes(problems: Sequence[str], shared: Sequence[str] = ()) -> str:
-    """Why some of a node's GPUs are not placed by gpusched: its problems, then the devices
-    shared by capacity (``shared``, device names) that gpusched leaves to kube-scheduler."""
+    """Why some of a node's GPUs are not placed by gpusched as whole GPUs: its problems, then
+    the devices shared by capacity (``shared``, device names; placed by `engine.shares`)."""
     notes = list(problems)
     if shared:
-        notes.append(
-            f"devices {', '.join(shared)} allow multiple allocations (the driver's "
-            "ConsumableShares, shared by capacity); gpusched allocates whole GPUs only "
-            "and leaves them to kube-scheduler"
-        )
+        notes.append(shared_devices(shared))
     return "; ".join(notes)
 
 
@@ -728,14 +724,6 @@ def allocation_mode_unsupported(field: str, mode: str) -> str:
 
 def admin_access_unsupported(field: str) -> str:
     return f"{field}: adminAccess is not supported by gpusched"
-
-
-def capacity_unsupported(field: str) -> str:
-    return (
-        f"{field}: capacity (a share of a device allowing multiple allocations) is not "
-        "supported by gpusched, which allocates whole GPUs; leave such claims to "
-        "kube-scheduler"
-    )
 
 
 def device_class_missing(field: str, name: str) -> str:
@@ -851,3 +839,74 @@ def kueue_size_disagrees(
         f"{other_total}, but Pod {first} says {first_total}; "
         "the pods of one Kueue group must agree on its size"
     )
+
+
+# ----- devices shared by capacity (`gpusched.engine.shares`) -----------------------------------
+
+
+def shared_devices(names: Sequence[str]) -> str:
+    """A node's devices several claims share by capacity: never whole GPUs."""
+    return (
+        f"devices {', '.join(names)} allow multiple allocations (the driver's "
+        "ConsumableShares): claims share them by memory capacity, never as whole GPUs"
+    )
+
+
+def share_unsupported(field: str, count: int, capacities: Sequence[str]) -> str:
+    """A request naming capacity beyond one device's memory."""
+    return (
+        f"{field}: capacity requests {', '.join(capacities) or 'nothing'} of {count} devices; "
+        "gpusched places a request for memory of one shared device only"
+    )
+
+
+def share_amounts(claim: str, request: str, found: int, too_big: bool) -> str:
+    """A share request whose consumption the shared devices do not agree on (or none has;
+    ``too_big``: every one refuses it)."""
+    if too_big:
+        return (
+            f"ResourceClaim {claim}: request {request} asks for more memory than any of the "
+            f"{found} shared devices has or its request policy allows"
+        )
+    if not found:
+        return (
+            f"ResourceClaim {claim}: request {request} asks for capacity, and no node "
+            "publishes devices shared by capacity"
+        )
+    return (
+        f"ResourceClaim {claim}: request {request} would consume different amounts of the "
+        f"{found} shared devices (their request policies differ, or some refuse it); "
+        "gpusched counts one amount per request"
+    )
+
+
+def _bytes(amount: int) -> str:
+    return f"{amount // 2**20}Mi" if amount % 2**20 == 0 else f"{amount}"
+
+
+def device_share_short(device: str, wanted: int, free: int, outside: bool) -> str:
+    """No shared device of a node has room for a request (the closest one named)."""
+    if not device:
+        return "it publishes no devices shared by capacity"
+    if outside:
+        return f"its shared device {device} does not allow a request of {_bytes(wanted)} memory"
+    return (
+        f"its shared device {device} has {_bytes(free)} of memory left, the claim "
+        f"consumes {_bytes(wanted)}"
+    )
+
+
+SHARE_SHORT = "not enough memory left on its shared devices"
+"""The node check of a pod's share of a device (`gpusched.engine.shares.SHARE_RESOURCE`)."""
+
+
+def share_left(free: int, wanted: int) -> str:
+    return (
+        f"its shared devices have {_bytes(free)} of memory left in pieces its claims fit, "
+        f"the pod's claims consume {_bytes(wanted)}"
+    )
+
+
+def stranded_memory(node: str) -> str:
+    """What holds the memory of a node's shared devices no pending claim can use."""
+    return f"memory of shared devices on {node} too small for the pending claims"

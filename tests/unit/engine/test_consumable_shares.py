@@ -1,18 +1,25 @@
 """Devices the NVIDIA DRA driver publishes with ``allowMultipleAllocations`` (its
 ``ConsumableShares`` gate; DRAConsumableCapacity upstream): several claims share such a device
-by its capacity. gpusched allocates whole GPUs only, so a shared device is never counted as a
-whole free GPU (nor twice, for the several claims sharing it), a claim asking for a capacity
-share is refused naming the field, and the node's problems say why its devices are left out."""
+by its memory capacity. A shared device is never counted as a whole free GPU (nor twice, for
+the several claims sharing it); a claim naming ``capacity`` takes memory of one shared device
+(its request, or the ``requestPolicy`` default, rounded up to the step) while the device has
+room, counting what allocated claims, claims being written and pods placed beside it consume;
+one that does not fit gets a reason saying how much is left."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpusched.api.dra import parse_resource_slice
-from gpusched.api.k8s import parse_node
+from gpusched.api.config import GPU_RESOURCE
+from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_resource_slice
+from gpusched.api.k8s import parse_node, parse_pod
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
-from gpusched.engine.build import topology_problem
+from gpusched.engine.build import build_snapshot, topology_problem
 from gpusched.engine.devices import node_devices
+from gpusched.engine.dra import DraCache, DraObjects, DraPod
+from gpusched.engine.policy import Policy
+from gpusched.engine.request import PodRequest
+from gpusched.engine.schedule import schedule
 from testing import dra
 from tests.unit.engine.test_dra_engine import NS, World
 
@@ -75,14 +82,176 @@ def test_shared_devices_are_no_topology_problem_of_the_node() -> None:
     assert topology_problem(node, found) is None
 
 
-def test_a_claim_for_a_capacity_share_is_refused_naming_the_field() -> None:
-    world = World()
-    world.dra_node("n1", shared=(0, 1))
-    world.claim_pod("share", 1)
+MI = 2**20
+DEVICE_MI = 81559
+"""The memory capacity `dra.consumable_shares` publishes per shared device, in Mi."""
+
+
+def share_pod(world: World, name: str, memory: str | None) -> None:
+    """A pod whose claim asks for ``memory`` of one shared device (None: names no memory)."""
+    world.claim_pod(name, 1)
+    requests = {"memory": memory} if memory is not None else {}
     world.claims[-1]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {
-        "requests": {"memory": "10Gi"}
+        "requests": requests
     }
+
+
+def _one_shared() -> World:
+    world = World()
+    world.dra_node("n1", shared=(0,))
+    return world
+
+
+def test_two_claims_share_one_device_and_a_third_over_its_capacity_does_not_fit() -> None:
+    world = _one_shared()
+    for name in ("a", "b", "c"):
+        share_pod(world, name, "30000Mi")
+    result = world.run()
+    placed = {b.pod: b for b in result.bindings}
+    assert len(placed) == 2, result
+    shared = f"gpu-{MINOR[0]}"
+    for binding in placed.values():
+        assert binding.gpus == ()
+        (allocation,) = binding.devices
+        (device,) = allocation.devices
+        assert (device.device, device.consumed) == (shared, 30000 * MI)
+    (failure,) = result.unschedulable
+    assert failure.pod not in placed
+    # 21559Mi is left of the device, too little for a third: none of it is offered
+    assert "have 0Mi of memory left in pieces its claims fit, the pod's claims consume 30000Mi" in (
+        failure.message
+    ), failure.message
+
+
+def test_what_allocated_claims_consumed_is_not_free() -> None:
+    world = _one_shared()
+    sharing(world, "share-a", 0)
+    sharing(world, "share-b", 0)
+    left = DEVICE_MI - 2 * 10240
+    share_pod(world, "over", f"{left + 1}Mi")
     result = world.run()
     assert result.bindings == []
     (failure,) = result.unschedulable
-    assert "request gpus: capacity" in failure.message, failure.message
+    assert "have 0Mi of memory left in pieces" in failure.message, failure.message
+    world.pods.pop()
+    world.claims.pop()
+    share_pod(world, "exact", f"{left}Mi")
+    (binding,) = world.run().bindings
+    assert binding.devices[0].devices[0].consumed == left * MI
+
+
+def test_a_claim_naming_no_memory_consumes_the_request_policy_default() -> None:
+    """The driver's default is the whole device: a second claim, however small, waits."""
+    world = _one_shared()
+    share_pod(world, "whole", None)
+    (binding,) = world.run().bindings
+    assert binding.devices[0].devices[0].consumed == DEVICE_MI * MI
+    world = _one_shared()
+    share_pod(world, "small", "1Mi")
+    share_pod(world, "whole", None)
+    result = world.run()
+    assert [b.pod for b in result.bindings] == ["ml/small"]
+    (failure,) = result.unschedulable
+    assert f"the pod's claims consume {DEVICE_MI}Mi" in failure.message, failure.message
+
+
+def test_a_request_is_rounded_up_to_the_policy_step() -> None:
+    world = _one_shared()
+    share_pod(world, "odd", "1500Ki")  # 1.46Mi: the driver's step is 1Mi
+    (binding,) = world.run().bindings
+    assert binding.devices[0].devices[0].consumed == 2 * MI
+
+
+def test_a_capacity_request_of_several_devices_is_refused_naming_the_field() -> None:
+    world = _one_shared()
+    share_pod(world, "two", "10Gi")
+    world.claims[-1]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    result = world.run()
+    assert result.bindings == []
+    (failure,) = result.unschedulable
+    assert "request gpus: capacity requests memory of 2 devices" in failure.message
+
+
+def test_a_claim_being_written_holds_its_memory() -> None:
+    """Our own in-flight write (the allocator's ``busy``: pool, devices, bytes) is not free."""
+    world = _one_shared()
+    share_pod(world, "next", "30000Mi")
+    nodes = [parse_node(n) for n in world.nodes]
+    objects = DraObjects(
+        {s["metadata"]["name"]: parse_resource_slice(s) for s in world.slices},
+        {c["metadata"]["name"]: parse_device_class(c) for c in world.classes},
+        {f"{NS}/{c['metadata']['name']}": parse_resource_claim(c) for c in world.claims},
+    )
+    pods = [parse_pod(p) for p in world.pods]
+    sources = {p.key: DraPod(p, p.metadata.uid or "") for p in pods}
+    writing = {f"{NS}/elsewhere": ("n1", (f"gpu-{MINOR[0]}",), 60000 * MI)}
+    inputs = DraCache().build(
+        {n.name: n for n in nodes},
+        objects,
+        [PodRequest.from_pod(p) for p in pods],
+        sources,
+        gpu_resource=GPU_RESOURCE,
+        busy=writing,
+    )
+    snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
+    result = schedule(snapshot, inputs.ready, [], Policy())
+    assert result.bindings == []
+    (failure,) = result.unschedulable
+    assert "have 0Mi of memory left in pieces" in failure.message, failure.message
+    inputs = DraCache().build(
+        {n.name: n for n in nodes},
+        objects,
+        [PodRequest.from_pod(p) for p in pods],
+        sources,
+        gpu_resource=GPU_RESOURCE,
+    )
+    snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
+    assert len(schedule(snapshot, inputs.ready, [], Policy()).bindings) == 1
+
+
+def test_a_request_over_one_device_is_refused_though_the_node_has_more_in_all() -> None:
+    world = World()
+    world.dra_node("n1", shared=(0, 1))
+    share_pod(world, "big", f"{DEVICE_MI + 1}Mi")
+    result = world.run()
+    assert result.bindings == []
+    (failure,) = result.unschedulable
+    assert "request gpus asks for more memory than any of the 2 shared devices" in (
+        failure.message
+    ), failure.message
+
+
+def test_memory_spread_over_two_devices_is_not_promised_to_a_claim_no_one_device_fits() -> None:
+    """Two shared devices of 81559Mi: three claims of 50000Mi add up to less than the node's
+    163118Mi, but each device holds one; the third does not fit, rather than be placed and
+    refused at its write, decision after decision."""
+    world = World()
+    world.dra_node("n1", shared=(0, 1))
+    for name in ("a", "b", "c"):
+        share_pod(world, name, "50000Mi")
+    result = world.run()
+    assert len(result.bindings) == 2, result
+    (failure,) = result.unschedulable
+    assert "have 0Mi of memory left in pieces its claims fit, the pod's claims consume 50000Mi" in (
+        failure.message
+    ), failure.message
+
+
+def test_what_allocated_claims_leave_on_each_device_counts_for_claims_of_one_size() -> None:
+    """One 50000Mi claim allocated on each device (31559Mi left on each, 63118Mi in all): a
+    claim of 40000Mi fits nowhere, one of 30000Mi fits twice."""
+    world = World()
+    world.dra_node("n1", shared=(0, 1))
+    for index in (0, 1):
+        sharing(world, f"held-{index}", index)
+        result = world.claims[-1]["status"]["allocation"]["devices"]["results"][0]
+        result["consumedCapacity"] = {"memory": "50000Mi"}
+    share_pod(world, "big", "40000Mi")
+    assert world.run().bindings == []
+    world.pods.pop()
+    world.claims.pop()
+    for name in ("x", "y", "z"):
+        share_pod(world, name, "30000Mi")
+    result = world.run()
+    assert len(result.bindings) == 2, result
+    assert len(result.unschedulable) == 1, result

@@ -643,3 +643,27 @@ async def test_a_dra_node_is_not_warned_about_and_a_real_mismatch_warns_once() -
     await run_cycle(scheduler)
     (message,) = warnings()
     assert "device gpu-3 (uuid GPU-elsewhere) matches no GPU" in message, message
+
+
+@pytest.mark.asyncio
+async def test_claims_sharing_devices_by_memory_are_written_each_on_a_device_with_room() -> None:
+    """Two shared devices of 81559Mi and a gang of two claims of 50000Mi: the node's total
+    holds both, and the writes, checked against each other, put them on different devices
+    with what each consumes and a share ID each."""
+    api = LoggingApi()
+    claims = FakeClaims(api.log)
+    config = load_config({"operator": {"batchWindowSeconds": 0, "initialBackoffSeconds": 1}})
+    scheduler = build_scheduler(config, ClusterState(), api, claims=claims, clock=Clock())
+    fill(scheduler, claims, 2, 1, add_claims=False)
+    scheduler.claims.book.upsert_slice(dra.resource_slice("n1", shared=(0, 1), generation=2))
+    for i in range(2):
+        claim = dra.claim(f"w{i}-gpus", NS, 1, memory="50000Mi")
+        scheduler.claims.book.upsert_claim(claims.add(claim))
+    await run_cycle(scheduler)
+    assert [e[0] for e in api.log].count("bind") == 2, api.log
+    results = [
+        r for c in claims.claims.values() for r in c["status"]["allocation"]["devices"]["results"]
+    ]
+    assert sorted(dra.index_of_device(r["device"]) for r in results) == [0, 1], results
+    assert {r["consumedCapacity"]["memory"] for r in results} == {"50000Mi"}, results
+    assert len({r["shareID"] for r in results}) == 2, results

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpusched.api.dra import DELETE_PROTECTION_FINALIZER, ResourceClaim, parse_resource_claim
+from gpusched.api.quantity import parse_bytes
 from gpusched.engine.claims import choose_devices
 from gpusched.engine.devices import COMPUTE_DOMAIN_DRIVER, NVIDIA_DRIVER, RequestDemand
 from gpusched.engine.extended import ExtendedClaim
+from gpusched.engine.holdings import Busy
 from gpusched.engine.result import Binding
+from gpusched.engine.shares import MEMORY
 from gpusched.scheduler.dra.book import ClaimApi, ClaimBook
 from gpusched.scheduler.dra.release import WRITE_ATTEMPTS, ClaimReleaser, RefusedError
 from gpusched.scheduler.dra.view import DraView, View
@@ -42,10 +46,16 @@ class ClaimWrite:
     until the API server names it)."""
     joins: bool = False
     """A shared claim allocated already: the pod is only added to its reservedFor."""
+    consumed: tuple[tuple[str, int], ...] = ()
+    """(request, bytes of memory) of its requests on devices shared by capacity."""
 
     @property
     def devices(self) -> tuple[str, ...]:
         return tuple(device for _, device in self.results)
+
+    @property
+    def shared_memory(self) -> int:
+        return sum(amount for _, amount in self.consumed)
 
 
 @dataclass(slots=True)
@@ -110,8 +120,13 @@ class ClaimAllocator:
         return False
 
     @property
-    def busy(self) -> dict[str, tuple[str, tuple[str, ...]]]:
-        return {self.named.get(key, key): (w.pool, w.devices) for key, w in self.writes.items()}
+    def busy(self) -> dict[str, Busy]:
+        return {
+            self.named.get(key, key): (w.pool, w.devices, w.shared_memory)
+            if w.consumed
+            else (w.pool, w.devices)
+            for key, w in self.writes.items()
+        }
 
     async def resync(self) -> None:
         """Lists slices, classes and claims afresh (a new leader's first step): holdings
@@ -144,6 +159,9 @@ class ClaimAllocator:
         if node_devices is None and devices.extended is not None:
             return []  # a device-plugin node: the kubelet gives the pod its nvidia.com/gpu
         chosen = binding.devices or choose_devices(devices, node_devices, binding.gpus)
+        if devices.shares and node_devices is not None:
+            # Memory of shared devices: chosen against every write and allocation now.
+            chosen = choose_devices(devices, node_devices, binding.gpus, self._consumed())
         if isinstance(chosen, str):
             return f"node {node}: {chosen}"
         taken = self._taken()
@@ -159,7 +177,7 @@ class ClaimAllocator:
                     "this pod joins it once that is done"
                 )
             for device in allocation.devices:
-                if (device.pool, device.device) in taken:
+                if not device.consumed and (device.pool, device.device) in taken:
                     return f"device {device.device} of {node} is held by another claim"
             results = tuple((d.request, d.device) for d in allocation.devices)
             pool = allocation.devices[0].pool if allocation.devices else node
@@ -173,6 +191,9 @@ class ClaimAllocator:
                     results=results,
                     demands=claim.demands,
                     extended=devices.extended,
+                    consumed=tuple(
+                        (d.request, d.consumed) for d in allocation.devices if d.consumed
+                    ),
                 )
             )
         for write in writes:
@@ -197,6 +218,25 @@ class ClaimAllocator:
             if claim.status.allocation is not None:
                 taken |= {(r.pool, r.device) for r in claim.status.allocation.devices.results}
         return taken
+
+    def _consumed(self) -> dict[tuple[str, str], int]:
+        """Bytes of memory consumed of each shared (pool, device): by allocated claims (as
+        their ``consumedCapacity`` records) and by claims being written."""
+        used: dict[tuple[str, str], int] = {}
+        for claim in self.book.claims.values():
+            allocation = claim.status.allocation
+            for result in allocation.devices.results if allocation is not None else ():
+                memory = (result.consumed_capacity or {}).get(MEMORY)
+                if memory is not None:
+                    key = (result.pool, result.device)
+                    used[key] = used.get(key, 0) + _bytes(memory)
+        for write in self.writes.values():
+            consumed = dict(write.consumed)
+            for request, device in write.results:
+                if request in consumed:
+                    key = (write.pool, device)
+                    used[key] = used.get(key, 0) + consumed[request]
+        return used
 
     def drop(self, writes: Iterable[ClaimWrite]) -> None:
         for write in writes:
@@ -340,15 +380,19 @@ class ClaimAllocator:
     def _allocation(self, write: ClaimWrite, claim: ResourceClaim) -> dict[str, Any]:
         # An IMEX channel request is the ComputeDomain driver's; every other is a GPU.
         channels = {d.request for d in write.demands if d.channel}
-        results = [
-            {
+        consumed = dict(write.consumed)
+        results: list[dict[str, Any]] = []
+        for request, device in write.results:
+            result: dict[str, Any] = {
                 "request": request,
                 "driver": COMPUTE_DOMAIN_DRIVER if request in channels else NVIDIA_DRIVER,
                 "pool": write.pool,
                 "device": device,
             }
-            for request, device in write.results
-        ]
+            if request in consumed:  # a device shared by capacity: what this claim takes
+                result["shareID"] = str(uuid.uuid4())
+                result["consumedCapacity"] = {MEMORY: _quantity(consumed[request])}
+            results.append(result)
         config: list[dict[str, Any]] = []
         for demand in write.demands:
             device_class = self.book.classes.get(demand.device_class)
@@ -385,6 +429,24 @@ class ClaimAllocator:
         if config:
             allocation["devices"]["config"] = config
         return allocation
+
+
+def _quantity(amount: int) -> str:
+    """Bytes as a binary quantity, the way the API server writes it back (``30000Mi``)."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = 1024 ** ("KMGTPE".index(suffix[0]) + 1)
+        if amount and amount % unit == 0:
+            return f"{amount // unit}{suffix}"
+    return str(amount)
+
+
+def _bytes(memory: str | int) -> int:
+    """A recorded ``consumedCapacity`` memory; one that cannot be read counts as none (the
+    API server validates it as a quantity)."""
+    try:
+        return parse_bytes(memory)
+    except ValueError:
+        return 0
 
 
 def _check(fence: Fence, what: str) -> None:

@@ -15,12 +15,13 @@ from gpusched.api.k8s import Node
 from gpusched.engine.claims import PodDevices, Stale
 from gpusched.engine.devices import NodeDevices
 from gpusched.engine.dra import DraCache, DraInputs, DraObjects, PodSource
+from gpusched.engine.holdings import Busy as BusyClaim
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.assignments import ActualAssignments, Mismatch
 from gpusched.scheduler.dra.book import ClaimBook
 
-Busy = Mapping[str, tuple[str, tuple[str, ...]]]
+Busy = Mapping[str, BusyClaim]
 """Claims being written by a running transaction: claim → pool, devices."""
 
 
