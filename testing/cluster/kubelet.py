@@ -24,6 +24,11 @@ import httpx
 
 from testing.apiserver import STRATEGIC, ApiClient, ApiStatusError
 
+LINGER = "gpusched.test/linger"
+"""A finalizer that keeps an evicted pod terminating and still running (holding its GPUs, as
+a pod in its grace period does) until a story lets it go: the kubelet reports no terminal
+phase for a pod that carries it."""
+
 
 class Kubelet:
     def __init__(self, url: str, token: str, ca: str) -> None:
@@ -116,6 +121,8 @@ class Kubelet:
         meta = pod["metadata"]
         if not meta.get("deletionTimestamp") or not pod.get("spec", {}).get("nodeName"):
             return
+        if LINGER in (meta.get("finalizers") or []):
+            return  # its containers are still stopping: it holds what it holds until let go
         if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
             with contextlib.suppress(ApiStatusError):
                 self.api.patch(

@@ -17,6 +17,7 @@ import yaml
 
 from testing.apiserver import ApiClient, ApiStatusError, wait_for
 from testing.cluster.cluster import RealCluster
+from testing.cluster.kubelet import LINGER
 from testing.harness import (
     GROUP_LABEL,
     RACK,
@@ -184,11 +185,6 @@ def test_a_budget_that_allows_no_disruption_turns_the_gang_to_the_dearer_rack(
         assert not bound(api, "mid")
         assert domains(api, list(bound(api, "high")), RACK) == mid_rack
         assert_no_gpu_shared(api)
-
-
-LINGER = "gpusched.test/linger"
-"""A finalizer that keeps an evicted pod terminating (still holding its GPUs, as a pod in its
-grace period does) until the story lets it go."""
 
 
 def lone_pod(

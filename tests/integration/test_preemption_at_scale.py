@@ -27,6 +27,7 @@ import pytest
 
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
+from testing.cluster.kubelet import LINGER
 from testing.harness import (
     GROUP_LABEL,
     RACK,
@@ -43,7 +44,7 @@ from testing.harness import (
     pods,
     running_operator,
 )
-from tests.integration.test_preemption import LINGER, gpusched_run, priority_classes
+from tests.integration.test_preemption import gpusched_run, priority_classes
 
 __all__ = ["priority_classes"]  # the fixture, used by name
 

@@ -484,7 +484,7 @@ def _share_demand(
         try:
             memory = parse_bytes(requests[MEMORY])
         except (ValueError, TypeError) as error:
-            raise ClaimError(f"{field}: capacity.requests.memory: {error}") from None
+            raise ClaimError(wording.capacity_unreadable(field, error)) from None
     return RequestDemand(
         claim=claim,
         request=request,

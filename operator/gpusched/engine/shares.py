@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from gpusched.api.dra import Device, DeviceCapacity
 from gpusched.api.quantity import parse_bytes
+from gpusched.engine import wording
 
 SHARE_RESOURCE = "gpu.nvidia.com/shared-memory"
 """The engine's count of a node's memory on shared devices, in bytes."""
@@ -57,19 +58,19 @@ def shared_device(pool: str, device: Device) -> SharedDevice | str:
     """The device as shared by capacity, or what is wrong with its ``memory`` capacity."""
     found: DeviceCapacity | None = device.capacity.get(MEMORY)
     if found is None:
-        return f"device {device.name} allows multiple allocations and publishes no memory capacity"
+        return wording.shared_without_memory(device.name)
     try:
         capacity = parse_bytes(found.value)
         policy = found.request_policy or {}
         if "validValues" in policy:
-            return f"device {device.name}: requestPolicy validValues are not supported by gpusched"
+            return wording.valid_values_unsupported(device.name)
         default = parse_bytes(policy["default"]) if "default" in policy else capacity
         valid = policy.get("validRange") or {}
         low = parse_bytes(valid["min"]) if "min" in valid else 0
         high = parse_bytes(valid["max"]) if "max" in valid else None
         step = parse_bytes(valid["step"]) if "step" in valid else 0
     except (ValueError, TypeError, KeyError) as error:
-        return f"device {device.name}: capacity memory cannot be read: {error}"
+        return wording.shared_memory_unreadable(device.name, error)
     return SharedDevice(
         pool=pool,
         device=device.name,

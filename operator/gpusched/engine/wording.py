@@ -910,3 +910,20 @@ def share_left(free: int, wanted: int) -> str:
 def stranded_memory(node: str) -> str:
     """What holds the memory of a node's shared devices no pending claim can use."""
     return f"memory of shared devices on {node} too small for the pending claims"
+
+
+def capacity_unreadable(field: str, error: object) -> str:
+    """A claim's ``capacity.requests.memory`` that is no quantity."""
+    return f"{field}: capacity.requests.memory: {error}"
+
+
+def shared_without_memory(device: str) -> str:
+    return f"device {device} allows multiple allocations and publishes no memory capacity"
+
+
+def valid_values_unsupported(device: str) -> str:
+    return f"device {device}: requestPolicy validValues are not supported by gpusched"
+
+
+def shared_memory_unreadable(device: str, error: object) -> str:
+    return f"device {device}: capacity memory cannot be read: {error}"
