@@ -91,6 +91,9 @@ def test_the_seed_workload_lands_workers_and_driver_in_racks_of_one_zone(
             return next((e["message"] for e in events if e["reason"] == "Scheduled"), "")
 
         message = wait_for(scheduled_event, message="a Scheduled event on train-worker-0")
+        # Applied in the README's order (the Workload first), the example raises no Warning.
+        warnings = [e for e in api.list("events", "ml") if e.get("type") == "Warning"]
+        assert warnings == [], dump(warnings)
         node, gpus = placement_of(pods(api)["ml/train-worker-0"])  # type: ignore[misc]
         assert message == (
             f"Successfully assigned ml/train-worker-0 to {node}, GPUs {','.join(map(str, gpus))}"
