@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.api.config import GPU_RESOURCE
-from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_resource_slice
-from gpusched.api.k8s import parse_node, parse_pod
+from gpusched.api.dra import parse_resource_slice
+from gpusched.api.k8s import parse_node
 from gpusched.api.topology import TOPOLOGY_ANNOTATION, parse_topology_annotation
-from gpusched.engine.build import build_snapshot, topology_problem
+from gpusched.engine.build import topology_problem
 from gpusched.engine.devices import node_devices
-from gpusched.engine.dra import DraCache, DraObjects, DraPod
-from gpusched.engine.policy import Policy
-from gpusched.engine.request import PodRequest
-from gpusched.engine.schedule import schedule
 from testing import dra
 from tests.unit.engine.test_dra_engine import NS, World
 
@@ -176,37 +171,11 @@ def test_a_claim_being_written_holds_its_memory() -> None:
     """Our own in-flight write (the allocator's ``busy``: pool, devices, bytes) is not free."""
     world = _one_shared()
     share_pod(world, "next", "30000Mi")
-    nodes = [parse_node(n) for n in world.nodes]
-    objects = DraObjects(
-        {s["metadata"]["name"]: parse_resource_slice(s) for s in world.slices},
-        {c["metadata"]["name"]: parse_device_class(c) for c in world.classes},
-        {f"{NS}/{c['metadata']['name']}": parse_resource_claim(c) for c in world.claims},
-    )
-    pods = [parse_pod(p) for p in world.pods]
-    sources = {p.key: DraPod(p, p.metadata.uid or "") for p in pods}
-    writing = {f"{NS}/elsewhere": ("n1", (f"gpu-{MINOR[0]}",), 60000 * MI)}
-    inputs = DraCache().build(
-        {n.name: n for n in nodes},
-        objects,
-        [PodRequest.from_pod(p) for p in pods],
-        sources,
-        gpu_resource=GPU_RESOURCE,
-        busy=writing,
-    )
-    snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
-    result = schedule(snapshot, inputs.ready, [], Policy())
+    result = world.run(busy={f"{NS}/elsewhere": ("n1", (f"gpu-{MINOR[0]}",), 60000 * MI)})
     assert result.bindings == []
     (failure,) = result.unschedulable
     assert "have 0Mi of memory left in pieces" in failure.message, failure.message
-    inputs = DraCache().build(
-        {n.name: n for n in nodes},
-        objects,
-        [PodRequest.from_pod(p) for p in pods],
-        sources,
-        gpu_resource=GPU_RESOURCE,
-    )
-    snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
-    assert len(schedule(snapshot, inputs.ready, [], Policy()).bindings) == 1
+    assert len(world.run().bindings) == 1
 
 
 def test_a_request_over_one_device_is_refused_though_the_node_has_more_in_all() -> None:

@@ -4,6 +4,7 @@ the way. Every story builds its inputs from API objects, as the operator and ``s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +12,9 @@ from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_resource_slice
 from gpusched.api.k8s import parse_node, parse_pod
 from gpusched.engine.build import build_snapshot, topology_problem
-from gpusched.engine.dra import DraObjects, DraPod, dra_inputs
+from gpusched.engine.dra import DraCache, DraObjects, DraPod, dra_inputs
 from gpusched.engine.groups import GroupSpec
+from gpusched.engine.holdings import Busy
 from gpusched.engine.policy import Policy
 from gpusched.engine.request import PodRequest
 from gpusched.engine.result import ClaimAllocation, DeviceChoice, Phase, Reason, ScheduleResult
@@ -46,7 +48,8 @@ class World:
         }
         self.pods.append(body)
 
-    def run(self) -> ScheduleResult:
+    def run(self, busy: Mapping[str, Busy] | None = None) -> ScheduleResult:
+        """The engine's decision on this world; ``busy``: claims our allocator is writing."""
         nodes = [parse_node(n) for n in self.nodes]
         objects = DraObjects(
             {s["metadata"]["name"]: parse_resource_slice(s) for s in self.slices},
@@ -59,7 +62,14 @@ class World:
         pods = [parse_pod(p) for p in self.pods]
         ready = [PodRequest.from_pod(p) for p in pods]
         sources = {p.key: DraPod(p, p.metadata.uid or "") for p in pods}
-        inputs = dra_inputs(nodes, objects, ready, sources, GPU_RESOURCE)
+        inputs = DraCache().build(
+            {n.name: n for n in nodes},
+            objects,
+            ready,
+            sources,
+            gpu_resource=GPU_RESOURCE,
+            busy=busy,
+        )
         snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
         return schedule(snapshot, inputs.ready, self.groups, Policy())
 

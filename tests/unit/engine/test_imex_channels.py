@@ -8,16 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.api.config import GPU_RESOURCE
-from gpusched.api.dra import parse_device_class, parse_resource_claim, parse_resource_slice
-from gpusched.api.k8s import parse_node, parse_pod
-from gpusched.engine.build import build_snapshot
 from gpusched.engine.channels import ChannelRule
-from gpusched.engine.dra import DraCache, DraObjects, DraPod
-from gpusched.engine.policy import Policy
-from gpusched.engine.request import PodRequest
 from gpusched.engine.result import Phase
-from gpusched.engine.schedule import schedule
 from testing import dra
 from testing.engine import gang
 from tests.unit.engine.test_dra_engine import NS, World
@@ -146,8 +138,8 @@ def test_a_gang_needing_more_channel_pods_than_nodes_stays_pending() -> None:
     ), decision.message
 
 
-def test_a_node_whose_channel_another_compute_domain_holds_is_skipped() -> None:
-    world = imex_world(2)
+def hold_channel_of_n0(world: World) -> None:
+    """Another ComputeDomain's pod holds n0's IMEX channel (an allocated, reserved claim)."""
     held = channel_claim("other-channel", domain="uid-cd-2")
     held["status"] = {
         "allocation": {
@@ -160,6 +152,11 @@ def test_a_node_whose_channel_another_compute_domain_holds_is_skipped() -> None:
         "reservedFor": [{"resource": "pods", "name": "other", "uid": "uid-other"}],
     }
     world.claims.append(held)
+
+
+def test_a_node_whose_channel_another_compute_domain_holds_is_skipped() -> None:
+    world = imex_world(2)
+    hold_channel_of_n0(world)
     channel_pod(world, "solo", 1)
     result = world.run()
     assert [(b.pod, b.node) for b in result.bindings] == [(f"{NS}/solo", "n1")]
@@ -167,18 +164,7 @@ def test_a_node_whose_channel_another_compute_domain_holds_is_skipped() -> None:
 
 def test_a_channel_pod_whose_only_node_has_its_channel_held_says_which_rule_keeps_it_off() -> None:
     world = imex_world(1)
-    held = channel_claim("other-channel", domain="uid-cd-2")
-    held["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "channel", "driver": CD_DRIVER, "pool": "n0", "device": "channel-0"}
-                ]
-            }
-        },
-        "reservedFor": [{"resource": "pods", "name": "other", "uid": "uid-other"}],
-    }
-    world.claims.append(held)
+    hold_channel_of_n0(world)
     channel_pod(world, "solo", 1)
     result = world.run()
     assert result.bindings == []
@@ -191,23 +177,5 @@ def test_a_channel_pod_whose_only_node_has_its_channel_held_says_which_rule_keep
 def test_a_channel_claim_being_written_holds_its_nodes_channel() -> None:
     world = imex_world(2)
     channel_pod(world, "solo", 1)
-    nodes = [parse_node(n) for n in world.nodes]
-    objects = DraObjects(
-        {s["metadata"]["name"]: parse_resource_slice(s) for s in world.slices},
-        {c["metadata"]["name"]: parse_device_class(c) for c in world.classes},
-        {f"{NS}/{c['metadata']['name']}": parse_resource_claim(c) for c in world.claims},
-    )
-    pods = [parse_pod(p) for p in world.pods]
-    sources = {p.key: DraPod(p, p.metadata.uid or "") for p in pods}
-    busy = {f"{NS}/earlier-channel": ("n0", ("channel-0",))}
-    inputs = DraCache().build(
-        {n.name: n for n in nodes},
-        objects,
-        [PodRequest.from_pod(p) for p in pods],
-        sources,
-        gpu_resource=GPU_RESOURCE,
-        busy=busy,
-    )
-    snapshot = build_snapshot(nodes, inputs.held, devices=inputs.devices)
-    result = schedule(snapshot, inputs.ready, (), Policy())
+    result = world.run(busy={f"{NS}/earlier-channel": ("n0", ("channel-0",))})
     assert [(b.pod, b.node) for b in result.bindings] == [(f"{NS}/solo", "n1")]
