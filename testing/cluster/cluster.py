@@ -273,6 +273,30 @@ class RealCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no default ServiceAccount in namespace {name}")
             time.sleep(0.1)
+        if kueue:
+            self._wait_kueue_gates(name)
+
+    def _wait_kueue_gates(self, namespace: str, timeout: float = 60) -> None:
+        """Until Kueue's webhook gates a queued pod of ``namespace``: Kueue reads namespaces
+        through its cache, and a pod made in a namespace it has not seen yet goes ungated and
+        unmanaged. Asked with a dry-run create (the webhooks have no side effects): nothing
+        is made, so no Workload is left behind."""
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "kueue-probe", "labels": {Kueue.QUEUE_LABEL: "queue"}},
+            "spec": {"containers": [{"name": "probe", "image": "registry.example/probe:1"}]},
+        }
+        path = self.admin.path("pods", namespace)
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self.admin.http.post(path, params={"dryRun": "All"}, json=probe)
+            gates = (answer.json().get("spec") or {}).get("schedulingGates") or []
+            if answer.status_code < 300 and {"name": Kueue.GATE} in gates:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Kueue does not gate pods of {namespace}: {answer.text}")
+            time.sleep(0.2)
 
     def reset(self, timeout: float = 60) -> None:
         """Back to an empty cluster: no pods, groups, Events, Leases or Nodes; no faults."""
