@@ -99,6 +99,37 @@ class KubeRay:
     """Paths in the built folder: KubeRay's CRDs and the coscheduling PodGroup's."""
 
     @classmethod
+    def ray_cluster(cls, name: str, workers: int, namespace: str = "ml") -> dict[str, Any]:
+        """A RayCluster with KubeRay's gang label: a CPU head and `workers` workers of 8 GPUs."""
+
+        def template(container: str, limits: dict[str, str]) -> dict[str, Any]:
+            resources = {"limits": limits}
+            return {"spec": {"containers": [{"name": container, "image": "rayproject/ray:2.9.0",
+                                             "resources": resources}]}}  # fmt: skip
+
+        return {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": namespace, "labels": {cls.GANG_LABEL: "true"}},
+            "spec": {
+                "headGroupSpec": {
+                    "rayStartParams": {},
+                    "template": template("ray-head", {"cpu": "1", "memory": "2Gi"}),
+                },
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "gpu",
+                        "replicas": workers,
+                        "minReplicas": workers,
+                        "maxReplicas": workers,
+                        "rayStartParams": {},
+                        "template": template("ray-worker", {"nvidia.com/gpu": "8"}),
+                    }
+                ],
+            },
+        }
+
+    @classmethod
     def start(cls, plane: ControlPlane, folder: Path, timeout: float = 120) -> KubeRay:
         """Install the CRDs, start the operator and wait until it is ready."""
         if (running := plane.processes.get(cls.NAME)) and running.popen.poll() is None:

@@ -171,45 +171,12 @@ def test_the_shipped_job_controller_makes_pods_and_no_workload(
     assert api.list("podgroups", NAMESPACE, group=UPSTREAM) == []
 
 
-def ray_cluster(name: str, workers: int) -> dict[str, Any]:
-    def template(container: str, limits: dict[str, str]) -> dict[str, Any]:
-        image = "rayproject/ray:2.9.0"
-        return {"spec": {"containers": [{"name": container, "image": image,
-                                         "resources": {"limits": limits}}]}}  # fmt: skip
-
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {KubeRay.GANG_LABEL: "true"},
-        },
-        "spec": {
-            "headGroupSpec": {
-                "rayStartParams": {},
-                "template": template("ray-head", {"cpu": "1", "memory": "2Gi"}),
-            },
-            "workerGroupSpecs": [
-                {
-                    "groupName": "gpu",
-                    "replicas": workers,
-                    "minReplicas": workers,
-                    "maxReplicas": workers,
-                    "rayStartParams": {},
-                    "template": template("ray-worker", {"nvidia.com/gpu": "8"}),
-                }
-            ],
-        },
-    }
-
-
 def test_kuberay_makes_a_coscheduling_podgroup_and_pods_under_its_scheduler_name(
     apiserver: RealCluster, kuberay: KubeRay
 ) -> None:
     apiserver.ensure_namespace(NAMESPACE)
     api = apiserver.admin
-    created = api.create(ray_cluster("raygang", workers=3))
+    created = api.create(KubeRay.ray_cluster("raygang", workers=3))
 
     group = api.wait_for_object(
         "podgroups", "raygang", lambda g: True, NAMESPACE, group=COSCHEDULING, timeout=PATIENCE

@@ -179,13 +179,7 @@ def test_a_job_controllers_gang_waits_whole_then_lands_whole_in_the_one_rack_wit
         condition = wait_for(refused, PATIENCE, interval=0.2, message="the gang refused")
         assert condition["reason"] == "Unschedulable", condition
         assert bound(api, job) == [], "a part of the gang was bound"
-        wait_for(
-            lambda: all(waiting_reason(api, p["metadata"]["name"]) for p in members),
-            PATIENCE,
-            interval=0.2,
-            message=lambda: f"a reason on every pod: {dump(api.list('pods', NAMESPACE))}",
-        )
-        assert bound(api, job) == [], "a part of the gang was bound"
+        nothing_bound_each_told(api, [job], 4)
 
         api.create(gpu_node("n2-2", "zone-a", "rack-2"))
         placed = all_bound(api, job, 4)
@@ -205,37 +199,6 @@ def test_a_job_controllers_gang_waits_whole_then_lands_whole_in_the_one_rack_wit
         assert "rack-2" in condition["message"]
 
 
-def ray_cluster(name: str, workers: int) -> dict[str, Any]:
-    """A RayCluster with KubeRay's gang label: a CPU head and `workers` workers of 8 GPUs."""
-
-    def template(container: str, limits: dict[str, str]) -> dict[str, Any]:
-        resources = {"limits": limits}
-        return {"spec": {"containers": [{"name": container, "image": "rayproject/ray:2.9.0",
-                                         "resources": resources}]}}  # fmt: skip
-
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {KubeRay.GANG_LABEL: "true"}},
-        "spec": {
-            "headGroupSpec": {
-                "rayStartParams": {},
-                "template": template("ray-head", {"cpu": "1", "memory": "2Gi"}),
-            },
-            "workerGroupSpecs": [
-                {
-                    "groupName": "gpu",
-                    "replicas": workers,
-                    "minReplicas": workers,
-                    "maxReplicas": workers,
-                    "rayStartParams": {},
-                    "template": template("ray-worker", {"nvidia.com/gpu": "8"}),
-                }
-            ],
-        },
-    }
-
-
 def test_a_kuberay_gang_under_its_forced_scheduler_name_is_placed_all_or_nothing(
     kuberay: KubeRay, racks: ApiClient, kubeconfig: Path
 ) -> None:
@@ -244,7 +207,7 @@ def test_a_kuberay_gang_under_its_forced_scheduler_name_is_placed_all_or_nothing
     api = racks
     config = {"schedulerNameAliases": [KubeRay.SCHEDULER_NAME]}
     with running_operator(kubeconfig, config):
-        ray = api.create(ray_cluster("raygang", workers=3))
+        ray = api.create(KubeRay.ray_cluster("raygang", workers=3))
         members = pods_of(api, ray, 4)
         assert {p["spec"]["schedulerName"] for p in members} == {KubeRay.SCHEDULER_NAME}
         assert {p["metadata"]["labels"][KubeRay.POD_GROUP_LABEL] for p in members} == {"raygang"}
@@ -348,13 +311,7 @@ def test_a_plain_jobs_pods_are_one_gang_sized_from_parallelism_when_owner_groups
         members = pods_of(api, job, 3)
         assert all("schedulingGroup" not in p["spec"] for p in members)
         # Two nodes of 8 GPUs: two of the three pods would fit; none is bound, each says why.
-        wait_for(
-            lambda: all(waiting_reason(api, p["metadata"]["name"]) for p in members),
-            PATIENCE,
-            interval=0.2,
-            message=lambda: f"a reason on every pod: {dump(api.list('pods', NAMESPACE))}",
-        )
-        assert bound(api, job) == [], "a part of the Job's gang was bound"
+        nothing_bound_each_told(api, [job], 3)
 
         api.create(gpu_node("n2-2", "zone-a", "rack-2"))
         placed = all_bound(api, job, 3)
@@ -646,7 +603,7 @@ def test_a_rayclusters_pods_made_by_kuberay_are_one_gang_of_head_and_workers_by_
         "schedulerNameAliases": [KubeRay.SCHEDULER_NAME],
     }
     with running_operator(kubeconfig, config):
-        body = ray_cluster("rayowner", workers=3)
+        body = KubeRay.ray_cluster("rayowner", workers=3)
         del body["metadata"]["labels"][KubeRay.GANG_LABEL]
         for group in (body["spec"]["headGroupSpec"], *body["spec"]["workerGroupSpecs"]):
             group["template"]["spec"]["schedulerName"] = "gpusched"
