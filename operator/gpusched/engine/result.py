@@ -311,6 +311,9 @@ class PodFailure:
     pod: str
     reason: Reason
     message: str
+    group_missing: bool = False
+    """The pod names a group the engine was not given: it waits for the group (created by
+    its user, or by a Workload being materialized) rather than for room."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"pod": self.pod, "reason": self.reason.value, "message": self.message}

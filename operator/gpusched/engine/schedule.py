@@ -304,7 +304,8 @@ def _by_group(
         group = known.get(key)
         if group is None:
             message = wording.group_not_found(key)
-            result.unschedulable.append(PodFailure(pod.key, Reason.UNSCHEDULABLE, message))
+            failure = PodFailure(pod.key, Reason.UNSCHEDULABLE, message, group_missing=True)
+            result.unschedulable.append(failure)
         elif group.kind is not GroupKind.POD_GROUP:
             message = wording.pod_in_composite(key)
             result.unschedulable.append(PodFailure(pod.key, Reason.INVALID, message))

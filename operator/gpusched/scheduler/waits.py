@@ -1,5 +1,6 @@
 """What a pod left pending is told: its ``PodScheduled`` condition and its Event, from the
-engine's `PodFailure` and what the cluster holds (does its group exist, is it valid).
+engine's `PodFailure` (its group missing, a wait, a refusal) and what the cluster holds (is
+the group valid: a user's fix, or a larger node, is needed).
 
 The engine's reasons map onto the pod's condition so that cluster autoscalers add nodes only
 where a node could help (``Unschedulable``), and not for a gang still short of pods, a group not
@@ -40,11 +41,13 @@ def told(record: PodRecord, failure: PodFailure, groups: Mapping[str, GroupRecor
     if failure.reason is Reason.WAITING_FOR_PODS:
         wanted = Wanted(Reason.WAITING_FOR_PODS.value, message)
         return Told(wanted, "Normal", Reason.WAITING_FOR_PODS.value, message)
-    key = record.request.group_key if record.request is not None else None
-    if key is not None and key not in groups:
+    if failure.group_missing:
+        # Read from the decision, not from today's groups: a group that appeared since
+        # (a Workload's, materialized meanwhile) must not turn this wait into a Warning.
         return Told(
             Wanted(WAITING_FOR_POD_GROUP, message), "Normal", WAITING_FOR_POD_GROUP, message
         )
+    key = record.request.group_key if record.request is not None else None
     if failure.reason is Reason.INVALID and not _capacity(key, groups):
         return Told(Wanted(Reason.INVALID.value, message), "Warning", "FailedScheduling", message)
     return Told(Wanted(UNSCHEDULABLE, message), "Warning", "FailedScheduling", message)

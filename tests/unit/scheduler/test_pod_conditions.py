@@ -130,6 +130,29 @@ async def test_waits_get_their_own_reasons_and_one_event_each_not_unschedulable(
 
 
 @pytest.mark.asyncio
+async def test_a_group_appearing_while_the_engine_decides_leaves_its_pods_told_to_wait() -> None:
+    """The README's order (a Workload, then its pods): the PodGroup the Workload materializes
+    can reach the watch while the engine, in its thread, decides without it. The pods are told
+    what that decision said (their group was missing: a Normal wait), never a Warning."""
+    api, clock = FakeApi(), Clock()
+    scheduler = service(api, clock)
+    two_gpu_node(scheduler)
+    scheduler.state.upsert_pod(pod("late-0", 1, group="late"))
+    decide = scheduler.loop.decider.decide
+
+    async def group_arrives_meanwhile(ready: Any) -> Any:
+        decided = await decide(ready)
+        scheduler.state.upsert_group(GroupKind.POD_GROUP, pod_group("late", 1, key=None))
+        return decided
+
+    scheduler.loop.decider.decide = group_arrives_meanwhile  # type: ignore[method-assign]
+    await cycle(scheduler)
+
+    assert conditions(api)["default/late-0"][:2] == ("False", "WaitingForPodGroup")
+    assert [(e["type"], e["reason"]) for e in api.events] == [("Normal", "WaitingForPodGroup")]
+
+
+@pytest.mark.asyncio
 async def test_a_pod_bound_before_its_condition_goes_out_gets_none() -> None:
     api, clock = FakeApi(), Clock()
     pending = {"default/p"}
