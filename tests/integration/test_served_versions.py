@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from testing.apiserver import ApiClient, wait_for
+from testing.apiserver import ApiClient, ResourceSpec, wait_for
 from testing.cluster.cluster import RealCluster
 from testing.cluster.controlplane import OPERATOR_NAMESPACE, UnavailableError
-from testing.gangs import upstream_member, upstream_pod_group
+from testing.gangs import upstream_member, upstream_pod_group, volcano_member, volcano_pod_group
 from testing.harness import (
+    FAST,
     RACK,
     domains,
     dump,
@@ -135,3 +137,63 @@ def test_on_a_server_without_the_workload_api_pods_naming_a_group_wait_and_are_n
 def _waiting(api: ApiClient, name: str) -> str:
     found: list[dict[str, Any]] = events_for(api, name)
     return next((e["message"] for e in found if "not found" in e["message"]), "")
+
+
+VOLCANO_CRD = (
+    Path(__file__).resolve().parents[1] / "data" / "crds" / "scheduling.volcano.sh_podgroups.yaml"
+)
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+LATE = [f"late-{i}" for i in range(4)]
+
+
+@pytest.mark.usefixtures("operator_namespace")
+def test_a_group_crd_installed_after_the_operator_started_is_watched_and_its_gang_placed(
+    no_workload_api: RealCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Volcano installed after gpusched: its PodGroups are read from when discovery shows
+    them, with no restart; until then the pods naming one wait, never placed alone."""
+    caplog.set_level(logging.INFO, logger="gpusched")
+    kubeconfig = no_workload_api.write_kubeconfig(tmp_path / "kubeconfig")
+    crd = yaml.safe_load(VOLCANO_CRD.read_text(encoding="utf-8"))
+    config = {"operator": {**FAST["operator"], "discoveryIntervalSeconds": 0.2}}
+    with no_workload_api.client() as api, running_operator(kubeconfig, config) as runtime:
+        served = runtime.api.foreign
+        assert served is not None
+        assert not any(v.startswith("scheduling.volcano.sh/") for v, _ in served.chosen)
+        for name in LATE:
+            api.create(volcano_member(name, 4, "late"))
+        wait_for(
+            lambda: all("not found" in _waiting(api, name) for name in LATE),
+            timeout=30,
+            message=lambda: f"a reason on every pod: {[events_for(api, n) for n in LATE]}",
+        )
+        assert not any(placement_of(p) for p in pods(api, "default").values())
+        try:
+            response = api.http.post(CRDS, json=crd)
+            assert response.status_code < 300, response.text
+            wait_for(
+                lambda: (
+                    ("scheduling.volcano.sh/v1beta1", "PodGroup")
+                    in (runtime.api.foreign.chosen if runtime.api.foreign else ())
+                ),
+                timeout=30,
+                message="the operator reads Volcano's PodGroups",
+            )
+            spec = ResourceSpec("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True)
+            api.specs.append(spec)
+            api.create(volcano_pod_group("late", 4))
+            keys = [f"default/{name}" for name in LATE]
+            wait_for(
+                lambda: all(placement_of(pods(api).get(k, {})) for k in keys),
+                timeout=30,
+                message=lambda: f"all of {LATE} bound: {dump(pods(api, 'default'))}",
+            )
+            assert domains(api, keys, RACK) == {"rack-2"}
+        finally:
+            api.http.delete(f"{CRDS}/{crd['metadata']['name']}")
+            for name in LATE:
+                api.http.delete(f"/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0")
+    found = [r.getMessage() for r in caplog.records if "now serves PodGroup" in r.getMessage()]
+    assert found == [
+        "the API server now serves PodGroup.scheduling.volcano.sh as v1beta1: watching it"
+    ]

@@ -323,6 +323,12 @@ class OperatorConfig(_Strict):
     status_refresh_seconds: float = Field(default=60.0, alias="statusRefreshSeconds", gt=0)
     """A group whose unchanged failure is retried gets its ``lastAttempt.time`` rewritten at
     most this often, and an unchanged ``FailedScheduling`` Event its count. Default 60 s."""
+    discovery_interval_seconds: float = Field(
+        default=30.0, alias="discoveryIntervalSeconds", ge=0.1, le=3600
+    )
+    """While a kind gpusched reads is not served (a CRD not installed yet: JobSet, Volcano's
+    PodGroup, ComputeDomain), the API server's group list is read this often, and the kind is
+    watched from when it appears, without a restart. Default 30 s (one request each time)."""
     leader_election: LeaderElectionConfig = Field(
         default_factory=LeaderElectionConfig, alias="leaderElection"
     )

@@ -27,7 +27,7 @@ Errors name the object as ``<Kind>.<api group> ns/name`` and the field as its au
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,17 +120,25 @@ def served_versions(discovery: Mapping[str, Mapping[str, Any] | None]) -> Served
     ``discovery`` maps each of `group_versions` to its ``APIResourceList`` document (None, or
     missing, when the server answers 404: that version is not served)."""
     chosen: list[tuple[str, str]] = []
-    unserved: list[str] = []
     for group, versions, kind in CANDIDATES:
         plural = FOREIGN_PLURALS[kind]
         found = next(
             (v for v in versions if plural in _plurals(discovery.get(f"{group}/{v}"))), None
         )
-        if found is None:
-            unserved.append(f"{kind}.{group} ({', '.join(versions)})")
-        else:
+        if found is not None:
             chosen.append((f"{group}/{found}", kind))
-    return Served(tuple(chosen), tuple(unserved))
+    return with_chosen(chosen)
+
+
+def with_chosen(chosen: Sequence[tuple[str, str]]) -> Served:
+    """`Served` of the (apiVersion, kind) pairs ``chosen``: every other candidate unserved."""
+    picked = {(api_version.partition("/")[0], kind) for api_version, kind in chosen}
+    unserved = tuple(
+        f"{kind}.{group} ({', '.join(versions)})"
+        for group, versions, kind in CANDIDATES
+        if (group, kind) not in picked
+    )
+    return Served(tuple(chosen), unserved)
 
 
 def _plurals(document: Mapping[str, Any] | None) -> set[str]:

@@ -7,7 +7,7 @@ the newest served version of each kind (``scheduling.k8s.io/v1`` from 1.38, ``v1
 1.37, ``v1alpha2`` on 1.36). A kind served in none of the versions gpusched reads (no Volcano
 CRD, a cluster without the Workload API) is named once in the log and not watched; nothing
 fails. Pods naming a group of such a kind wait, with a reason, and are never placed alone. A
-CRD installed later is watched after the operator's next start."""
+CRD installed later is watched once discovery shows it (`gpusched.handlers.discovery`)."""
 
 from __future__ import annotations
 

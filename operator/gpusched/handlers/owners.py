@@ -2,7 +2,8 @@
 (`gpusched.scheduler.ownergroups`): Jobs, StatefulSets (a LeaderWorkerSet's pods are owned by
 one), the kinds whose size gpusched reads, and Namespaces (their label
 ``scheduling.gpusched.io/owner-groups`` turns owner groups on or off there). Kinds the API
-server does not serve at start are named once in the log and not watched."""
+server does not serve at start are named once in the log and watched once it serves them
+(`gpusched.handlers.discovery`)."""
 
 from __future__ import annotations
 

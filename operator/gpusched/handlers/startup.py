@@ -5,7 +5,8 @@
 cache, the Lease elector (if leader election is on), the scheduling service, leadership
 (`_follow`), the probes and metrics server (`gpusched.handlers.probes`), the scheduling loop,
 and one watch per kind the server serves (`watched`: `gpusched.handlers.events` and
-`gpusched.handlers.dra`, registered here explicitly)."""
+`gpusched.handlers.dra`, registered here explicitly); kinds served later are watched once
+discovery shows them (`gpusched.handlers.discovery`)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from wsgiref.simple_server import WSGIServer
 from kubernetes_asyncio import client
 
 from gpusched.api.config import SchedulerConfig
+from gpusched.api.foreign import Served
 from gpusched.engine.collector import freeze_survivors
 from gpusched.handlers import dra, events, foreign, owners
+from gpusched.handlers.discovery import LateKinds
 from gpusched.handlers.events import Adapter
 from gpusched.handlers.probes import serve_metrics
 from gpusched.k8s.claims import KubeClaimApi
@@ -93,15 +96,31 @@ async def start(opts: Options) -> Runtime:
     watch_api = KubeClusterApi(api_client(configuration, len(adapters)))  # a connection a watch
     versioned = dict(foreign.WATCHED)  # one version of each is watched: the newest served
     plain = [kind for kind in adapters if kind not in versioned]
-    kinds = [*await served(watch_api, plain), *await foreign.served_kinds(watch_api)]
+    now = await served(watch_api, plain)
+    kinds = [*now, *await foreign.served_kinds(watch_api)]
     api.foreign = watch_api.foreign  # a new leader lists the versions that are watched
-    watches = [
-        asyncio.create_task(
-            Watch(watch_api, kind, functools.partial(adapters[kind], scheduler), readiness).run(),
-            name=f"gpusched-watch-{kind.name}",
-        )
-        for kind in kinds
-    ]
+    watches: list[asyncio.Task[None]] = []
+
+    def start_watch(kind: Kind) -> None:
+        watch = Watch(watch_api, kind, functools.partial(adapters[kind], scheduler), readiness)
+        watches.append(asyncio.create_task(watch.run(), name=f"gpusched-watch-{kind.name}"))
+
+    def on_served(chosen: Served) -> None:
+        api.foreign = watch_api.foreign = chosen
+
+    for kind in kinds:
+        start_watch(kind)
+    assert watch_api.foreign is not None  # read by served_kinds
+    late = LateKinds(
+        api=watch_api,
+        plain=[kind for kind in plain if kind not in now],
+        served=watch_api.foreign,
+        start_watch=start_watch,
+        on_served=on_served,
+        interval=config.operator.discovery_interval_seconds,
+    )
+    if late.waiting:
+        watches.append(asyncio.create_task(late.run(), name="gpusched-late-kinds"))
     return Runtime(
         configuration=configuration,
         scheduler=scheduler,

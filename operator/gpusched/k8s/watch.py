@@ -112,8 +112,9 @@ class Readiness:
 async def served(api: KubeClusterApi, kinds: Sequence[Kind]) -> list[Kind]:
     """The kinds of ``kinds`` the server serves now: a cluster without DRA's or our CRDs'
     API is not watched for them, and not counted unready for ever (as Kopf left a resource
-    it did not find unwatched). A kind served later needs a restart; one that goes away
-    while watched is down on ``/readyz`` until it is back."""
+    it did not find unwatched). A kind served later is watched from then on
+    (`gpusched.handlers.discovery`); one that goes away while watched is down on ``/readyz``
+    until it is back."""
     plurals: dict[str, set[str]] = {}
     for path in dict.fromkeys(kind.group_version for kind in kinds):
         plurals[path] = await api.served(path)
