@@ -13,6 +13,7 @@ from typing import Any
 
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
+from testing.cluster.karpenter import listening
 from testing.cluster.kwok import COMPLETE_AFTER, MANAGED, POD_CIDR, Kwok, is_ready, kwok_node
 from testing.gangs import upstream_member
 from testing.harness import RACK, ensure_namespace, gpu_node, pods, running_operator
@@ -75,13 +76,20 @@ def renewed(api: ApiClient, node: str) -> datetime:
 def assert_lease_renewed(api: ApiClient, kwok: Kwok, node: str) -> None:
     """`node` holds a Lease of kwok's lease duration, and kwok renews it."""
     lease = wait_for(lambda: kwok.lease(api, node), timeout=30, message=f"{node}'s Lease")
-    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == kwok.lease_seconds
+    assert lease is not None
+    assert lease["spec"]["leaseDurationSeconds"] == kwok.lease_seconds, lease
     first = renewed(api, node)
     wait_for(
         lambda: renewed(api, node) > first,
         timeout=6 * kwok.lease_seconds,
         message=f"{node}'s Lease renewed after {first}",
     )
+
+
+def test_kwok_serves_on_loopback_only(kwok: Kwok) -> None:
+    addresses = listening(kwok.process.popen.pid)
+    assert len(addresses) == 1, addresses  # its health endpoint (--server-address)
+    assert addresses[0].startswith("127.0.0.1:"), addresses
 
 
 def test_kwok_keeps_gpu_nodes_ready_with_renewed_leases_and_leaves_other_nodes_alone(
