@@ -8,8 +8,11 @@ those Nodes, and kwok none for the Nodes it was not told to manage.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
+
+import pytest
 
 from testing.apiserver import ApiClient, wait_for
 from testing.cluster.cluster import RealCluster
@@ -17,10 +20,18 @@ from testing.cluster.karpenter import listening
 from testing.cluster.kwok import COMPLETE_AFTER, MANAGED, POD_CIDR, Kwok, is_ready, kwok_node
 from testing.gangs import upstream_member
 from testing.harness import RACK, ensure_namespace, gpu_node, pods, running_operator
-from testing.upstream import WORKLOAD_API, for_scheduler, workload_objects
+from testing.upstream import WORKLOAD_API, clear_upstream, for_scheduler, workload_objects
 
 NAMESPACE = "train"
 LEASES = "coordination.k8s.io"
+
+
+@pytest.fixture
+def upstream(api: ApiClient) -> Iterator[ApiClient]:
+    """`api`, and the Workload API's objects of `NAMESPACE` cleared after the test (the
+    cluster's reset leaves PodGroups held by their protection finalizer)."""
+    yield api
+    clear_upstream(api, [NAMESPACE])
 
 
 def gang_workload(name: str, size: int) -> dict[str, Any]:
@@ -121,8 +132,9 @@ def test_kwok_keeps_gpu_nodes_ready_with_renewed_leases_and_leaves_other_nodes_a
 
 
 def test_a_gang_placed_by_gpusched_runs_and_completes_on_kwok_nodes(
-    apiserver: RealCluster, api: ApiClient, kwok: Kwok, kubeconfig: Any
+    apiserver: RealCluster, upstream: ApiClient, kwok: Kwok, kubeconfig: Any
 ) -> None:
+    api = upstream
     #        zone-a
     #   rack-1 (kwok)     rack-9
     #    k0      k1       plain (the harness kubelet's; too small a rack for a gang of 2)
