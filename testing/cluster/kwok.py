@@ -27,7 +27,7 @@ from a loopback range (`--cidr`): nothing here binds or advertises anything else
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,14 +118,18 @@ def kwok_node(
     zone: str,
     rack: str,
     *,
-    kind: str = "a100x8",
+    kind: str | None = "a100x8",
     cpu: str = "64",
     memory: str = "512Gi",
+    labels: Mapping[str, str] | None = None,
 ) -> Body:
     """A Node for kwok to manage: machine `kind` (testing/engine.py's KINDS: its GPUs and our
-    topology annotation) in `zone`/`rack`, annotated `MANAGED`. Its status carries capacity and
-    allocatable only: kwok reports the conditions and the address, as a kubelet would."""
-    body = node_manifest(name, zone, rack, kind=kind, cpu=cpu, memory=memory, capacity=True)
+    topology annotation; None: no GPUs) in `zone`/`rack`, annotated `MANAGED`. Its status
+    carries capacity and allocatable only: kwok reports the conditions and the address, as a
+    kubelet would."""
+    body = node_manifest(
+        name, zone, rack, kind=kind, cpu=cpu, memory=memory, labels=labels, capacity=True
+    )
     body["metadata"]["annotations"][MANAGED] = "true"
     del body["status"]["conditions"]
     return body
