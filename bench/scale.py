@@ -44,7 +44,8 @@ Figures: peak RSS of each replica (VmHWM), cycle time p50/p99 (the replicas'
 `histogram_quantile` does), pods bound per second, per-pod created -> bound lag, gang created
 -> all bound p50/p99, failover; each with its target and, where kube-scheduler does the same
 work, its figure and the ratio; gangs kwok completed, pods it reported Running, its own CPU
-seconds and peak RSS. The load average is printed beside them: the machine is shared. Nothing asserts; results go to bench/results/scale.json, logs and profiles to
+seconds and peak RSS. The load average is printed beside them: the machine is shared.
+Nothing asserts; results go to bench/results/scale.json, logs and profiles to
 bench/results/scale/.
 """
 
