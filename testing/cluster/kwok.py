@@ -16,7 +16,9 @@ do, by Stages (kwok's `Stage` objects, handed over with `--config`):
   `COMPLETE_AFTER` (a Go duration, "30s") completes that long after it started running: phase
   Succeeded, containers terminated with exit code 0 (our `completion_stage`, the shape of kwok's
   pod-complete Stage for Job pods without its Job-owner condition);
-- a deleted pod is removed (kwok's `pod-delete`), as a kubelet confirms the deletion.
+- a deleted pod is removed (kwok's `pod-delete`), as a kubelet confirms the deletion, but
+  without first reporting a terminal phase as kubelets do since 1.27 (testing/cluster/kubelet.py
+  does): a Job's `podFailurePolicy` never sees such a pod fail.
 
 kwok serves its health endpoint on 127.0.0.1 only (`--server-address`) and gives pods addresses
 from a loopback range (`--cidr`): nothing here binds or advertises anything else.
