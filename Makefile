@@ -40,10 +40,11 @@ bench-scale: ## 5,000 nodes, 50,000 pods, 200 gangs, a failover, kube-scheduler 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate
 
-controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2, KubeRay, Kueue (Go; cached)
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2, KubeRay, Kueue, kwok (Go; cached)
 	bash testing/cluster/build-controlplane.sh
 	bash testing/cluster/build-go.sh kuberay
 	bash testing/cluster/build-go.sh kueue
+	bash testing/cluster/build-go.sh kwok
 
 cluster: ## a real control plane on 127.0.0.1 with the sample nodes, until Ctrl-C (prints kubeconfigs)
 	bash .ci/install-helm.sh

@@ -20,8 +20,9 @@ if command -v go >/dev/null 2>&1 || [ "${GPUSCHED_REQUIRE_CONTROLPLANE:-}" = 1 ]
     # The real controllers some integration tests run beside it (testing/cluster/<name>/),
     # built from their Go modules and cached the same way.
     # Karpenter (with its kwok provider) fetches the Go 1.27.3 toolchain its go.mod needs from
-    # the module proxy; cold, about 20 minutes on 2 loaded cores.
-    for controller in kuberay kueue karpenter; do
+    # the module proxy; cold, about 20 minutes on 2 loaded cores. kwok (the scale benchmarks'
+    # kubelets, tests/integration/test_kwok_live.py) builds in about a minute.
+    for controller in kuberay kueue karpenter kwok; do
         start=$SECONDS
         folder="$(bash testing/cluster/build-go.sh "$controller")"
         echo "$controller: $folder ($((SECONDS - start)) s)"

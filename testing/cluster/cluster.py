@@ -320,6 +320,7 @@ class RealCluster:
         for plural in ("resourceslices", "deviceclasses"):
             self._delete_collection(plural, DRA_GROUP, None)
         self._delete_collection("nodes", "", None)
+        self.kubelet.elsewhere.clear()
         deadline = time.monotonic() + timeout
         while self._leftovers(namespaces):
             if time.monotonic() > deadline:

@@ -21,6 +21,10 @@ cluster the first time a test asks, keeps it for the session, and returns the `R
   (`testing/cluster/karpenter.py`), its CRDs and the KWOKNodeClass; it acts once a test
   creates a NodePool (`karpenter.node_pool`), and every NodePool is removed after the test,
   with the Nodes Karpenter made. Built from its Go module on first use, like `kuberay`.
+- `kwok`: kwok (v0.8.0, `testing/cluster/kwok.py`) managing the Nodes a test makes with
+  `kwok.create_nodes(api, [kwok_node(...)])`: Ready, Leases renewed every `KWOK_LEASE_SECONDS`
+  / 4, bound pods Running, annotated pods completed, deleted pods removed; the harness kubelet
+  leaves those Nodes' pods alone. Built from its Go module on first use, like `kuberay`.
 - `workload_crds`: the JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, TrainJob (and the NVIDIA
   driver's ComputeDomain) CRDs installed,
   for tests that create the objects those controllers make.
@@ -39,8 +43,12 @@ from testing.cluster import karpenter as karpenter_kwok
 from testing.cluster.cluster import RealCluster
 from testing.cluster.controllers import KubeRay, Kueue, go_build
 from testing.cluster.controlplane import UnavailableError
+from testing.cluster.kwok import Kwok
 
 T = TypeVar("T")
+KWOK_LEASE_SECONDS = 8
+"""The Node Leases' duration under the `kwok` fixture: renewed every 2 s, so that a test sees
+renewals within its patience (kubelets default to 40)."""
 
 
 def _real(apiserver: object) -> RealCluster:
@@ -90,6 +98,12 @@ def karpenter(apiserver: object, api: ApiClient) -> Iterator[karpenter_kwok.Karp
     yield running
     for pool in api.list("nodepools", group=karpenter_kwok.GROUP):
         running.remove_node_pool(api, pool["metadata"]["name"])
+
+
+@pytest.fixture
+def kwok(apiserver: object) -> Kwok:
+    cluster = _real(apiserver)
+    return _built(lambda: Kwok.start(cluster, lease_seconds=KWOK_LEASE_SECONDS))
 
 
 @pytest.fixture

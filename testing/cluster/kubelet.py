@@ -37,6 +37,9 @@ class Kubelet:
         self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
         self.deleted = 0
         self.errors: list[BaseException] = []
+        self.elsewhere: set[str] = set()
+        """Nodes another kubelet serves (kwok's, testing/cluster/kwok.py): their pods are left
+        to it."""
 
     def start(self) -> Kubelet:
         self._thread.start()
@@ -119,7 +122,8 @@ class Kubelet:
 
     def _confirm_if_terminating(self, pod: Mapping[str, Any]) -> None:
         meta = pod["metadata"]
-        if not meta.get("deletionTimestamp") or not pod.get("spec", {}).get("nodeName"):
+        node = pod.get("spec", {}).get("nodeName")
+        if not meta.get("deletionTimestamp") or not node or node in self.elsewhere:
             return
         if LINGER in (meta.get("finalizers") or []):
             return  # its containers are still stopping: it holds what it holds until let go

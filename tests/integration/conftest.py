@@ -18,7 +18,7 @@ server cannot do: faults inside one request, virtual time, its own behaviour (te
 - `kube_configuration`: an async helper building a fresh `kubernetes_asyncio` Configuration
   from that file.
 - Real controllers started on demand (testing/cluster/fixtures.py): `workload_job_controller`,
-  `job_controller`, `kuberay`, `kueue`, `karpenter`; and `workload_crds` (JobSet, LWS,
+  `job_controller`, `kuberay`, `kueue`, `karpenter`, `kwok`; and `workload_crds` (JobSet, LWS,
   Kubeflow kinds).
 """
 
@@ -39,6 +39,7 @@ from testing.cluster.fixtures import (  # noqa: F401 (fixtures)
     karpenter,
     kuberay,
     kueue,
+    kwok,
     workload_crds,
     workload_job_controller,
 )

@@ -3,6 +3,7 @@ Prometheus histograms and py-spy's stacks."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import math
 import sys
@@ -84,6 +85,47 @@ def test_gangs_are_spread_between_the_singles_never_first() -> None:
     assert scale.spread(100, 4) == [20, 40, 60, 80]
     assert scale.spread(10, 0) == []
     assert scale.spread(3, 5) == [0, 1, 1, 2, 2]
+
+
+def test_gangs_are_the_workload_apis_objects_and_complete_by_kwok_after_their_lifetime() -> None:
+    args = argparse.Namespace(gangs=2, seed=42, pods=400, backlog=100, gang_lifetime=12.5)
+    work = scale.workload(args, scale.rack_layout(200))
+    spec = work.gangs[0]
+    first = work.gang_first[spec.name]
+    workload, group = (body for _, _, body in work.stream[first : first + 2])
+    assert [(workload["kind"], workload["apiVersion"]), (group["kind"], group["apiVersion"])] == [
+        ("Workload", "scheduling.k8s.io/v1beta1"),
+        ("PodGroup", "scheduling.k8s.io/v1beta1"),
+    ]
+    assert work.stream[first][1] == "/apis/scheduling.k8s.io/v1beta1/namespaces/scale/workloads"
+    assert work.stream[first + 1][1].endswith("/namespaces/scale/podgroups")
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": spec.size}}
+    assert group["spec"]["schedulingConstraints"] == {"topology": [{"key": spec.key}]}
+    members = [body for _, _, body in work.stream[first + 2 : first + 2 + spec.size]]
+    assert [m["metadata"]["name"] for m in members] == work.members(spec)
+    for member in members:
+        assert member["spec"]["schedulerName"] == "gpusched"
+        assert member["spec"]["schedulingGroup"] == {"podGroupName": group["metadata"]["name"]}
+        assert member["metadata"]["annotations"][scale.COMPLETE_AFTER] == "12.5s"
+        assert member["metadata"]["labels"] == {}  # no gpusched CRD PodGroup named anywhere
+    assert not any("scheduling.gpusched.io" in path for _, path, _ in work.stream)
+    singles = [
+        b for _, p, b in work.stream if p.endswith("/pods") and "schedulingGroup" not in b["spec"]
+    ]
+    assert not any(scale.COMPLETE_AFTER in b["metadata"]["annotations"] for b in singles)
+
+
+def test_nodes_are_kwoks_dgx_a100s_whose_conditions_kwok_reports() -> None:
+    node = scale.node_body("z00-r00-n00", "zone-0", "rack-0-0")
+    assert node["metadata"]["annotations"]["kwok.gpusched.test/managed"] == "true"
+    assert "gpusched.io/gpu-topology" in node["metadata"]["annotations"]
+    assert node["status"]["allocatable"] == {
+        "cpu": "252",
+        "memory": "1000Gi",
+        "pods": "110",
+        "nvidia.com/gpu": "8",
+    }
+    assert "conditions" not in node["status"]
 
 
 def test_a_share_asks_for_one_gpu_and_names_its_thousandths() -> None:
