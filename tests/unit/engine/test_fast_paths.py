@@ -538,13 +538,21 @@ def test_a_cache_fed_only_what_changed_holds_what_a_cold_build_holds(
     for name in FEED_NODES:
         state.upsert_node(_feed_node(name, 0))
     feed, actual, cache = BoundFeed(state), ActualAssignments(), SnapshotCache()
-    probe = pod("probe", gpus=2)
+    config, probe = SchedulerConfig(), pod("probe", gpus=2)
+    incremental = 0
     for step, event in enumerate(history):
         _feed_apply(state, event)
-        fed = build_snapshot(state.nodes.values(), feed.take(state.nodes, actual, ()), cache=cache)
+        changes = feed.take(state.nodes, actual, ())
+        before = cache._snapshot
+        fed = build_snapshot(state.nodes.values(), changes, config=config, cache=cache)
+        incremental += fed is before and changes.changed is not None
         everything, _ = ActualAssignments().apply(state.nodes, state.bound())
         cold = build_snapshot(state.nodes.values(), everything)
         assert _usage(fed) == _usage(cold), f"step {step}: {event}"
         assert schedule(fed, [probe], [], Policy()) == schedule(cold, [probe], [], Policy()), (
             f"step {step}: {event}"
         )
+    if any(verb in ("upsert", "delete") for verb, *_ in history[1:]) and not any(
+        verb in ("node", "drop-node") for verb, *_ in history
+    ):
+        assert incremental, "no step applied the changed keys alone"
