@@ -88,15 +88,15 @@ class SnapshotCache:
             self._held = {}
             self._synced = None
         with snapshot.lock:
+            synced, self._synced = self._synced, None  # until this sync has completed
             if not isinstance(bound, BoundChanges):
-                self._synced = None
                 self._sync(snapshot, bound)
-            elif bound.changed is None or bound.since is not self._synced:
-                self._synced = bound.upto
+                return snapshot
+            if bound.changed is None or bound.since is not synced:
                 self._sync(snapshot, bound.pods.values())
             else:
-                self._synced = bound.upto
                 self._apply(snapshot, bound.pods, bound.changed)
+            self._synced = bound.upto
         return snapshot
 
     def _apply(

@@ -556,3 +556,24 @@ def test_a_cache_fed_only_what_changed_holds_what_a_cold_build_holds(
         verb in ("node", "drop-node") for verb, *_ in history
     ):
         assert incremental, "no step applied the changed keys alone"
+
+
+def test_changes_since_another_sync_are_not_applied_alone() -> None:
+    """`BoundChanges` name the keys changed since their feed's previous answer: a cache
+    brought up to date some other way in between (pods given whole) reads every pod of the
+    next answer rather than applying its keys to a snapshot they were not measured against."""
+    from gpusched.engine.build import BoundChanges
+
+    nodes, config = [node("node-a"), node("node-b")], SchedulerConfig()
+    train = bound(pod("train", gpus=2), "node-a", [0, 1])
+    serve = bound(pod("serve", gpus=1), "node-b", [3])
+    first, second = object(), object()
+    cache = SnapshotCache()
+    build_snapshot(
+        nodes, BoundChanges({"default/train": train}, None, None, first), config=config, cache=cache
+    )
+    build_snapshot(nodes, [serve], config=config, cache=cache)  # another way in: train forgotten
+    pods = {"default/train": train, "default/serve": serve}
+    after = BoundChanges(pods, ["default/serve"], first, second)  # train unchanged, by the feed
+    warm = build_snapshot(nodes, after, config=config, cache=cache)
+    assert _usage(warm) == _usage(build_snapshot(nodes, [train, serve]))
