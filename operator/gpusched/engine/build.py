@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +24,23 @@ from gpusched.engine.shares import SHARE_RESOURCE
 from gpusched.engine.snapshot import BoundPod, Snapshot, add_bound
 
 BASE_RESOURCES = ("cpu", "memory", "pods")
+
+
+@dataclass(frozen=True, slots=True)
+class BoundChanges:
+    """The bound pods by key, and which keys changed since the feed's previous answer: what
+    a change feed hands `SnapshotCache` so that a cycle touches only the pods that changed.
+
+    ``changed`` None means anything may have changed (the feed's first answer, or one after
+    it lost track). ``since`` and ``upto`` are the feed's marks before and after this
+    answer: the cache applies only ``changed`` when its snapshot was last brought up to
+    ``since``, and reads every pod otherwise (a snapshot rebuilt, another feed, or pods
+    given as a plain iterable in between)."""
+
+    pods: Mapping[str, BoundPod]
+    changed: Collection[str] | None
+    since: object
+    upto: object
 
 
 class SnapshotCache:
@@ -45,11 +63,13 @@ class SnapshotCache:
         ) = None
         self._snapshot: Snapshot | None = None
         self._held: dict[str, BoundPod] = {}
+        self._synced: object = None
+        """The mark of the `BoundChanges` the snapshot was last brought up to (None: none)."""
 
     def build(
         self,
         ordered: Sequence[Node],
-        bound: Iterable[BoundPod],
+        bound: Iterable[BoundPod] | BoundChanges,
         telemetry: Mapping[tuple[str, int], GpuSample] | None,
         config: SchedulerConfig,
         devices: Mapping[str, NodeDevices] | None = None,
@@ -66,9 +86,45 @@ class SnapshotCache:
             self._inputs = (nodes, found, telemetry, config)
             self._snapshot = snapshot
             self._held = {}
+            self._synced = None
         with snapshot.lock:
-            self._sync(snapshot, bound)
+            synced, self._synced = self._synced, None  # until this sync has completed
+            if not isinstance(bound, BoundChanges):
+                self._sync(snapshot, bound)
+                return snapshot
+            if bound.changed is None or bound.since is not synced:
+                self._sync(snapshot, bound.pods.values())
+            else:
+                self._apply(snapshot, bound.pods, bound.changed)
+            self._synced = bound.upto
         return snapshot
+
+    def _apply(
+        self, snapshot: Snapshot, pods: Mapping[str, BoundPod], changed: Iterable[str]
+    ) -> None:
+        """`_sync` for the keys that changed alone: the rest are held as they were."""
+        held = self._held
+        gone: list[str] = []
+        came: list[BoundPod] = []
+        for key in changed:
+            now, before = pods.get(key), held.get(key)
+            if now is before:
+                continue
+            if now is not None and before is not None and now == before:
+                held[key] = now
+                continue
+            if before is not None:
+                gone.append(key)
+            if now is not None:
+                came.append(now)
+        if gone:
+            snapshot.forget_many(gone)
+            for key in gone:
+                del held[key]
+        for pod in came:
+            add_bound(snapshot, pod)
+            held[pod.pod.key] = pod
+        snapshot.settle()
 
     def _sync(self, snapshot: Snapshot, bound: Iterable[BoundPod]) -> None:
         """Assumes the pods that came or changed, forgets those that went or changed. A pod
@@ -136,7 +192,7 @@ _NAME = operator.attrgetter("metadata.name")
 
 def build_snapshot(
     nodes: Iterable[Node],
-    bound: Iterable[BoundPod] = (),
+    bound: Iterable[BoundPod] | BoundChanges = (),
     telemetry: Mapping[tuple[str, int], GpuSample] | None = None,
     config: SchedulerConfig | None = None,
     cache: SnapshotCache | None = None,
@@ -146,7 +202,8 @@ def build_snapshot(
     by (node name, GPU index). Pods on unknown nodes are ignored (the node is gone). Of
     ``config`` only the telemetry limits (each GPU's verdict) and ``topologyLevels`` (how
     domains are named) are read, and kept with the static facts; what a decision prefers is
-    the `policy.Policy` given to `schedule`.
+    the `policy.Policy` given to `schedule`. ``bound`` may come from a change feed
+    (`BoundChanges`): with a ``cache``, only the pods it says changed are touched.
 
     ``telemetry=None`` means there is no telemetry source (``simulate`` without
     ``--metrics``): GPUs are judged by allocation alone and nothing is reported about them. A
@@ -160,6 +217,8 @@ def build_snapshot(
     ordered = sorted(nodes, key=_NAME)
     if cache is not None:
         return cache.build(ordered, bound, telemetry, config, devices)
+    if isinstance(bound, BoundChanges):
+        bound = bound.pods.values()
     allocatables = [node.allocatable_resources() for node in ordered]
     found = devices or {}
     infos = [

@@ -379,7 +379,8 @@ class KubeClusterApi:
         read once, then kept, so a new leader lists what the watches watch."""
         if self.foreign is None:
             paths = group_versions()
-            documents = {path: await self.discovery(f"/apis/{path}") for path in paths}
+            found = await asyncio.gather(*(self.discovery(f"/apis/{path}") for path in paths))
+            documents = dict(zip(paths, found, strict=True))
             self.foreign = served_versions(documents)
         return self.foreign
 
@@ -396,25 +397,35 @@ class KubeClusterApi:
 
     async def list_groups(self) -> list[dict[str, Any]]:
         """Every PodGroup and CompositePodGroup of the cluster, without managed fields (each
-        list item carries its kind, as a watch event's object does)."""
-        groups: list[dict[str, Any]] = []
-        for kind in ("PodGroup", "CompositePodGroup"):
-            for body in await self._list_all(f"/apis/{GROUP}/{VERSION}/{PLURALS[kind]}", _unmanage):
-                body.setdefault("kind", kind)
-                groups.append(body)
+        list item carries its kind, as a watch event's object does). The lists are asked for
+        at once (a new leader's first decisions wait for them), and read in a fixed order."""
+        ours = [(f"{GROUP}/{VERSION}", kind) for kind in ("PodGroup", "CompositePodGroup")]
         served = await self.foreign_served()
-        for api_version, kind in served.chosen:  # other projects' groups, where served
-            try:
-                found = await self._list_all(f"/apis/{api_version}/{PLURALS[kind]}", _unmanage)
-            except ApiError as error:
-                if error.status != 404:
-                    raise
-                continue  # gone since discovery (a CRD deleted)
-            for body in found:
-                body.setdefault("apiVersion", api_version)
+        wanted = [*ours, *served.chosen]
+        found = await asyncio.gather(
+            *(
+                self._list_group(api_version, kind, foreign=i >= len(ours))
+                for i, (api_version, kind) in enumerate(wanted)
+            )
+        )
+        groups: list[dict[str, Any]] = []
+        for i, ((api_version, kind), bodies) in enumerate(zip(wanted, found, strict=True)):
+            for body in bodies:
+                if i >= len(ours):
+                    body.setdefault("apiVersion", api_version)
                 body.setdefault("kind", kind)
                 groups.append(body)
         return groups
+
+    async def _list_group(
+        self, api_version: str, kind: str, *, foreign: bool
+    ) -> list[dict[str, Any]]:
+        try:
+            return await self._list_all(f"/apis/{api_version}/{PLURALS[kind]}", _unmanage)
+        except ApiError as error:
+            if not foreign or error.status != 404:
+                raise
+            return []  # another project's kind, gone since discovery (a CRD deleted)
 
 
 def _items(page: Mapping[str, Any], slim: Slim) -> list[dict[str, Any]]:

@@ -115,9 +115,9 @@ async def served(api: KubeClusterApi, kinds: Sequence[Kind]) -> list[Kind]:
     it did not find unwatched). A kind served later is watched from then on
     (`gpusched.handlers.discovery`); one that goes away while watched is down on ``/readyz``
     until it is back."""
-    plurals: dict[str, set[str]] = {}
-    for path in dict.fromkeys(kind.group_version for kind in kinds):
-        plurals[path] = await api.served(path)
+    paths = list(dict.fromkeys(kind.group_version for kind in kinds))
+    # All at once: one round trip each, in sequence, was a visible part of start-up.
+    plurals = dict(zip(paths, await asyncio.gather(*map(api.served, paths)), strict=True))
     found = [kind for kind in kinds if kind.plural in plurals[kind.group_version]]
     for kind in kinds:
         if kind not in found:

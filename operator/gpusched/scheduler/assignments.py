@@ -76,27 +76,43 @@ class ActualAssignments:
         yet (``report``: counted and remembered as reported; else left for the next call)."""
         # Nodes whose agent publishes the kubelet's record: pods elsewhere pass as they are,
         # without a lookup each (a cycle at 50,000 bound pods walks them all).
-        published = {name for name, n in nodes.items() if ACTUAL_GPUS_ANNOTATION in n.annotations}
+        published = self.published(nodes)
         if not published:
             return list(bound), []
-        out: list[BoundPod] = []
         found: list[Mismatch] = []
-        for holding in bound:
-            if holding.node not in published:
-                out.append(holding)
-                continue
-            actual = self._actual(nodes[holding.node]).get(holding.pod.key)
-            if actual is None or actual == holding.gpus:
-                out.append(holding)
-                continue
-            out.append(self._replace(holding, actual))
-            if report and holding.gpus is not None and tuple(sorted(holding.gpus)) != actual:
-                mismatch = Mismatch(holding.pod.key, holding.node, holding.gpus, actual)
-                if self._reported.get(holding.pod.key) != mismatch:
-                    self._reported[holding.pod.key] = mismatch
-                    MISMATCHES.inc()
-                    found.append(mismatch)
+        out = [self.adjust(nodes, published, h, found if report else None) for h in bound]
         return out, found
+
+    @staticmethod
+    def published(nodes: Mapping[str, Node]) -> dict[str, str]:
+        """Node → its kubelet's record, for the nodes that publish one."""
+        return {
+            name: raw
+            for name, n in nodes.items()
+            if (raw := n.annotations.get(ACTUAL_GPUS_ANNOTATION)) is not None
+        }
+
+    def adjust(
+        self,
+        nodes: Mapping[str, Node],
+        published: Mapping[str, str],
+        holding: BoundPod,
+        found: list[Mismatch] | None,
+    ) -> BoundPod:
+        """``holding`` with the GPUs the kubelet gave; a mismatch not reported yet is counted
+        and added to ``found`` (None: left for a later call to report)."""
+        if holding.node not in published:
+            return holding
+        actual = self._actual(nodes[holding.node]).get(holding.pod.key)
+        if actual is None or actual == holding.gpus:
+            return holding
+        if found is not None and holding.gpus is not None and tuple(sorted(holding.gpus)) != actual:
+            mismatch = Mismatch(holding.pod.key, holding.node, holding.gpus, actual)
+            if self._reported.get(holding.pod.key) != mismatch:
+                self._reported[holding.pod.key] = mismatch
+                MISMATCHES.inc()
+                found.append(mismatch)
+        return self._replace(holding, actual)
 
     def _replace(self, holding: BoundPod, actual: tuple[int, ...]) -> BoundPod:
         hit = self._replaced.get(holding.pod.key)

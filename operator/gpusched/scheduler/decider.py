@@ -20,6 +20,7 @@ from gpusched.scheduler import metrics, quality_metrics
 from gpusched.scheduler.clock import Clock
 from gpusched.scheduler.dra.allocator import ClaimAllocator
 from gpusched.scheduler.dra.view import View
+from gpusched.scheduler.feed import BoundFeed
 from gpusched.scheduler.views import DecideView
 
 Telemetry = Callable[[], Mapping[tuple[str, int], GpuSample] | None]
@@ -52,6 +53,9 @@ class Decider:
         self.clock = clock
         self._held_telemetry: tuple[float, Mapping[tuple[str, int], GpuSample] | None] | None = None
         self._snapshots = SnapshotCache()
+        self._feed = BoundFeed(state)
+        """The bound pods, brought up to date by what changed: the only way bound pods
+        reach `_snapshots` (`BoundChanges` says what changed since the feed's last answer)."""
         self.quality_at = float("-inf")
         """When the quality gauges were last measured (our clock)."""
         self._decided: tuple[Snapshot, list[PodRequest]] | None = None
@@ -65,7 +69,7 @@ class Decider:
         its inputs), and the DRA view it saw."""
         started = self.clock()
         view = self.claims.view.build(
-            self.state.nodes, self.state.bound(), ready, self.state.pods, self.claims.busy
+            self.state.nodes, self._feed, ready, self.state.pods, self.claims.busy
         )
         snapshot = build_snapshot(
             view.nodes,
@@ -114,7 +118,7 @@ class Decider:
             return
         self.quality_at = now
         nodes, bound, devices = self.claims.view.cluster(
-            self.state.nodes, self.state.bound(), self.claims.busy
+            self.state.nodes, self._feed, self.claims.busy
         )
         snapshot = build_snapshot(
             nodes, bound, self._telemetry(), self.config, self._snapshots, devices=devices
@@ -131,7 +135,7 @@ class Decider:
             return
         self._warmed_at = now
         nodes, bound, devices = self.claims.view.cluster(
-            self.state.nodes, self.state.bound(), self.claims.busy
+            self.state.nodes, self._feed, self.claims.busy
         )
         build_snapshot(
             nodes, bound, self._telemetry(), self.config, self._snapshots, devices=devices

@@ -26,6 +26,7 @@ from gpusched.engine.groups import GroupSpec
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.budgets import Budgets
+from gpusched.scheduler.changes import ChangeLog
 from gpusched.scheduler.groups import GroupBook, GroupRecord, WorkloadRecord
 from gpusched.scheduler.ledger import PREEMPTION_ANNOTATION, Ledger, Release
 from gpusched.scheduler.ownergroups import OwnerGroups
@@ -107,6 +108,9 @@ class ClusterState(GroupBook):
     ledger: Ledger = field(init=False)
     """Reservations, nominations, preemption marks and pins: what this scheduler holds that
     the watch does not show yet."""
+    held_changes: ChangeLog = field(default_factory=ChangeLog)
+    """Keys of the pods whose holding came, changed or went: read by the one `BoundFeed`
+    that brings the engine's snapshot up to date, so that a cycle touches only those."""
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self, lambda capacity: self._changed(capacity=capacity))
@@ -131,9 +135,13 @@ class ClusterState(GroupBook):
             self._changed(capacity=False)
             return
         self.node_errors.pop(name, None)
+        self.node_versions[name] = version
+        if self.nodes.get(name) == node:
+            # A heartbeat: what is kept of a Node (no timestamps) did not change. The held
+            # object stays, so the snapshot cache keeps its static part by identity.
+            return
         self._gpu_counts.pop(name, None)
         self.nodes[name] = node
-        self.node_versions[name] = version
         self._changed(capacity=True)
 
     def delete_node(self, name: str) -> None:
@@ -224,6 +232,8 @@ class ClusterState(GroupBook):
     def _store(self, key: str, record: PodRecord | None) -> PodRecord | None:
         """Puts (or, with None, drops) the record of ``key``; returns the one it replaces."""
         before = self.pods.pop(key, None)
+        if (before.holding if before else None) is not (record.holding if record else None):
+            self.held_changes.note(key)
         self._holding.pop(key, None)
         self._unnamed.pop(key, None)
         self._waiting.pop(key, None)
@@ -351,11 +361,35 @@ class ClusterState(GroupBook):
         return self.ledger.pins.pinned(self._unnamed, self._explicit(), self._gpu_count)
 
     def _explicit(self) -> Iterator[BoundPod]:
-        """Holdings that name their GPUs: annotated bound pods and our reservations."""
-        for record in self._holding.values():
-            if record.holding is not None and record.holding.gpus is not None:
-                yield record.holding
+        """Holdings that name their GPUs on the nodes of pods that do not (the only ones
+        `GpuPins.pinned` reads): annotated bound pods and our reservations."""
+        nodes = {r.holding.node for r in self._unnamed.values() if r.holding is not None}
+        for node in nodes:
+            for key in self._holders.get(node, ()):
+                holding = self.pods[key].holding
+                if holding is not None and holding.gpus is not None:
+                    yield holding
         yield from self.ledger.holdings()
+
+    # ----- the change feed -----------------------------------------------------------------
+
+    @property
+    def holding_records(self) -> Mapping[str, PodRecord]:
+        """The records that hold resources (bound, not finished), in the order of `pods`."""
+        return self._holding
+
+    @property
+    def unnamed_records(self) -> Mapping[str, PodRecord]:
+        """Those holding whole GPUs without saying which (their GPUs are pinned)."""
+        return self._unnamed
+
+    def holders_on(self, node: str) -> Iterable[str]:
+        """Keys of the pods whose record holds resources on ``node``."""
+        return self._holders.get(node, ())
+
+    def pinned(self) -> dict[str, BoundPod]:
+        """By uid: the holdings of `unnamed_records` with their GPUs assumed (`GpuPins`)."""
+        return self._pinned()
 
     def _gpu_count(self, node: str) -> int:
         count = self._gpu_counts.get(node)

@@ -15,6 +15,7 @@ from gpusched.engine.groups import GroupSpec
 from gpusched.engine.preemption import DisruptionBudget
 from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
+from gpusched.scheduler.feed import FeedSource
 from gpusched.scheduler.groups import GroupRecord, WorkloadRecord
 from gpusched.scheduler.records import Nomination, PodRecord, Reservation
 
@@ -132,9 +133,10 @@ class PodBudgets(Protocol):
     def for_pods(self, pods: Iterable[PodRecord]) -> list[DisruptionBudget]: ...
 
 
-class DecideView(Protocol):
-    """What `Decider` reads: the nodes and pods a snapshot is built from, the groups' specs,
-    which pods are other schedulers', and the budgets guarding victims."""
+class DecideView(FeedSource, Protocol):
+    """What `Decider` reads: the nodes and pods a snapshot is built from (the bound ones
+    through its `FeedSource` side), the groups' specs, which pods are other schedulers', and
+    the budgets guarding victims."""
 
     @property
     def nodes(self) -> Mapping[str, Node]: ...

@@ -26,9 +26,7 @@ import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from gpusched.api.config import PrometheusConfig
 from gpusched.telemetry.series import (
@@ -39,6 +37,9 @@ from gpusched.telemetry.series import (
     SeriesIndex,
     SkipReason,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "PrometheusClient",
@@ -165,9 +166,13 @@ class PrometheusClient:
             raise ValueError("PrometheusClient needs telemetry.prometheus.url")
         self.url = config.url.rstrip("/")
         self._queries = [metric_query(m, node_labels) for m in METRICS]
+        # Imported here: httpx brings its command line's rich and pygments, a tenth of a
+        # second of every start, and most clusters configure no Prometheus.
+        import httpx
+
         quiet_httpx()
         self._auth = _Auth(config.bearer_token_file)
-        self._http = httpx.AsyncClient(
+        self._http: httpx.AsyncClient = httpx.AsyncClient(
             base_url=self.url,
             timeout=httpx.Timeout(config.timeout_seconds),
             verify=_verify(config),
@@ -186,6 +191,8 @@ class PrometheusClient:
 
     async def fetch(self, slot: int) -> str:
         """The body of metric ``METRICS[slot]``'s query; `TelemetryError` on any failure."""
+        import httpx  # imported by `__init__` already: a dictionary lookup
+
         headers = self._auth.header()
         try:
             response = await self._http.get(

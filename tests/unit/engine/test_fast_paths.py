@@ -12,11 +12,14 @@ the first pod where it does.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from gpusched.api.config import SchedulerConfig
 from gpusched.api.k8s import Node
@@ -390,3 +393,187 @@ def test_a_bound_pod_sent_again_as_an_equal_object_is_compared_once_and_kept(
     warm = build_snapshot(nodes, [moved, other], config=config, cache=cache)
     # forgotten and assumed anew: held after the other pod now, as a cold build in that order
     assert _state(warm) == _state(build_snapshot(nodes, [other, moved]))
+
+
+# ----- the change feed: a cache fed only what changed holds what a cold build holds ---------
+
+FEED_NODES = ("a", "b")
+FEED_PODS = ("p0", "p1", "p2", "p3", "p4", "p5")
+FEED_SHAPES = ("pending", "foreign", "bound", "bound-moved", "bound-unnamed", "finished")
+
+
+def _feed_pod(name: str, shape: str, where: str, uid: int) -> dict[str, Any]:
+    from testing.manifests import pod as manifest
+
+    kind: dict[str, Any] = {"uid": f"{name}-{uid}"}
+    if shape == "pending":
+        return manifest(name, 1, **kind)
+    if shape == "foreign":
+        # 7 GPUs assumed without a name: GPUs one of ours names later move its assumption
+        return manifest(name, 7, node=where, scheduler="default-scheduler", **kind)
+    if shape == "bound-unnamed":
+        return manifest(name, 1, node=where, **kind)
+    if shape == "finished":
+        return manifest(name, 1, node=where, at=[1], phase="Succeeded", **kind)
+    at = [0] if shape == "bound" else [2, 3]
+    return manifest(name, len(at), node=where, at=at, **kind)
+
+
+def _feed_node(name: str, variant: int) -> dict[str, Any]:
+    """Node ``name``: 0 plain, 1 a heartbeat of it (an equal object), 2 relabelled, 3 with a
+    kubelet's record of the GPUs it gave (``gpusched.io/gpus-actual``) that differs from
+    gpusched's choice."""
+    from gpusched.api.assignments import ACTUAL_GPUS_ANNOTATION
+    from testing.manifests import node as manifest
+
+    if variant == 2:
+        return manifest(name, labels={"team": "x"})
+    if variant == 3:
+        record = json.dumps({f"default/{pod}": [5 + i % 3] for i, pod in enumerate(FEED_PODS)})
+        return manifest(name, annotations={ACTUAL_GPUS_ANNOTATION: record})
+    return manifest(name)
+
+
+feed_steps = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("upsert"),
+            st.sampled_from(FEED_PODS),
+            st.sampled_from(FEED_SHAPES),
+            st.sampled_from(FEED_NODES),
+            st.integers(0, 1),
+        ),
+        st.tuples(st.just("delete"), st.sampled_from(FEED_PODS)),
+        st.tuples(st.just("node"), st.sampled_from(FEED_NODES), st.integers(0, 3)),
+        st.tuples(st.just("drop-node"), st.sampled_from(FEED_NODES)),
+        st.tuples(st.just("reserve"), st.sampled_from(FEED_PODS), st.sampled_from(FEED_NODES)),
+        st.tuples(st.just("release"), st.sampled_from(FEED_PODS)),
+        st.tuples(st.just("confirm"), st.sampled_from(FEED_PODS)),
+        st.tuples(
+            st.just("nominate"),
+            st.sampled_from(("q0", "q1")),
+            st.sampled_from(FEED_PODS),
+            st.sampled_from(FEED_NODES),
+        ),
+        st.tuples(st.just("unnominate")),
+        st.tuples(st.just("cycle")),
+    ),
+    max_size=40,
+)
+
+
+def _feed_apply(state: Any, step: tuple[Any, ...]) -> None:
+    from gpusched.engine.snapshot import BoundPod
+    from gpusched.scheduler.ledger import Release
+    from gpusched.scheduler.records import Nomination
+
+    verb, *rest = step
+    if verb == "cycle":
+        return
+    if verb == "unnominate":
+        state.ledger.release_nominations(Release.PLAN_STALE)
+        return
+    if verb == "nominate":  # room for one pod, made by evicting another (its GPUs promised)
+        preemptor, victim, where = rest
+        record = state.pods.get(f"default/{victim}")
+        request = pod(preemptor, gpus=1)
+        state.ledger.nominate(
+            Nomination(
+                root=request.key,
+                pods={request.key: f"{preemptor}-n"},
+                holdings=(BoundPod(request, where, (6,)),),
+                victims={record.key: record.uid} if record is not None else {},
+                since=0.0,
+            )
+        )
+        return
+    if verb == "node":
+        state.upsert_node(_feed_node(rest[0], rest[1]))
+        return
+    if verb == "drop-node":
+        state.delete_node(rest[0])
+        return
+    key = f"default/{rest[0]}"
+    if verb == "upsert":
+        name, shape, where, uid = rest
+        state.upsert_pod(_feed_pod(name, shape, where, uid))
+    elif verb == "delete":
+        state.delete_pod(key)
+    elif verb == "reserve":  # a decision for a pending pod, before its bind
+        if key not in state.ledger.reservations:
+            state.upsert_pod(_feed_pod(rest[0], "pending", rest[1], 0))
+        state.ledger.reserve(key, rest[1], (4,))
+    elif (reservation := state.ledger.reservations.get(key)) is not None:
+        if verb == "release":
+            state.ledger.release(key, Release.BIND_REFUSED, only=reservation)
+        else:
+            state.confirm(key, reservation)
+
+
+def _usage(snapshot: Snapshot) -> tuple[object, ...]:
+    """`_state` with the holdings in key order: a fed cache holds a pod that changed after
+    those that did not, where a cold build holds them in the watch's order."""
+    arrays, mask, apps, holdings, notes = _state(snapshot)
+    return arrays, mask, apps, tuple(sorted(holdings)), notes  # type: ignore[type-var]
+
+
+@settings(max_examples=300, deadline=None)
+@given(feed_steps)
+@example([("upsert", "p0", "bound", "a", 0), ("node", "a", 3), ("node", "a", 0)])
+@example([("upsert", "p1", "foreign", "b", 0), ("upsert", "p2", "bound-moved", "b", 0)])
+@example([("upsert", "p0", "bound", "a", 0), ("nominate", "q0", "p0", "a"), ("unnominate",)])
+@example([("reserve", "p0", "a"), ("confirm", "p0"), ("delete", "p0")])
+def test_a_cache_fed_only_what_changed_holds_what_a_cold_build_holds(
+    history: list[Any],
+) -> None:
+    """Pods bound, moved, finished, deleted, foreign ones whose GPUs are assumed, our
+    reservations and binds, nodes relabelled, gone, or telling other GPUs than we chose: after
+    each step the snapshot built from the feed (only the keys that changed) is the snapshot a
+    cold build makes from every bound pod, and a probe pod is placed the same on both."""
+    from gpusched.scheduler.assignments import ActualAssignments
+    from gpusched.scheduler.feed import BoundFeed
+    from gpusched.scheduler.state import ClusterState
+
+    state = ClusterState()
+    for name in FEED_NODES:
+        state.upsert_node(_feed_node(name, 0))
+    feed, actual, cache = BoundFeed(state), ActualAssignments(), SnapshotCache()
+    config, probe = SchedulerConfig(), pod("probe", gpus=2)
+    incremental = 0
+    for step, event in enumerate(history):
+        _feed_apply(state, event)
+        changes = feed.take(state.nodes, actual, ())
+        before = cache._snapshot
+        fed = build_snapshot(state.nodes.values(), changes, config=config, cache=cache)
+        incremental += fed is before and changes.changed is not None
+        everything, _ = ActualAssignments().apply(state.nodes, state.bound())
+        cold = build_snapshot(state.nodes.values(), everything)
+        assert _usage(fed) == _usage(cold), f"step {step}: {event}"
+        assert schedule(fed, [probe], [], Policy()) == schedule(cold, [probe], [], Policy()), (
+            f"step {step}: {event}"
+        )
+    if any(verb in ("upsert", "delete") for verb, *_ in history[1:]) and not any(
+        verb in ("node", "drop-node") for verb, *_ in history
+    ):
+        assert incremental, "no step applied the changed keys alone"
+
+
+def test_changes_since_another_sync_are_not_applied_alone() -> None:
+    """`BoundChanges` name the keys changed since their feed's previous answer: a cache
+    brought up to date some other way in between (pods given whole) reads every pod of the
+    next answer rather than applying its keys to a snapshot they were not measured against."""
+    from gpusched.engine.build import BoundChanges
+
+    nodes, config = [node("node-a"), node("node-b")], SchedulerConfig()
+    train = bound(pod("train", gpus=2), "node-a", [0, 1])
+    serve = bound(pod("serve", gpus=1), "node-b", [3])
+    first, second = object(), object()
+    cache = SnapshotCache()
+    build_snapshot(
+        nodes, BoundChanges({"default/train": train}, None, None, first), config=config, cache=cache
+    )
+    build_snapshot(nodes, [serve], config=config, cache=cache)  # another way in: train forgotten
+    pods = {"default/train": train, "default/serve": serve}
+    after = BoundChanges(pods, ["default/serve"], first, second)  # train unchanged, by the feed
+    warm = build_snapshot(nodes, after, config=config, cache=cache)
+    assert _usage(warm) == _usage(build_snapshot(nodes, [train, serve]))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from gpusched.api.config import GPU_RESOURCE
 from gpusched.api.k8s import Node
+from gpusched.engine.build import BoundChanges
 from gpusched.engine.claims import PodDevices, Stale
 from gpusched.engine.devices import NodeDevices
 from gpusched.engine.dra import DraCache, DraInputs, DraObjects, PodSource
@@ -20,6 +21,7 @@ from gpusched.engine.request import PodRequest
 from gpusched.engine.snapshot import BoundPod
 from gpusched.scheduler.assignments import ActualAssignments, Mismatch
 from gpusched.scheduler.dra.book import ClaimBook
+from gpusched.scheduler.feed import BoundFeed
 
 Busy = Mapping[str, BusyClaim]
 """Claims being written by a running transaction: claim → pool, devices."""
@@ -31,7 +33,7 @@ class View:
     pods' devices, for the allocator to write what the engine chose."""
 
     nodes: list[Node]
-    bound: list[BoundPod]
+    bound: list[BoundPod] | BoundChanges
     inputs: DraInputs
     claimed: dict[str, tuple[str, PodDevices]] = field(default_factory=dict)
     """Pod → its uid and devices, for the pods whose devices can be allocated."""
@@ -85,12 +87,15 @@ class DraView:
     def build(
         self,
         nodes: Mapping[str, Node],
-        bound: Iterable[BoundPod],
+        bound: Iterable[BoundPod] | BoundFeed,
         ready: Sequence[PodRequest],
         pods: Mapping[str, PodSource],
         busy: Busy,
     ) -> View:
-        bound, mismatches = self.actual.apply(nodes, bound)
+        """``bound``: the bound pods, or the feed that keeps them (then only what changed
+        since its last answer is read)."""
+        if not isinstance(bound, BoundFeed):
+            bound, mismatches = self.actual.apply(nodes, bound)
         inputs = self.cache.build(
             nodes,
             self.objects(),
@@ -107,16 +112,23 @@ class DraView:
             and r.devices.refusal is None
             and (record := pods.get(r.key)) is not None
         }
-        return View(list(nodes.values()), [*bound, *inputs.held], inputs, claimed, mismatches)
+        if isinstance(bound, BoundFeed):
+            held: list[BoundPod] | BoundChanges = bound.take(nodes, self.actual, inputs.held)
+            mismatches = bound.take_mismatches()
+        else:
+            held = [*bound, *inputs.held]
+        return View(list(nodes.values()), held, inputs, claimed, mismatches)
 
     def cluster(
-        self, nodes: Mapping[str, Node], bound: Iterable[BoundPod], busy: Busy
-    ) -> tuple[list[Node], list[BoundPod], dict[str, NodeDevices]]:
+        self, nodes: Mapping[str, Node], bound: Iterable[BoundPod] | BoundFeed, busy: Busy
+    ) -> tuple[list[Node], list[BoundPod] | BoundChanges, dict[str, NodeDevices]]:
         """The cluster as `build` shows it to the engine, without pods to place (for the
         placement-quality gauges and the standby's warm snapshot); mismatches are left for
         `build` to report."""
-        bound, _ = self.actual.apply(nodes, bound, report=False)
         objects = self.objects()
         inventory = self.cache.inventory(nodes, objects)
         held = self.cache.held(objects, inventory, busy)
+        if isinstance(bound, BoundFeed):
+            return list(nodes.values()), bound.take(nodes, self.actual, held), inventory
+        bound, _ = self.actual.apply(nodes, bound, report=False)
         return list(nodes.values()), [*bound, *held], inventory
