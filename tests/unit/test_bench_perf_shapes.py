@@ -126,8 +126,13 @@ def test_a_basic_pod_is_upstreams_default_pod() -> None:
 
 @pytest.mark.parametrize("name", ["basic-10k", "gang-1000", "tas-750", "gpu-64"])
 def test_every_scheduler_gets_the_same_objects_but_for_the_pods_scheduler_name(name: str) -> None:
-    ours = shapes.shape_work(FULL[name], "gpusched", "a")
-    theirs = shapes.shape_work(FULL[name], "default-scheduler", "b")
+    shape = FULL[name]
+    # A few gangs (or pods) of the shape say the same as all of them, faster.
+    small = shapes.replace(
+        shape, pods=2 * (shape.gang_size or 10), init_pods=min(shape.init_pods, 5)
+    )
+    ours = shapes.shape_work(small, "gpusched", "a")
+    theirs = shapes.shape_work(small, "default-scheduler", "b")
     assert {p["spec"]["schedulerName"] for p in ours.pods + ours.init} == {"gpusched"}
     assert {p["spec"]["schedulerName"] for p in theirs.pods} == {"default-scheduler"}
     assert [_without_scheduler(p) for p in ours.pods] == [
