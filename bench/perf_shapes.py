@@ -29,11 +29,12 @@ kubelet, no heartbeats) and pods never run. Groups and pods are the same objects
 scheduler (testing/upstream.py), in namespaces of their own, differing only in
 `spec.schedulerName`. For each shape, in turn:
 
-1. The limit: the shape's pods are created for no scheduler, then a minimal client (aiohttp in
-   a child process, `--limit-connections` connections, bodies encoded beforehand) POSTs their
-   `pods/binding` as fast as the API server takes them, round-robin over the Nodes; bind rate
-   first to last bind as the watch sees it. A Python client spends CPU on the same cores as the
-   server: the limit it finds is a floor of the server's own.
+1. The limit: the shape's pods are created for no scheduler, then a minimal client (aiohttp
+   in a child process, as every request this script sends; `--limit-connections`
+   connections, bodies encoded beforehand) POSTs their `pods/binding` as fast as the API
+   server takes them, round-robin over the Nodes; bind rate first to last bind as the watch
+   sees it. A Python client spends CPU on the same cores as the server: the limit it finds is
+   a floor of the server's own.
 2. Each scheduler (gpusched as users run it; kube-scheduler at its defaults; kube-scheduler
    with its client unthrottled, `--kube-api-qps`/`--kube-api-burst` at `--unthrottled-qps`):
    - drain: the same pods created while it is stopped, then it starts: pods/s first to last
@@ -84,7 +85,6 @@ from scale import (  # noqa: E402
     histogram_quantile,
     percentile,
     rate,
-    send_all,
 )
 from testing.cluster.cluster import RealCluster  # noqa: E402
 from testing.cluster.controlplane import LOOPBACK, free_port  # noqa: E402
@@ -353,47 +353,56 @@ def binding_items(pods: Sequence[Mapping[str, Any]], nodes: Sequence[str]) -> li
     return items
 
 
-async def _bind_all(
+async def _send_all(
     url: str, token: str, ca: str, items: list[Item], connections: int
-) -> tuple[float, float, int]:
-    """POSTs every item over `connections` connections as fast as the server answers, bodies
-    encoded before the clock starts (aiohttp: the least CPU a Python client spends a request,
-    since it shares the cores with the server). Returns (started, last answered, answers that
-    asked to retry)."""
+) -> tuple[list[float], int]:
+    """Sends every (method, path, body) over `connections` connections as fast as the server
+    answers, bodies encoded before the clock starts: aiohttp, the least CPU a Python client
+    spends a request (it shares the cores with the server). Returns when each was first sent
+    (on the monotonic clock every process shares) and how many answers asked to retry (429,
+    5xx: sent again; a POST answered 409 after a retry was applied the first time)."""
     import asyncio
 
     import aiohttp
 
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    payloads = iter([(path, json.dumps(body).encode()) for _, path, body in items])
+    encoded = [(m, path, json.dumps(body).encode()) for m, path, body in items]
+    queue = iter(range(len(items)))  # one iterator shared by the workers of one loop
+    sent = [0.0] * len(items)
     refused = 0
+    headers = {"Authorization": f"Bearer {token}"}
     connector = aiohttp.TCPConnector(limit=connections, ssl=ssl.create_default_context(cafile=ca))
     async with aiohttp.ClientSession(url, headers=headers, connector=connector) as session:
 
         async def worker() -> None:
             nonlocal refused
-            for path, data in payloads:  # one iterator shared by the workers of one loop
+            for index in queue:
+                method, path, data = encoded[index]
+                kind = "merge-patch+json" if method == "PATCH" else "json"
+                sent[index] = time.monotonic()
                 for attempt in range(20):
-                    async with session.post(path, data=data) as response:
-                        await response.read()
+                    async with session.request(
+                        method, path, data=data, headers={"Content-Type": f"application/{kind}"}
+                    ) as response:
+                        text = await response.text()
                     if response.status < 300 or (attempt and response.status == 409):
                         break
                     if response.status != 429 and response.status < 500:
-                        raise RuntimeError(f"POST {path}: {response.status}")
+                        raise RuntimeError(f"{method} {path}: {response.status} {text[:300]}")
                     refused += 1
                     await asyncio.sleep(0.2)  # the server asked to retry later
+                else:
+                    raise RuntimeError(f"{method} {path}: still refused after 20 tries")
 
-        started = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(connections)))
-    return started, time.monotonic(), refused
+    return sent, refused
 
 
-def bind_all(
+def send_all(
     url: str, token: str, ca: str, items: list[Item], connections: int
-) -> tuple[float, float, int]:
+) -> tuple[list[float], int]:
     import asyncio
 
-    return asyncio.run(_bind_all(url, token, ca, items, connections))
+    return asyncio.run(_send_all(url, token, ca, items, connections))
 
 
 # -- the figures ---------------------------------------------------------------------------------
@@ -575,7 +584,7 @@ class Bench:
         returns when each was first sent, on the monotonic clock all processes share."""
         api = self.api
         flight = concurrency or self.args.concurrency
-        sent, retried = self.pool.apply(send_all, (api.url, api.token, api.ca, items, 0, flight))
+        sent, retried = self.pool.apply(send_all, (api.url, api.token, api.ca, items, flight))
         self.retried += retried
         return list(sent)
 
@@ -591,13 +600,10 @@ class Bench:
         work = shape_work(shape, NOBODY, namespace)
         self.create(work.groups + work.pods)  # nobody schedules them: one batch
         with PodWatch(self.api, namespace) as watch:
-            api = self.api
             items = binding_items(work.pods, self.nodes)
-            flight = self.args.limit_connections
-            first, last, refused = self.pool.apply(
-                bind_all, (api.url, api.token, api.ca, items, flight)
-            )
-            self.retried += refused
+            started = time.monotonic()
+            self.send(items, self.args.limit_connections)
+            answered = time.monotonic()
             done = watch.wait(len(work.pods), self.args.timeout)
         times = sorted(watch.bound.values())
         self.clean(namespace)
@@ -607,7 +613,7 @@ class Bench:
             "all_bound": done,
             "connections": self.args.limit_connections,
             "pods_per_second": rate(times),
-            "client_pods_per_second": len(items) / (last - first) if last > first else 0.0,
+            "client_pods_per_second": len(items) / (answered - started),
         }
         _say(f"{shape.name}: the API server binds {result['pods_per_second']:.0f} pods/s")
         return result
@@ -816,7 +822,7 @@ def shape_table(shape: Mapping[str, Any]) -> list[str]:
         values = [None if r is None else r.get(phase, {}).get(key) for r in runs]
         values = [None if v is None else v * scale for v in values]
         r = ratio(values[0], values[2])
-        cells = "".join(f"{_num(v):>10}" for v in values)
+        cells = "".join(f"{_num(v, whole=key == 'gangs_bound'):>10}" for v in values)
         lines.append(f"{label:<44}{cells}{_num(extra):>9}{_ratio(r):>8}")
 
     row("drain, first -> last bind (pods/s)", "drain", "pods_per_second", extra=limit)
@@ -860,10 +866,10 @@ def shape_table(shape: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _num(value: float | None) -> str:
+def _num(value: float | None, whole: bool = False) -> str:
     if value is None:
         return "-"
-    if abs(value) >= 100:
+    if abs(value) >= 100 or whole:
         return f"{value:,.0f}"
     return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
 
