@@ -33,8 +33,8 @@ scheduler (testing/upstream.py), in namespaces of their own, differing only in
    in a child process, as every request this script sends; `--limit-connections`
    connections, bodies encoded beforehand) POSTs their `pods/binding` as fast as the API
    server takes them, round-robin over the Nodes; bind rate first to last bind as the watch
-   sees it. A Python client spends CPU on the same cores as the server: the limit it finds is
-   a floor of the server's own.
+   sees it, the median of `--limit-rounds` rounds on fresh pods. A Python client spends CPU
+   on the same cores as the server: the limit it finds is a floor of the server's own.
 2. Each scheduler (gpusched as users run it; kube-scheduler at its defaults; kube-scheduler
    with its client unthrottled, `--kube-api-qps`/`--kube-api-burst` at `--unthrottled-qps`):
    - drain: the same pods created while it is stopped, then it starts: pods/s first to last
@@ -594,8 +594,21 @@ class Bench:
 
     def limit(self, shape: Shape) -> dict[str, Any]:
         """The API server's bind rate: the shape's pods, pending for no scheduler, bound by the
-        minimal client."""
-        namespace = f"{shape.name}-limit"
+        minimal client, `--limit-rounds` times (the median round counts: a small shape binds
+        in a second, where one busy moment of the machine shows)."""
+        rounds = [
+            self._limit_round(shape, f"{shape.name}-limit-{r}")
+            for r in range(self.args.limit_rounds)
+        ]
+        ranked = sorted(rounds, key=lambda r: r["pods_per_second"])
+        result = {
+            **ranked[len(ranked) // 2],
+            "rounds_pods_per_second": [r["pods_per_second"] for r in rounds],
+        }
+        _say(f"{shape.name}: the API server binds {result['pods_per_second']:.0f} pods/s")
+        return result
+
+    def _limit_round(self, shape: Shape, namespace: str) -> dict[str, Any]:
         ensure_namespace(self.api, namespace)
         work = shape_work(shape, NOBODY, namespace)
         self.create(work.groups + work.pods)  # nobody schedules them: one batch
@@ -607,7 +620,7 @@ class Bench:
             done = watch.wait(len(work.pods), self.args.timeout)
         times = sorted(watch.bound.values())
         self.clean(namespace)
-        result = {
+        return {
             "pods": len(work.pods),
             "bound": len(times),
             "all_bound": done,
@@ -615,8 +628,6 @@ class Bench:
             "pods_per_second": rate(times),
             "client_pods_per_second": len(items) / (answered - started),
         }
-        _say(f"{shape.name}: the API server binds {result['pods_per_second']:.0f} pods/s")
-        return result
 
     def run(self, shape: Shape, scheduler: str) -> dict[str, Any]:
         """One scheduler on one shape: drain, then live."""
@@ -860,7 +871,8 @@ def shape_table(shape: Mapping[str, Any]) -> list[str]:
     if limit_run:
         lines.append(
             f"note: the limit's client ({limit_run['connections']} connections) had its "
-            f"{limit_run['pods']:,} binds answered at {limit_run['client_pods_per_second']:.0f}/s"
+            f"{limit_run['pods']:,} binds answered at {limit_run['client_pods_per_second']:.0f}/s;"
+            f" rounds (pods/s): {_list(limit_run['rounds_pods_per_second'])}"
             + ("" if limit_run["all_bound"] else "; it left pods unbound")
         )
     return lines
@@ -884,6 +896,10 @@ def _pct(value: float | None) -> str:
 
 def _met(value: bool | None) -> str:
     return "not measured" if value is None else ("met" if value else "NOT MET")
+
+
+def _list(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:.0f}" for v in values)
 
 
 def _load(values: Sequence[float]) -> str:
@@ -963,6 +979,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight when creating (16)"
+    )
+    parser.add_argument(
+        "--limit-rounds",
+        type=int,
+        default=3,
+        help="times the limit is measured on fresh pods, the median counting (default 3)",
     )
     parser.add_argument("--timeout", type=float, default=600, help="per wait, seconds (600)")
     args = parser.parse_args(argv)
