@@ -1,7 +1,7 @@
 # gpusched — `make help` lists the targets.
 PYTHON ?= python3
 
-.PHONY: help setup test lint bench bench-openb bench-versus bench-scale chaos e2e simulate chart crds image controlplane cluster
+.PHONY: help setup test lint bench bench-openb bench-versus bench-scale bench-shapes chaos e2e simulate chart crds image controlplane cluster
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,10 @@ bench-versus: ## gpusched vs kube-scheduler 1.37 on a real control plane, 500 no
 bench-scale: ## 5,000 nodes, 50,000 pods, 200 gangs, a failover, kube-scheduler beside (Go; well over 30 min on 2 cores)
 	bash .ci/install-helm.sh
 	$(PYTHON) bench/scale.py
+
+bench-shapes: ## scheduler_perf shapes: gpusched vs kube-scheduler 1.37 vs the API server bind rate (ARGS=--quick: minutes)
+	bash .ci/install-helm.sh
+	$(PYTHON) bench/perf_shapes.py $(ARGS)
 
 simulate: ## run `gpusched simulate` on the embedded sample
 	gpusched simulate

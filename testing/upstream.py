@@ -139,12 +139,12 @@ def clear_upstream(api: ApiClient, namespaces: Sequence[str], timeout: float = 3
 
 @contextlib.contextmanager
 def kube_scheduler(
-    cluster: RealCluster, extra: Sequence[str] = (), timeout: float = 60
+    cluster: RealCluster, extra: Sequence[str] = (), timeout: float = 60, port: int | None = None
 ) -> Iterator[int]:
     """kube-scheduler at its defaults (with the Workload API's gates, plus `extra` flags) for
     the block; yields its process id once its /readyz answers (its informers have synced),
-    stops it after."""
-    port = free_port()
+    stops it after. It serves /readyz and /metrics on `port` (a free one if not given)."""
+    port = port or free_port()
     process = cluster.plane.start_scheduler([f"--secure-port={port}", *extra])
     try:
         _wait_ready(f"https://{LOOPBACK}:{port}/readyz", process.popen, timeout)
