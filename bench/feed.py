@@ -28,8 +28,12 @@ import gc
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: for testing
 
 from gpusched.api.assignments import ACTUAL_GPUS_ANNOTATION
 from gpusched.api.config import SchedulerConfig
