@@ -170,9 +170,10 @@ class Resync:
         list's first page) without having started over since the cache was last reconciled.
         A standby's watches are warm: at 50,000 pods the pods' list took seconds that the
         first binds waited for, while its watch had long shown every bind of the old leader
-        (whose last write went out a lease duration before). Whatever the lists still have
-        to tell (a deletion or a change whose event never reached us) they reconcile after
-        the first decisions, in the background, as the periodic resync would.
+        (whose last write went out a lease duration before). The lists are then given up:
+        what they could still tell (a deletion or a change whose event never reached us,
+        which no watch that did not start over misses) the next periodic resync tells, as
+        it does for a leader at any time.
 
         This stands for the resync a watch's first list asked for (`relisted`): a second one
         at once would list everything again, on the loop, while the first decisions wait.
@@ -180,8 +181,8 @@ class Resync:
         objects as they were decoded took most of the time the decoding took.
 
         Pods and DRA objects that cannot be read raise `ApiError` (missing ones could
-        double-book GPUs) unless the pods watch vouched for the pods first; Nodes and groups
-        that cannot be read are left to the watch."""
+        double-book GPUs) unless the watches vouched first; Nodes and groups that cannot be
+        read are left to the watch."""
         # A watch that starts over from now on may have missed what these lists show
         # already: its resync is still due afterwards.
         self._resynced_at, self._due = self.clock(), False
@@ -208,8 +209,11 @@ class Resync:
                 else:
                     self.state.upsert_group(GroupKind(group["kind"]), group)
         if not listing.done():
+            # What the rest of the lists could still tell (an event that never reached us)
+            # the next periodic resync tells, from the watch cache; read now, they would
+            # hold the loop while the first decisions wait (4 s of 10,000 pods' pages).
+            listing.cancel()
             logger.info("leading before the lists are in: the watches have shown their revisions")
-            self.background.spawn(self._finish(listing))
 
     async def _vouched(
         self, reading: TakeOver, listing: asyncio.Future[None], vouched: Mapping[str, int]
@@ -261,18 +265,6 @@ class Resync:
         finally:
             self._running = False
         self._reconciled_lists.update(lists)
-
-    async def _finish(self, listing: asyncio.Future[None]) -> None:
-        """The take-over's lists, once the new leader acts: they reconcile what no watch
-        event told; a failure leaves it to the next resync, at once."""
-        with collector_paused():
-            try:
-                await listing
-            except ApiError as error:
-                logger.warning("cannot list pods to reconcile the cache: %s", error)
-                self._due = True
-                return
-        self.background.wake()
 
     async def _take_pods(
         self, pages: AsyncIterable[Listing], known: Mapping[str, str], reading: TakeOver
