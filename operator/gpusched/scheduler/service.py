@@ -136,7 +136,7 @@ class Scheduler:
         while True:
             try:
                 await self.take_leadership(self.api.pages("pods"))
-                logger.info("leading: pods and nodes read afresh, scheduling")
+                logger.info("leading: pods and nodes listed, scheduling")
                 return
             except ApiError as error:
                 logger.warning("cannot list the cluster yet (%s); retrying in %.1f s", error, delay)
