@@ -213,7 +213,12 @@ class Resync:
             # the next periodic resync tells, from the watch cache; read now, they would
             # hold the loop while the first decisions wait (4 s of 10,000 pods' pages).
             listing.cancel()
-            logger.info("leading before the lists are in: the watches have shown their revisions")
+            logger.info(
+                "leading %.3f s after asking for the lists, before they are in: the watches "
+                "have shown their revisions (%s)",
+                self.clock() - self._resynced_at,
+                ", ".join(f"{plural} {reading.revisions.get(plural, '')}" for plural in KINDS),
+            )
 
     async def _vouched(
         self, reading: TakeOver, listing: asyncio.Future[None], vouched: Mapping[str, int]
