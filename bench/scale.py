@@ -36,8 +36,10 @@ Phases, all in one run:
 3. The rest of the pods created over time (`--rate`; 0: as fast as the server takes them), the
    gangs at even intervals among them. At `--failover-at` of them the leader is killed
    (SIGKILL): failover is the kill to the first bind of the other replica, which lists every
-   pod and node when it takes the Lease. py-spy samples the leader (`--profile` seconds) from
-   the start of this phase, and the new leader for as long from the kill.
+   pod and node when it takes the Lease, and binds before the lists are in once its warm
+   watches have shown their revision (`gpusched.scheduler.resync.Resync.take_over`). py-spy
+   samples the leader (`--profile` seconds) from the start of this phase, and the new leader
+   for as long from the kill.
 
 Figures: peak RSS of each replica (VmHWM), cycle time p50/p99 (the replicas'
 `gpusched_decision_duration_seconds` histograms, interpolated inside buckets as Prometheus'

@@ -246,6 +246,11 @@ class Watch:
     """How it is down: failed (what happens meanwhile is lost; it is started over with a
     fresh list) or silent (nothing arrives; then it resumes from its resourceVersion and
     delivers what it held back, late)."""
+    version: str = ""
+    """The resourceVersion it has delivered everything up to (`gpusched.scheduler.resync.
+    WatchMark`: a new leader acts before its lists are in once this passes theirs)."""
+    lists: int = 1
+    """Lists it has made: the first, and one after each start over (`relist`)."""
 
     def push(self, kind: str, type_: str | None, body: Body) -> None:
         if self.down_until is not None and self.failed:
@@ -262,6 +267,7 @@ class Watch:
         while self.queue and (everything or self.queue[0][0] <= self.step):
             _, kind, type_, body = self.queue.popleft()
             out.append((kind, type_, body))
+            self.version = max(self.version, body["metadata"]["resourceVersion"], key=_number)
         return out
 
     def cut(self, steps: int, failed: bool) -> None:
@@ -291,6 +297,7 @@ class Watch:
     def relist(self) -> None:
         """The watch was cut and its resourceVersion expired (410): what was queued is lost,
         and a fresh list arrives as upserts (Kopf's ``type: None``), deletions unseen."""
+        self.lists += 1
         lost = [kind for _, kind, t, _ in self.queue if t == "DELETED"]
         self.lost_node_deletions += lost.count("Node")
         self.queue.clear()
@@ -624,6 +631,9 @@ class Replica:
         holder.append(replica)
         for kind, type_, body in _listing(world):
             replica.feed(kind, type_, body)
+        watch.version = str(world.version)
+        for plural in ("pods", "nodes"):  # as `gpusched.handlers.startup` tells the watches
+            scheduler.resync.watching(plural, watch)
         return replica
 
     def leading(self) -> bool:
@@ -683,6 +693,10 @@ class Replica:
             task.cancel()
         if self.watch in self.world.watches:
             self.world.watches.remove(self.watch)
+
+
+def _number(version: str) -> int:
+    return int(version or 0)
 
 
 def _listing(world: World) -> list[tuple[str, str | None, Body]]:

@@ -34,6 +34,7 @@ from gpusched.options import Options
 from gpusched.scheduler import metrics
 from gpusched.scheduler.factory import build_scheduler
 from gpusched.scheduler.leader import LeaderElector, OpenedOnUse
+from gpusched.scheduler.resync import KINDS
 from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from gpusched.telemetry.cache import TelemetryCache
@@ -103,6 +104,8 @@ async def start(opts: Options) -> Runtime:
 
     def start_watch(kind: Kind) -> None:
         watch = Watch(watch_api, kind, functools.partial(adapters[kind], scheduler), readiness)
+        if not kind.group and kind.plural in KINDS:
+            scheduler.resync.watching(kind.plural, watch)  # a warm watch vouches at take-over
         watches.append(asyncio.create_task(watch.run(), name=f"gpusched-watch-{kind.name}"))
 
     def on_served(chosen: Served) -> None:

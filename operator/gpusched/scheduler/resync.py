@@ -7,7 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpusched.api.foreign import source_of
 from gpusched.engine.collector import collector_paused
@@ -27,7 +27,24 @@ RESYNC_SECONDS = 10.0
 can go unseen (a watch that starts over triggers one at once, `Resync.relisted`). Ten
 seconds: the lists come from the API server's watch cache and only what changed is parsed
 again, so one resync at 5,000 nodes and 40,000 pods takes 0.5 CPU seconds
-(``python bench/resync.py``), 5 % of one core at this period."""
+(``python bench/resync.py``), 5 % of one core at this period; 0.73 s at 50,000 pods."""
+
+CATCH_UP_POLL_SECONDS = 0.02
+"""How often a new leader looks whether its watches have shown their lists' revisions."""
+KINDS = ("pods", "nodes")
+"""What a new leader lists, and whose watches may vouch for the lists (`Resync.take_over`)."""
+
+
+class WatchMark(Protocol):
+    """Where a watch stands (`gpusched.k8s.watch.Watch`)."""
+
+    @property
+    def version(self) -> str:
+        """The resourceVersion it has shown everything up to (its last event or bookmark)."""
+
+    @property
+    def lists(self) -> int:
+        """Lists made so far: a list after the first may have missed deletions."""
 
 
 class Resync:
@@ -54,6 +71,11 @@ class Resync:
         self._running = False
         self._unusable: dict[str, str] = {}
         """Listed pods the cache refused, uid → version (see `take_unseen`)."""
+        self._watches: dict[str, WatchMark] = {}
+        """The watches of pods and Nodes, once `watching` was told them."""
+        self._reconciled_lists: dict[str, int] = {}
+        """Lists each watch had made when the last whole reconcile began: a watch that
+        listed again since may have missed deletions that no list has told us yet."""
 
     def relisted(self) -> None:
         """A watch started over: Kopf lists afresh and reports what it finds, but never what
@@ -89,6 +111,7 @@ class Resync:
         list is ever replaced or dropped by it."""
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
+        lists = self._lists_now()
         pods, nodes = Reading(), Reading()
         try:
             async for page in self.api.pages("pods", cached=True):
@@ -107,6 +130,7 @@ class Resync:
         names = {name for name, _ in nodes.present}
         gone += forget_missing_nodes(self.state, known_nodes, names, nodes.version)
         forget_unlisted(self._unusable, pods.present)
+        self._reconciled_lists.update(lists)
         if gone:
             logger.info("deleted while a watch was down: %s", ", ".join(gone))
         if pods.taken:
@@ -129,50 +153,143 @@ class Resync:
         pods.taken += take_unseen(self.state, listed, pods.version, self._unusable)
         pods.refreshed += take_newer(self.state, listed)
 
-    async def take_over(self, pods: AsyncIterable[Listing]) -> None:
-        """Before its first bind, a new leader reconciles what it watched with consistent
-        lists of every pod, Node and group (``pods``: the pods' list, page by page, not yet
-        asked for): the watch of a replica that was not acting may lag, and the old
-        leader's last binds must be counted. This stands for the resync a watch's first
-        list asked for (`relisted`): a second one at once would list everything again, on
-        the loop, while the first decisions wait. The collector is paused meanwhile, as for
-        `_resync`: collections walking the lists' objects as they were decoded took most of
-        the time the decoding took.
+    def watching(self, plural: str, watch: WatchMark) -> None:
+        """``watch``: the replica's watch of ``plural`` (``"pods"`` or ``"nodes"``), whose
+        position lets a new leader act before its lists are in (see `take_over`)."""
+        self._watches[plural] = watch
 
-        The lists are asked for at once. Pods and DRA objects that cannot be read raise
-        `ApiError` (missing ones could double-book GPUs); Nodes and groups that cannot be
+    async def take_over(self, pods: AsyncIterable[Listing]) -> None:
+        """Before its first bind, a new leader makes sure what it watched is as current as
+        consistent lists of every pod and Node (``pods``: the pods' list, page by page, not
+        yet asked for), and reads every group and DRA claim: the watch of a replica that was
+        not acting may lag, and the old leader's last binds and claims must be counted.
+
+        The lists are asked for at once and reconcile the cache as today's resync does; the
+        take-over returns once each kind is vouched for (`_vouched`): its list is in, or its
+        watch has shown everything up to the list's resourceVersion (the revision of the
+        list's first page) without having started over since the cache was last reconciled.
+        A standby's watches are warm: at 50,000 pods the pods' list took seconds that the
+        first binds waited for, while its watch had long shown every bind of the old leader
+        (whose last write went out a lease duration before). The lists are then given up:
+        what they could still tell (a deletion or a change whose event never reached us,
+        which no watch that did not start over misses) the next periodic resync tells, as
+        it does for a leader at any time.
+
+        This stands for the resync a watch's first list asked for (`relisted`): a second one
+        at once would list everything again, on the loop, while the first decisions wait.
+        The collector is paused meanwhile, as for `_resync`: collections walking the lists'
+        objects as they were decoded took most of the time the decoding took.
+
+        Pods and DRA objects that cannot be read raise `ApiError` (missing ones could
+        double-book GPUs) unless the watches vouched first; Nodes and groups that cannot be
         read are left to the watch."""
         # A watch that starts over from now on may have missed what these lists show
         # already: its resync is still due afterwards.
         self._resynced_at, self._due = self.clock(), False
+        vouched = {plural: max(1, self._reconciled_lists.get(plural, 0)) for plural in KINDS}
+        lists = self._lists_now()
         known = {key: record.uid for key, record in self.state.pods.items()}
         known_nodes = set(self.state.nodes)
+        reading = TakeOver()
+        self._running = True
+        listing = asyncio.ensure_future(self._take_lists(reading, pods, known, known_nodes, lists))
         with collector_paused():
-            groups, *_ = await asyncio.gather(
-                self._groups(),
-                self.claims.resync(),  # DRA holdings come from the claims, never from memory
-                self._take_nodes(known_nodes),
-                self._take_pods(pods, known),
-            )
+            try:
+                groups, *_ = await asyncio.gather(
+                    self._groups(),
+                    self.claims.resync(),  # DRA holdings come from the claims, never from memory
+                    self._vouched(reading, listing, vouched),
+                )
+            except BaseException:
+                listing.cancel()
+                raise
             for group in groups:
                 if source_of(str(group.get("apiVersion") or "")) is not None:
                     self.state.upsert_foreign(group)  # another project's group
                 else:
                     self.state.upsert_group(GroupKind(group["kind"]), group)
+        if not listing.done():
+            # What the rest of the lists could still tell (an event that never reached us)
+            # the next periodic resync tells, from the watch cache; read now, they would
+            # hold the loop while the first decisions wait (4 s of 10,000 pods' pages).
+            listing.cancel()
+            logger.info(
+                "leading %.3f s after asking for the lists, before they are in: the watches "
+                "have shown their revisions (%s)",
+                self.clock() - self._resynced_at,
+                ", ".join(f"{plural} {reading.revisions.get(plural, '')}" for plural in KINDS),
+            )
 
-    async def _take_pods(self, pages: AsyncIterable[Listing], known: Mapping[str, str]) -> None:
+    async def _vouched(
+        self, reading: TakeOver, listing: asyncio.Future[None], vouched: Mapping[str, int]
+    ) -> None:
+        """Returns once pods and Nodes are each vouched for: listed whole, or watched up to
+        their list's revision by a watch that has not started over (listed again, and so
+        perhaps missed a deletion) since the lists that last reconciled the cache began
+        (``vouched``: the number of lists each watch may have made; its first misses
+        nothing, the cache being empty before it). Raises what the pods' list raised, if it
+        failed before its watch vouched for the pods."""
+        if self._watches.keys() >= set(KINDS):
+            while not listing.done():
+                if all(self._current(plural, reading, vouched) for plural in KINDS):
+                    return
+                poll = asyncio.ensure_future(self.clock.sleep(CATCH_UP_POLL_SECONDS))
+                try:
+                    await asyncio.wait({listing, poll}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    poll.cancel()
+        await listing
+
+    def _current(self, plural: str, reading: TakeOver, vouched: Mapping[str, int]) -> bool:
+        if plural in reading.done:
+            return True
+        watch = self._watches.get(plural)
+        revision = reading.revisions.get(plural, "")
+        if watch is None or not revision or watch.lists > vouched[plural]:
+            return False
+        return watch.version == revision or newer_than(watch.version, revision)
+
+    def _lists_now(self) -> dict[str, int]:
+        """How many lists each followed watch has made so far."""
+        return {plural: watch.lists for plural, watch in self._watches.items()}
+
+    async def _take_lists(
+        self,
+        reading: TakeOver,
+        pods: AsyncIterable[Listing],
+        known: Mapping[str, str],
+        known_nodes: Collection[str],
+        lists: Mapping[str, int],
+    ) -> None:
+        """The take-over's consistent lists of pods and Nodes, taken in page by page."""
+        try:
+            await asyncio.gather(
+                self._take_nodes(known_nodes, reading),
+                self._take_pods(pods, known, reading),
+            )
+        finally:
+            self._running = False
+        self._reconciled_lists.update(lists)
+
+    async def _take_pods(
+        self, pages: AsyncIterable[Listing], known: Mapping[str, str], reading: TakeOver
+    ) -> None:
         """Takes each page in as it comes (`take_listed`), so that the whole list is never
         held at once, then forgets the pods of ``known`` that none of the pages had: only
         pods known before the list was asked for can be missing from it for being deleted
         (one the watch showed meanwhile may be newer than the list)."""
         present: set[tuple[str, str]] = set()
         async for page in pages:
+            reading.revisions.setdefault("pods", page.version)
             listed = identify(page.items)
             take_listed(self.state, listed)
             present.update(identities(listed))
-        forget_missing(self.state, known, present)
+        gone = forget_missing(self.state, known, present)
+        if gone:
+            logger.info("deleted while a watch was down: %s", ", ".join(gone))
+        reading.done.add("pods")
 
-    async def _take_nodes(self, known: Collection[str]) -> None:
+    async def _take_nodes(self, known: Collection[str], reading: TakeOver) -> None:
         """Takes each page of a consistent list of Nodes in as it comes, then forgets those
         of ``known`` (held before it was asked for) that it lacked: deleted while the watch
         was down. Nodes that cannot be listed are left to the watch: missing ones only make
@@ -180,13 +297,16 @@ class Resync:
         listed: set[str] = set()
         try:
             async for page in self.api.pages("nodes"):
+                reading.revisions.setdefault("nodes", page.version)
                 for body in page.items:
                     self.state.upsert_node(body)  # an unchanged version is not parsed again
                     listed.add(name_of(body))
         except ApiError as error:
             logger.warning("cannot list nodes; relying on the watch: %s", error)
+            reading.done.add("nodes")
             return
         forget_missing_nodes(self.state, known, listed)
+        reading.done.add("nodes")
 
     async def _groups(self) -> list[dict[str, Any]]:
         """Every group, for a new leader: a gang whose group the watch has not shown yet is
@@ -197,6 +317,16 @@ class Resync:
         except ApiError as error:
             logger.warning("cannot list groups; relying on the watch: %s", error)
             return []
+
+
+@dataclass(slots=True)
+class TakeOver:
+    """How far a new leader's lists are (`Resync.take_over`)."""
+
+    revisions: dict[str, str] = field(default_factory=dict)
+    """Plural → the resourceVersion of its list (its first page's)."""
+    done: set[str] = field(default_factory=set)
+    """The plurals whose list is in (or failed, for Nodes: left to the watch)."""
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ something newer than the list."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from gpusched.scheduler.resync import (
     take_nodes,
     take_unseen,
 )
+from gpusched.scheduler.service import Scheduler
 from gpusched.scheduler.state import ClusterState
 from testing.clock import Clock
 from testing.fakes import FakeApi
@@ -311,3 +313,125 @@ async def test_a_watch_that_starts_over_while_a_new_leader_lists_still_gets_its_
     await scheduler.take_leadership(restarting("pods"))
     await run_cycle(scheduler)
     assert served.cached == 2  # pods and nodes listed again, at once
+
+
+@dataclass
+class Mark:
+    """Where a watch stands (`gpusched.scheduler.resync.WatchMark`)."""
+
+    version: str
+    lists: int = 1
+
+
+class Slow(Served):
+    """Lists pods and Nodes in two pages, the second once ``released`` is set: the first
+    page (at resourceVersion 9) holds p (a), the second q (b). The ghost, deleted on the
+    server while the watch was down, is in neither."""
+
+    def __init__(self, api: FakeApi, nodes: list[Body], pods: list[Body]) -> None:
+        super().__init__(api, nodes, pods)
+        self.released = asyncio.Event()
+        self.listed = False
+
+    async def pages(self, plural: str, *, cached: bool = False) -> AsyncIterator[Listing]:
+        self.cached += cached
+        listed = self.pods if plural == "pods" else self.nodes
+        yield Listing(listed[:1], "9")
+        await self.released.wait()
+        yield Listing(listed[1:], "9")
+        self.listed = self.listed or plural == "pods"
+
+
+def taking_over(api: FakeApi, clock: Clock) -> tuple[Scheduler, Slow]:
+    """A standby that watched a and b (2 GPUs each), p and q (2 GPUs each, pending) and a
+    ghost on b, whose deletion its watch missed, about to take over."""
+    scheduler = service(api, clock)
+    for name in ("a", "b"):
+        scheduler.state.upsert_node(at(node(name, gpus=2), 1))
+    ghost = at(pod("ghost", 2, node="b", annotations={"gpusched.io/gpus": "0,1"}), 3)
+    p, q = at(pod("p", 2), 4), at(pod("q", 2), 5)
+    for body in (ghost, p, q):
+        scheduler.state.upsert_pod(body)
+    nodes = [at(node(name, gpus=2), 1) for name in ("a", "b")]
+    return scheduler, Slow(api, nodes, [p, q])
+
+
+@pytest.mark.asyncio
+async def test_a_new_leader_whose_watches_are_current_binds_before_its_lists_are_in() -> None:
+    # Both watches have shown revision 10, past the lists' 9, and never started over: the
+    # first bind goes out before the pods' list is in, and the list is given up. The ghost
+    # the watch missed holds b until the next periodic resync drops it; q gets b then.
+    api, clock = FakeApi(), Clock()
+    scheduler, served = taking_over(api, clock)
+    for plural in ("pods", "nodes"):
+        scheduler.resync.watching(plural, Mark("10"))
+    await scheduler.take_leadership(served.pages("pods"))
+    assert not served.listed
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a"}
+    assert not served.listed
+    assert "default/ghost" in scheduler.state.pods
+    served.released.set()
+    clock.now += RESYNC_SECONDS
+    await run_cycle(scheduler)  # the resync's lists, from the watch cache
+    assert served.cached == 2
+    assert "default/ghost" not in scheduler.state.pods
+    clock.now += 8  # q's backoff: it found no room in the cycles before
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a", "default/q": "b"}
+
+
+@pytest.mark.parametrize(
+    "marks",
+    [
+        {"pods": Mark("8"), "nodes": Mark("10")},
+        {"pods": Mark("10"), "nodes": Mark("")},
+        {"pods": Mark("10", lists=2), "nodes": Mark("10")},
+        {"pods": Mark("10"), "nodes": Mark("10", lists=2)},
+        {"pods": Mark("10")},
+    ],
+    ids=["pods behind", "nodes not listed", "pods relisted", "nodes relisted", "nodes unknown"],
+)
+@pytest.mark.asyncio
+async def test_a_new_leader_waits_for_its_lists_unless_every_watch_vouches(
+    marks: dict[str, Mark],
+) -> None:
+    # A watch behind the list may not have shown the old leader's last binds; one that
+    # listed again since the cache was reconciled may have missed a deletion.
+    api, clock = FakeApi(), Clock()
+    scheduler, served = taking_over(api, clock)
+    for plural, mark in marks.items():
+        scheduler.resync.watching(plural, mark)
+    taking = asyncio.ensure_future(scheduler.take_leadership(served.pages("pods")))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not taking.done()
+    served.released.set()
+    await taking
+    assert "default/ghost" not in scheduler.state.pods
+    await run_cycle(scheduler)
+    assert bound_to(api) == {"default/p": "a", "default/q": "b"}
+
+
+@pytest.mark.asyncio
+async def test_a_watch_that_listed_again_vouches_once_a_resync_has_reconciled_the_cache() -> None:
+    api, clock = FakeApi(), Clock()
+    scheduler, served = taking_over(api, clock)
+    marks = {"pods": Mark("10", lists=2), "nodes": Mark("10", lists=3)}
+    for plural, mark in marks.items():
+        scheduler.resync.watching(plural, mark)
+    served.released.set()
+    await scheduler.take_leadership(served.pages("pods"))  # its lists reconcile the cache
+    scheduler.lost_leadership()
+    served.released.clear()
+    served.listed = False
+    await scheduler.take_leadership(served.pages("pods"))
+    assert not served.listed  # taken over before the second list was in
+    marks["pods"].lists = 3  # listed again after the first take-over's lists
+    scheduler.lost_leadership()
+    taking = asyncio.ensure_future(scheduler.take_leadership(served.pages("pods")))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not taking.done()
+    served.released.set()
+    await taking
