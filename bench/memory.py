@@ -1,7 +1,22 @@
-"""What the leader holds per pod and per node, in-process: where the operator's RSS goes.
+"""What the leader holds per pod and per node: where the operator's RSS goes.
 
     python bench/memory.py                        # 5,000 nodes; 5,000 / 10,000 / 15,000 pods
     python bench/memory.py --nodes 1000 --pods 1000,2000 --top 10
+    python bench/memory.py --real --nodes 500 --pods 10000     # the real leader and standby
+
+``--real`` measures inside the real processes: the real control plane (testing/cluster), two
+`gpusched run` replicas (the chart's identity, leader election on) each tracing itself
+(``GPUSCHED_TRACEMALLOC``, gpusched.handlers.memtrace); ``--nodes`` Nodes (8 GPUs, 2 CPUs
+and 4 Gi a pod, so at most 110 pods a node fit as the kubelet's pod limit says), then
+``--pods`` pods (every fifth 1 GPU, the others a tenth of one, `gpusched.io/gpu-milli`),
+created while both run, all bound by the leader. Each replica writes a snapshot
+(SIGUSR2) once it has the nodes and once every pod is bound and ``--settle`` seconds passed.
+Figures: each replica's RSS and traced MB at both, per pod (the growth over the nodes divided
+by the pods), then the leader's growth by traceback, and what the leader's growth holds above
+the standby's by line. ``--no-trace`` gives the RSS alone (tracing costs about as much again).
+Needs the control plane's binaries (testing/cluster/build-*.sh).
+
+Without ``--real``, in-process:
 
 The scheduling service is built as the tests build it (`build_scheduler` over a fake API that
 records binds), with the real state, engine, ledger, status and Events. It is fed through the
@@ -32,6 +47,7 @@ import gc
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 import tracemalloc
@@ -40,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: the repository root, for testing
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # run as a script: testing, and versus.py
 
 from gpusched.api.config import load_config  # noqa: E402
 from gpusched.k8s.client import PAGE_SIZE  # noqa: E402
@@ -51,6 +67,7 @@ from gpusched.scheduler.state import ClusterState  # noqa: E402
 from testing.clock import Clock  # noqa: E402
 from testing.fakes import FakeApi  # noqa: E402
 from testing.manifests import node  # noqa: E402
+from testing.manifests import pod as node_manifest_pod  # noqa: E402
 
 Body = dict[str, Any]
 NAMESPACE = "bench"
@@ -353,15 +370,263 @@ async def measure(args: argparse.Namespace) -> None:
             print(line)
 
 
+# -- inside the real leader and standby -----------------------------------------------------------
+
+REAL_NAMESPACE = "memory"
+LOGS = ROOT / "bench" / "results" / "memory"
+"""Each replica's log and snapshots (``--real``)."""
+POLL = 0.5
+
+
+class Replica:
+    """One `gpusched run` as users run it (the chart's identity, leader election on, default
+    SchedulerConfig), tracing itself into a folder of its own when ``frames`` is given."""
+
+    def __init__(self, name: str, cluster: Any, workdir: Path, frames: int | None) -> None:
+        import subprocess
+
+        from testing.cluster.cluster import env_for_operator
+        from testing.cluster.controlplane import free_port
+
+        self.name = name
+        self.port = free_port()
+        self.folder = workdir / name
+        self.folder.mkdir()
+        kubeconfig = cluster.plane.write_kubeconfig(self.folder / "kubeconfig", "operator")
+        env = {**env_for_operator(), "PYTHONPATH": str(ROOT / "operator")}
+        if frames is not None:
+            env.update(GPUSCHED_TRACEMALLOC=str(frames), GPUSCHED_TRACEMALLOC_DIR=str(self.folder))
+        self.log = self.folder / "gpusched.log"
+        argv = [sys.executable, "-m", "gpusched.cli", "run", "--kubeconfig", str(kubeconfig)]
+        with self.log.open("wb") as out:
+            self.popen = subprocess.Popen(
+                [*argv, "--metrics-address", f"127.0.0.1:{self.port}"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.snapshots: list[tuple[float, tracemalloc.Snapshot | None]] = []
+        """(RSS MB, the snapshot or None untraced), one for each `snap`."""
+
+    def leading(self) -> bool:
+        import httpx
+
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            return False
+        return "\ngpusched_leader 1.0" in text
+
+    def snap(self, timeout: float) -> None:
+        """The process's RSS and, traced, the snapshot it writes on SIGUSR2."""
+        import signal
+
+        if self.popen.poll() is not None:
+            raise SystemExit(f"{self.name} exited ({self.popen.returncode}); see {self.log}")
+        if not (self.folder / "kubeconfig").exists() or not self._traced():
+            self.snapshots.append((_rss_of(self.popen.pid), None))
+            return
+        summary = self.folder / f"{self.popen.pid}-{len(self.snapshots) + 1}.txt"
+        self.popen.send_signal(signal.SIGUSR2)
+        _wait(summary.exists, timeout, f"{self.name}'s snapshot {summary.name}")
+        rss_mb = _rss_of(self.popen.pid)
+        loaded = tracemalloc.Snapshot.load(str(summary.with_suffix(".tracemalloc")))
+        self.snapshots.append((rss_mb, loaded))
+
+    def _traced(self) -> bool:
+        return any(self.folder.glob("*.tracemalloc")) or "tracemalloc on" in self.log.read_text()
+
+    def stop(self) -> None:
+        import subprocess
+
+        self.popen.terminate()
+        try:
+            self.popen.wait(30)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(10)
+
+
+def _rss_of(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024 / MB
+    return 0.0
+
+
+def _wait(done: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not there after {timeout:.0f} s")
+        time.sleep(POLL)
+
+
+def real_pod(index: int) -> Body:
+    """Every fifth pod asks for 1 GPU, the others for a tenth of one; 500m CPU and 1 Gi."""
+    pod = node_manifest_pod(f"p-{index:05d}", 1, namespace=REAL_NAMESPACE, cpu="500m", memory="1Gi")
+    if index % 5:
+        pod["metadata"]["annotations"]["gpusched.io/gpu-milli"] = "100"
+    del pod["metadata"]["uid"]
+    return pod
+
+
+def real(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from testing.cluster.cluster import RealCluster
+    from versus import Api, BindWatch, ensure_namespace
+
+    frames = args.frames if args.trace else None
+    with tempfile.TemporaryDirectory(prefix="gpusched-memory-") as folder:
+        workdir = Path(folder)
+        with RealCluster.running(workdir / "controlplane") as cluster:
+            api = Api(cluster)
+            started = time.monotonic()
+            real_nodes(api, args.nodes)
+            ensure_namespace(api, REAL_NAMESPACE)
+            shutil.rmtree(LOGS, ignore_errors=True)
+            LOGS.mkdir(parents=True)
+            replicas = [Replica(n, cluster, LOGS, frames) for n in ("replica-a", "replica-b")]
+            try:
+                _wait(lambda: any(r.leading() for r in replicas), 120, "a leader")
+                leader = next(r for r in replicas if r.leading())
+                time.sleep(args.settle)  # both replicas' watches have listed the nodes
+                for replica in replicas:
+                    replica.snap(args.timeout)
+                counts = sorted(int(n) for n in args.pods.split(","))
+                done = bound = 0
+                with BindWatch(api, REAL_NAMESPACE) as watch:
+                    for target in counts:
+                        path = f"/api/v1/namespaces/{REAL_NAMESPACE}/pods"
+                        api.post([(path, real_pod(i)) for i in range(done, target)])
+                        done = target
+                        watch.wait(target, args.timeout)
+                        bound = len(watch.bound)
+                        time.sleep(args.settle)  # the standby's watch has seen every bind
+                        for replica in replicas:
+                            replica.snap(args.timeout)
+                leader = next((r for r in replicas if r.leading()), leader)
+                span = counts[-1] - (counts[-2] if len(counts) > 1 else 0)
+                load = os.getloadavg()[0]
+                print(
+                    f"memory --real: {args.nodes} nodes, {counts[-1]} pods ({bound} bound), "
+                    f"{time.monotonic() - started:.0f} s; load average {load:.1f}; per pod: "
+                    f"the growth over the last {span} pods (the step before: "
+                    f"{counts[-2] if len(counts) > 1 else 'the nodes only'})"
+                )
+                report_real(replicas, leader, span, args.top)
+                if args.failover:
+                    failover(replicas, leader, args)
+            finally:
+                for replica in replicas:
+                    replica.stop()
+
+
+def failover(replicas: list[Replica], leader: Replica, args: argparse.Namespace) -> None:
+    """The leader killed (SIGKILL), its successor snapped once it leads and ``--settle``
+    seconds passed: what taking over added to what it held as a standby."""
+    successor = next(r for r in replicas if r is not leader)
+    leader.popen.kill()
+    leader.popen.wait(10)
+    _wait(successor.leading, args.timeout, f"{successor.name} leading")
+    time.sleep(args.settle)
+    successor.snap(args.timeout)
+    (rss_before, before), (rss_after, after) = successor.snapshots[-2:]
+    pods = int(args.pods.split(",")[-1])
+    print(
+        f"{successor.name} took over: RSS {rss_before:.1f} -> {rss_after:.1f} MB "
+        f"({(rss_after - rss_before) * MB / pods:,.0f} B a pod)"
+    )
+    if before is None or after is None:
+        return
+    print("what taking over added, by traceback (B a pod, blocks a pod):")
+    for stat in after.compare_to(before, "traceback")[: args.top]:
+        size, blocks = stat.size_diff / pods, stat.count_diff / pods
+        print(f"  {size:8,.0f}  {blocks:6.1f}  {_chain(stat.traceback)}")
+
+
+def real_nodes(api: Any, count: int) -> None:
+    nodes = [
+        node(f"n{i:05d}", f"zone-{i // 250}", f"rack-{i // 10}", capacity=True)
+        for i in range(count)
+    ]
+    api.post([("/api/v1/nodes", {k: v for k, v in n.items() if k != "status"}) for n in nodes])
+    for body in nodes:
+        api.client.patch(
+            "nodes", body["metadata"]["name"], {"status": body["status"]}, subresource="status"
+        )
+    # The node-lifecycle controller lifts the not-ready taint once a Node reports Ready.
+    _wait(
+        lambda: not any(n["spec"].get("taints") for n in api.client.list("nodes")),
+        300,
+        "untainted Nodes",
+    )
+
+
+def report_real(replicas: list[Replica], leader: Replica, pods: int, count: int) -> None:
+    """Each replica's RSS and traced MB before and after the last ``pods`` pods, per pod;
+    then the leader's growth by traceback, and what it holds above the standby's, by line."""
+    heads = f"{'RSS MB':>8}{'after':>8}{'a pod':>10}{'traced MB':>11}{'after':>8}{'a pod':>10}"
+    print(f"{'replica':<22}{heads}")
+    for replica in replicas:
+        (rss_before, before), (rss_after, after) = replica.snapshots[-2:]
+        role = "leader" if replica is leader else "standby"
+        line = f"{f'{replica.name} ({role})':<22}{rss_before:>8.1f}{rss_after:>8.1f}"
+        line += f"{(rss_after - rss_before) * MB / pods:>8,.0f} B"
+        if before is not None and after is not None:
+            t0, t1 = _total(before), _total(after)
+            line += f"{t0:>11.1f}{t1:>8.1f}{(t1 - t0) * MB / pods:>8,.0f} B"
+        print(line)
+    standby = next(r for r in replicas if r is not leader)
+    (_, lead0), (_, lead1) = leader.snapshots[-2:]
+    (_, stand0), (_, stand1) = standby.snapshots[-2:]
+    if lead0 is None or lead1 is None or stand0 is None or stand1 is None:
+        return
+    print("the leader's growth, by traceback (B a pod, blocks a pod; allocation <- gpusched):")
+    for stat in lead1.compare_to(lead0, "traceback")[:count]:
+        size, blocks = stat.size_diff / pods, stat.count_diff / pods
+        print(f"  {size:8,.0f}  {blocks:6.1f}  {_chain(stat.traceback)}")
+    print("what the leader's growth holds above the standby's, by line (B a pod):")
+    growth: dict[str, int] = {}
+    for sign, before, after in ((1, lead0, lead1), (-1, stand0, stand1)):
+        for stat in after.compare_to(before, "lineno"):
+            frame = stat.traceback[0]
+            key = f"{_short(frame.filename)}:{frame.lineno}"
+            growth[key] = growth.get(key, 0) + sign * stat.size_diff
+    for key, size in sorted(growth.items(), key=lambda kv: -kv[1])[:count]:
+        print(f"  {size / pods:8,.0f}  {key}")
+
+
+def _total(snapshot: tracemalloc.Snapshot) -> float:
+    return sum(stat.size for stat in snapshot.statistics("filename")) / MB
+
+
+def _chain(traceback: tracemalloc.Traceback) -> str:
+    """The allocating frame, then the gpusched frames that led to it (innermost first)."""
+    inner = traceback[-1]
+    frames = [f for f in traceback if "gpusched" in f.filename and f is not inner]
+    return " <- ".join(f"{_short(f.filename)}:{f.lineno}" for f in [inner, *reversed(frames[-7:])])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", default="5000,10000,15000", help="pod counts, comma-separated")
+    parser.add_argument("--real", action="store_true", help="inside the real leader and standby")
+    parser.add_argument("--failover", action="store_true", help="--real: then kill the leader")
+    parser.add_argument(
+        "--settle", type=float, default=10, help="--real: seconds before a snapshot"
+    )
+    parser.add_argument("--timeout", type=float, default=600, help="--real: seconds to bind all")
     parser.add_argument("--cycles", type=int, default=3, help="cycles after each pod count")
     parser.add_argument("--top", type=int, default=20, help="lines of holders shown")
     parser.add_argument("--frames", type=int, default=12, help="traceback depth traced")
     parser.add_argument("--no-trace", dest="trace", action="store_false", help="RSS only")
     args = parser.parse_args(argv)
+    if args.real:
+        real(args)
+        return 0
     asyncio.run(measure(args))
     return 0
 

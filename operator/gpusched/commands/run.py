@@ -35,6 +35,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import kopf
 
     from gpusched import handlers
+    from gpusched.handlers import memtrace
 
     try:
         options = from_arguments(args)
@@ -42,6 +43,11 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"gpusched run: {error}", file=err)
         return EXIT_BAD_INPUT
     handlers.configure_logging(options.verbose)
+    try:
+        memtrace.install()  # off unless GPUSCHED_TRACEMALLOC asks for it
+    except ValueError as error:
+        print(f"gpusched run: {error}", file=err)
+        return EXIT_BAD_INPUT
     handlers.configure(options)
     kopf.run(
         clusterwide=True,

@@ -445,6 +445,12 @@ class ClusterState(GroupBook):
         record = self.pods.get(key)
         if record is None or record.uid != reservation.uid:
             return
+        if record.node == reservation.node and record.assigned == reservation.gpus:
+            # The watch showed the bind before its answer came (often, on a busy leader): the
+            # pod's own record says it all already. A copy would hold a second spec and pod
+            # (about 1 KB a pod in the real leader, `bench/memory.py --real`) until the pod
+            # next changes, and drop its fingerprint, so that the next heartbeat is parsed.
+            return
         bound = record.pod.spec.model_copy(update={"node_name": reservation.node})
         self._store(
             key,

@@ -30,6 +30,14 @@ def test_a_metrics_address_without_a_port_exits_2(capsys: pytest.CaptureFixture[
     assert "--metrics-address" in capsys.readouterr().err
 
 
+def test_a_bad_tracemalloc_frame_count_exits_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPUSCHED_TRACEMALLOC", "all")
+    assert main(["run"]) == EXIT_BAD_INPUT
+    assert "GPUSCHED_TRACEMALLOC='all'" in capsys.readouterr().err
+
+
 # ----- one way to set the operator's options ---------------------------------------------------
 
 
