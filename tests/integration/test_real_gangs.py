@@ -264,9 +264,10 @@ def test_a_kueue_group_admitted_and_ungated_by_kueue_is_placed_as_one_gang(
         for name in names:
             member = kueue_member(name, 8, "g", 3, namespace=namespace)
             member["metadata"]["labels"][Kueue.QUEUE_LABEL] = "queue"
-            api.create(member)
-        gated = api.get("pods", names[0], namespace)
-        assert {"name": Kueue.GATE} in gated["spec"].get("schedulingGates", [])
+            # Each pod as its create answered (the webhook's mutation): read back later, the
+            # whole group may already be admitted and its gates lifted.
+            created = api.create(member)
+            assert {"name": Kueue.GATE} in created["spec"].get("schedulingGates", [])
 
         def ungated() -> list[dict[str, Any]]:
             found = api.list("pods", namespace)
