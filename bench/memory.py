@@ -383,28 +383,20 @@ class Replica:
     SchedulerConfig), tracing itself into a folder of its own when ``frames`` is given."""
 
     def __init__(self, name: str, cluster: Any, workdir: Path, frames: int | None) -> None:
-        import subprocess
-
-        from testing.cluster.cluster import env_for_operator
         from testing.cluster.controlplane import free_port
+        from versus import spawn_gpusched
 
         self.name = name
         self.port = free_port()
         self.folder = workdir / name
         self.folder.mkdir()
         kubeconfig = cluster.plane.write_kubeconfig(self.folder / "kubeconfig", "operator")
-        env = {**env_for_operator(), "PYTHONPATH": str(ROOT / "operator")}
+        env: dict[str, str] = {}
         if frames is not None:
             env.update(GPUSCHED_TRACEMALLOC=str(frames), GPUSCHED_TRACEMALLOC_DIR=str(self.folder))
         self.log = self.folder / "gpusched.log"
-        argv = [sys.executable, "-m", "gpusched.cli", "run", "--kubeconfig", str(kubeconfig)]
         with self.log.open("wb") as out:
-            self.popen = subprocess.Popen(
-                [*argv, "--metrics-address", f"127.0.0.1:{self.port}"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            self.popen = spawn_gpusched(kubeconfig, out, self.port, env)
         self.snapshots: list[tuple[float, tracemalloc.Snapshot | None]] = []
         """(RSS MB, the snapshot or None untraced), one for each `snap`."""
 

@@ -83,7 +83,7 @@ ROOT = HERE.parent
 # The script's folder (for versus.py) is on the path when run as a script, not when imported.
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from testing.cluster.cluster import RealCluster, env_for_operator  # noqa: E402
+from testing.cluster.cluster import RealCluster  # noqa: E402
 from testing.cluster.controlplane import free_port  # noqa: E402
 from testing.cluster.kwok import COMPLETE_AFTER, LEASE_SECONDS, Kwok, is_ready, kwok_node  # noqa: E402
 from testing.gangs import upstream_member  # noqa: E402
@@ -95,7 +95,14 @@ from testing.upstream import (  # noqa: E402
     kube_scheduler,
     workload_objects,
 )
-from versus import Api, BindWatch, cpu_seconds, ensure_namespace, in_child  # noqa: E402
+from versus import (  # noqa: E402
+    Api,
+    BindWatch,
+    cpu_seconds,
+    ensure_namespace,
+    in_child,
+    spawn_gpusched,
+)
 
 RESULTS = HERE / "results" / "scale.json"
 LOGS = HERE / "results" / "scale"
@@ -504,16 +511,9 @@ class Replica:
         self.name = name
         self.port = free_port()
         kubeconfig = cluster.plane.write_kubeconfig(logs / f"{name}.kubeconfig", "operator")
-        env = {**env_for_operator(), "PYTHONPATH": str(ROOT / "operator")}
         self.log = logs / f"{name}.log"
-        argv = [sys.executable, "-m", "gpusched.cli", "run", "--kubeconfig", str(kubeconfig)]
         with self.log.open("wb") as out:
-            self.popen = subprocess.Popen(
-                [*argv, "--metrics-address", f"127.0.0.1:{self.port}"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            self.popen = spawn_gpusched(kubeconfig, out, self.port)
         self.pid = self.popen.pid
         self.last: Scrape | None = None
         self.became_leader: float | None = None

@@ -50,9 +50,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -271,16 +271,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def spawn_gpusched(
+    kubeconfig: Path, log: IO[bytes], port: int = 0, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`gpusched run` as a child process of this checkout (its /metrics on 127.0.0.1:``port``),
+    ``env`` added to the operator's environment, its output into ``log``: how every benchmark
+    starts the operator."""
+    argv = [sys.executable, "-m", "gpusched.cli", "run", "--kubeconfig", str(kubeconfig)]
+    return subprocess.Popen(
+        [*argv, "--metrics-address", f"127.0.0.1:{port}"],
+        env={**env_for_operator(), "PYTHONPATH": str(ROOT / "operator"), **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
 @contextlib.contextmanager
 def gpusched_process(cluster: RealCluster, workdir: Path) -> Iterator[int]:
     """`gpusched run` as a child process, straight to the API server with the chart's identity."""
     kubeconfig = cluster.plane.write_kubeconfig(workdir / "gpusched.kubeconfig", "operator")
-    env = {**env_for_operator(), "PYTHONPATH": str(ROOT / "operator")}
     log = (workdir / "gpusched.log").open("wb")
-    argv = [sys.executable, "-m", "gpusched.cli", "run", "--kubeconfig", str(kubeconfig)]
-    process = subprocess.Popen(
-        [*argv, "--metrics-address", "127.0.0.1:0"], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    process = spawn_gpusched(kubeconfig, log)
     try:
         yield process.pid
         if process.poll() is not None:
